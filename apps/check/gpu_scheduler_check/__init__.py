@@ -1,0 +1,1 @@
+"""A tiny workload that reports which node and GPUs its pod received."""

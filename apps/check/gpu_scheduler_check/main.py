@@ -1,0 +1,200 @@
+"""gpu-scheduler-check: log the node and CUDA_VISIBLE_DEVICES this pod got.
+
+One line per tick on stdout, e.g.
+
+    2025-01-01T12:00:00.000Z pod=train-2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true
+
+Diagnostics that are not ticks (NVML missing, a bad EXPECTED_PLACEMENT) go to
+stderr, so `--once` prints exactly one line on stdout for report generators.
+
+Environment (set from the downward API in the pod spec):
+  NODE_NAME           spec.nodeName; the hostname when unset
+  POD_NAME            metadata.name; printed when set
+  EXPECTED_PLACEMENT  metadata.annotations['gpu-scheduler/placement'], the JSON
+                      the webhook recorded: {"index", "node", "cudaVisibleDevices"}
+  NODE_ALIAS          the node's gpu-node-name label, if you set it yourself: the
+                      downward API cannot read node labels, and the map may name a
+                      node by that alias rather than by its name
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+UNSET = "<unset>"
+
+log = logging.getLogger("gpu_scheduler_check")
+
+
+@dataclass(frozen=True)
+class Expected:
+    index: object
+    node: str
+    devices: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    pod: str | None
+    node: str
+    node_alias: str | None
+    devices: str | None
+
+
+def parse_expected(text: str) -> Expected:
+    """Parse the placement annotation JSON; ValueError says what is wrong."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"EXPECTED_PLACEMENT is not JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError("EXPECTED_PLACEMENT must be a JSON object")
+    node, devices = value.get("node"), value.get("cudaVisibleDevices")
+    if not isinstance(node, str) or not isinstance(devices, str):
+        raise ValueError(
+            'EXPECTED_PLACEMENT needs string fields "node" and "cudaVisibleDevices", '
+            f"got {text!r}"
+        )
+    return Expected(index=value.get("index"), node=node, devices=devices)
+
+
+def compare(observed: Observed, expected: Expected) -> str:
+    """The `match=...` part of a tick line.
+
+    Devices are always compared. The node is compared against the node name and
+    NODE_ALIAS; a differing name without NODE_ALIAS cannot be judged, because the
+    map may use a gpu-node-name alias, so that case says so instead of guessing.
+    """
+    wanted = f"expected node={expected.node} devices={expected.devices}"
+    if observed.devices != expected.devices:
+        return f"match=false {wanted}"
+    if expected.node in (observed.node, observed.node_alias):
+        return "match=true"
+    if observed.node_alias is None:
+        return (
+            f"match=unknown {wanted} (devices match; node not compared: "
+            f"{expected.node} may be a gpu-node-name alias, set NODE_ALIAS to compare)"
+        )
+    return f"match=false {wanted}"
+
+
+def tick_line(observed: Observed, expected: Expected | None, gpus: str | None) -> str:
+    parts = []
+    if observed.pod:
+        parts.append(f"pod={observed.pod}")
+    if expected is not None:
+        parts.append(f"index={expected.index}")
+    parts.append(f"node={observed.node}")
+    parts.append(f"CUDA_VISIBLE_DEVICES={UNSET if observed.devices is None else observed.devices}")
+    if expected is not None:
+        parts.append(compare(observed, expected))
+    if gpus is not None:
+        parts.append(f"gpus={gpus}")
+    return " ".join(parts)
+
+
+def observe(environ) -> Observed:
+    return Observed(
+        pod=environ.get("POD_NAME") or None,
+        node=environ.get("NODE_NAME") or socket.gethostname(),
+        node_alias=environ.get("NODE_ALIAS") or None,
+        devices=environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+class GpuLister:
+    """Lists the GPUs NVML shows this container (independent of CUDA_VISIBLE_DEVICES,
+    which only CUDA applies), or tells once why it can't."""
+
+    def __init__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception as err:  # ImportError, or NVMLError without a driver
+            log.warning("NVML not available: GPU list skipped (%s)", err)
+            self._nvml = None
+        else:
+            self._nvml = pynvml
+
+    def describe(self) -> str | None:
+        if self._nvml is None:
+            return None
+        nvml = self._nvml
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            gpus.append(f"{i}:{nvml.nvmlDeviceGetName(handle)}:{nvml.nvmlDeviceGetUUID(handle)}")
+        return ",".join(gpus) or "none"
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="gpu-scheduler-check",
+        description="Log this pod's node and CUDA_VISIBLE_DEVICES, and whether they "
+        "match the placement the gpu-scheduler webhook recorded.",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=10.0,
+        help="seconds between log lines (default 10)",
+    )
+    parser.add_argument("--once", action="store_true", help="print one line and exit")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error(f"--interval must be positive, got {args.interval}")
+    return args
+
+
+def setup_logging() -> logging.Logger:
+    """Ticks go to stdout with a UTC timestamp; diagnostics go to stderr."""
+    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    ticks = logging.getLogger("gpu_scheduler_check.ticks")
+    ticks.propagate = False
+    out = logging.StreamHandler(sys.stdout)
+    out.setFormatter(formatter)
+    ticks.addHandler(out)
+    ticks.setLevel(logging.INFO)
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(formatter)
+    log.addHandler(err)
+    log.setLevel(logging.INFO)
+    return ticks
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ticks = setup_logging()
+
+    # Block the stop signals and wait for them with sigtimedwait: the wait ends
+    # the moment one arrives (exit 0 at once), one that arrives mid-tick stays
+    # pending for the next wait, and no handler runs at an arbitrary point (a
+    # handler calling Event.set can deadlock on the lock Event.wait holds).
+    # Blocked signals are delivered even to PID 1, which ignores default ones.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+
+    expected = None
+    if os.environ.get("EXPECTED_PLACEMENT"):
+        try:
+            expected = parse_expected(os.environ["EXPECTED_PLACEMENT"])
+        except ValueError as err:
+            log.warning("%s; match not checked", err)
+    gpus = GpuLister()
+
+    while True:
+        ticks.info(tick_line(observe(os.environ), expected, gpus.describe()))
+        if args.once or signal.sigtimedwait(stop_signals, args.interval) is not None:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

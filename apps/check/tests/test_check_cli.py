@@ -1,0 +1,142 @@
+"""The gpu-scheduler-check console script, run for real as a subprocess."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "gpu-scheduler-check")
+TIMESTAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+PLACEMENT = json.dumps({"index": 2, "node": "node3", "cudaVisibleDevices": "0,1,2"})
+
+
+def clean_env(**overrides):
+    env = {k: v for k, v in os.environ.items() if k not in {
+        "NODE_NAME", "POD_NAME", "NODE_ALIAS", "EXPECTED_PLACEMENT", "CUDA_VISIBLE_DEVICES"}}
+    env.update(overrides)
+    return env
+
+
+def run_once(**env):
+    result = subprocess.run(
+        [CLI, "--once"], env=clean_env(**env), capture_output=True, text=True, timeout=10
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    assert re.match(TIMESTAMP + " ", lines[0]), lines[0]
+    return lines[0].split(" ", 1)[1], result.stderr
+
+
+def nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    return True
+
+
+def test_once_prints_node_devices_and_match_when_placement_is_right():
+    line, _ = run_once(
+        NODE_NAME="node3", POD_NAME="train-2", CUDA_VISIBLE_DEVICES="0,1,2",
+        EXPECTED_PLACEMENT=PLACEMENT,
+    )
+    assert line.startswith("pod=train-2 index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true")
+
+
+def test_unset_devices_are_shown_as_unset_and_hostname_stands_in_for_node_name():
+    line, _ = run_once()
+    assert line.startswith(f"node={os.uname().nodename} CUDA_VISIBLE_DEVICES=<unset>")
+    assert "match=" not in line
+
+
+def test_wrong_devices_report_mismatch_with_the_expectation():
+    line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES="0,1", EXPECTED_PLACEMENT=PLACEMENT)
+    assert "node=node3 CUDA_VISIBLE_DEVICES=0,1 match=false expected node=node3 devices=0,1,2" in line
+
+
+def test_unset_devices_with_an_expectation_are_a_mismatch():
+    line, _ = run_once(NODE_NAME="node3", EXPECTED_PLACEMENT=PLACEMENT)
+    assert "CUDA_VISIBLE_DEVICES=<unset> match=false" in line
+
+
+def test_wrong_node_is_a_mismatch_when_the_alias_is_known():
+    line, _ = run_once(
+        NODE_NAME="node4", NODE_ALIAS="node4", CUDA_VISIBLE_DEVICES="0,1,2",
+        EXPECTED_PLACEMENT=PLACEMENT,
+    )
+    assert "match=false expected node=node3 devices=0,1,2" in line
+
+
+def test_node_alias_matches_the_map_node():
+    line, _ = run_once(
+        NODE_NAME="ip-10-0-0-3", NODE_ALIAS="node3", CUDA_VISIBLE_DEVICES="0,1,2",
+        EXPECTED_PLACEMENT=PLACEMENT,
+    )
+    assert "node=ip-10-0-0-3 CUDA_VISIBLE_DEVICES=0,1,2 match=true" in line
+
+
+def test_differing_node_name_without_alias_is_reported_as_not_compared():
+    line, _ = run_once(
+        NODE_NAME="ip-10-0-0-3", CUDA_VISIBLE_DEVICES="0,1,2", EXPECTED_PLACEMENT=PLACEMENT
+    )
+    assert "match=unknown expected node=node3 devices=0,1,2" in line
+    assert "node not compared" in line and "NODE_ALIAS" in line
+
+
+def test_invalid_expected_placement_is_explained_on_stderr_and_not_compared():
+    line, stderr = run_once(NODE_NAME="node3", EXPECTED_PLACEMENT="{not json")
+    assert "match=" not in line
+    assert "EXPECTED_PLACEMENT is not JSON" in stderr
+
+
+def test_expected_placement_without_fields_is_explained():
+    _, stderr = run_once(NODE_NAME="node3", EXPECTED_PLACEMENT='{"index": 1}')
+    assert '"node" and "cudaVisibleDevices"' in stderr
+
+
+def test_gpu_list_or_a_single_nvml_notice():
+    with subprocess.Popen(
+        [CLI, "--interval", "0.1"], env=clean_env(NODE_NAME="node1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:
+        time.sleep(0.6)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=5)
+    lines = stdout.splitlines()
+    assert len(lines) >= 3, stdout
+    if nvml_works():
+        assert all(" gpus=" in line for line in lines)
+    else:
+        assert stderr.count("NVML not available: GPU list skipped") == 1, stderr
+        assert not any("gpus=" in line for line in lines)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_ends_a_long_wait_promptly_with_exit_code_0(signum):
+    with subprocess.Popen(
+        [CLI, "--interval", "60"], env=clean_env(NODE_NAME="node1"),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    ) as proc:
+        first = proc.stdout.readline()
+        assert "node=node1" in first
+        started = time.monotonic()
+        proc.send_signal(signum)
+        returncode = proc.wait(timeout=5)
+        elapsed = time.monotonic() - started
+    assert returncode == 0
+    assert elapsed < 1.0
+
+
+def test_non_positive_interval_is_rejected():
+    result = subprocess.run([CLI, "--interval", "0"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2
+    assert "--interval must be positive" in result.stderr

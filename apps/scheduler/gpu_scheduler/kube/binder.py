@@ -1,0 +1,68 @@
+"""Binding a pod to a node through the pods/binding subresource."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gpu_scheduler.kube.client import ApiError, KubeClient
+
+BIND_TIMEOUT_SECONDS = 30.0
+
+
+class BindOutcome(enum.Enum):
+    BOUND = "bound"
+    # 409: the pod already has a node (another replica or an earlier attempt
+    # whose answer was lost). The pod is placed; nothing is left to do.
+    ALREADY_BOUND = "already-bound"
+    # 404: the pod was deleted before we bound it.
+    POD_GONE = "pod-gone"
+    # Anything else (5xx, 429, timeouts): worth another try later.
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class BindResult:
+    outcome: BindOutcome
+    status: int
+    message: str = ""
+
+
+def binding_body(namespace: str, name: str, uid: str, node: str) -> dict:
+    """A v1 Binding; the uid makes the apiserver refuse a same-named newer pod."""
+    metadata = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def classify(status: int, message: str = "") -> BindResult:
+    if status in (200, 201):
+        return BindResult(BindOutcome.BOUND, status)
+    if status == 409:
+        return BindResult(BindOutcome.ALREADY_BOUND, status, message)
+    if status == 404:
+        return BindResult(BindOutcome.POD_GONE, status, message)
+    return BindResult(BindOutcome.FAILED, status, message)
+
+
+def bind(client: KubeClient, namespace: str, name: str, uid: str, node: str) -> BindResult:
+    """POSTs the binding and says what became of it; never raises for HTTP errors.
+
+    A successful binding answers with a Status object, not a Binding, so only
+    the HTTP status is read.
+    """
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
+    try:
+        status, data = client.request("POST", path, body=binding_body(namespace, name, uid, node),
+                                      timeout=BIND_TIMEOUT_SECONDS)
+    except ApiError as err:
+        return BindResult(BindOutcome.FAILED, 0, err.message)
+    if status in (200, 201):
+        return BindResult(BindOutcome.BOUND, status)
+    return classify(status, ApiError("POST", path, status, data).message)

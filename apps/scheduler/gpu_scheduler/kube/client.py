@@ -1,0 +1,196 @@
+"""A thin JSON client for the Kubernetes API.
+
+The generated python client turns every response into model objects, which
+costs far more CPU and memory than the scheduler can afford at hundreds of
+binds per second, and it cannot even read the Status a successful binding
+returns. So this client speaks raw JSON over the client library's own urllib3
+pool (which already handles TLS, client certificates and proxies from a
+kubeconfig), and keeps the library only for loading configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlencode
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import Configuration
+from kubernetes.client.rest import RESTClientObject
+from kubernetes.config.config_exception import ConfigException
+
+# Sent once per request; the apiserver logs and audits it.
+USER_AGENT = "gpu-scheduler"
+
+# Requests that are retried on connection errors (a keep-alive connection the
+# server closed, a restart of the apiserver). POSTs are safe to retry here:
+# creating an object twice answers 409, which every caller handles.
+_CONNECTION_RETRIES = urllib3.Retry(
+    total=3, connect=3, read=2, status=0, redirect=0, allowed_methods=None, backoff_factor=0.05
+)
+
+
+class ApiError(Exception):
+    """A Kubernetes API request failed; status 0 means no HTTP answer at all."""
+
+    def __init__(self, method: str, path: str, status: int, body: bytes | str = b"") -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.message, self.reason = _status_message(body)
+        super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
+
+
+def _status_message(body: bytes | str) -> tuple[str, str]:
+    """The message and reason of a metav1.Status body, or the raw text."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return text.strip()[:500], ""
+    if isinstance(status, dict):
+        return str(status.get("message", text))[:500], str(status.get("reason", ""))
+    return text[:500], ""
+
+
+class TokenBucket:
+    """Client-side rate limit, like client-go's --kube-api-qps/--kube-api-burst.
+
+    The bucket starts full (burst tokens) and refills at qps tokens per second;
+    acquire() sleeps until a token is free. qps <= 0 turns the limit off.
+    """
+
+    def __init__(self, qps: float, burst: int, now: float = 0.0) -> None:
+        self._qps = qps
+        self._burst = max(1, burst)
+        self._tokens = float(self._burst)
+        self._updated = now
+        self._lock = threading.Lock()
+
+    def reserve(self, now: float) -> float:
+        """Take one token at time now; returns how long to wait before using it."""
+        if self._qps <= 0:
+            return 0.0
+        with self._lock:
+            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._qps)
+            self._updated = now
+            self._tokens -= 1.0
+            return -self._tokens / self._qps if self._tokens < 0 else 0.0
+
+    def acquire(self) -> None:
+        wait = self.reserve(time.monotonic())
+        if wait > 0:
+            time.sleep(wait)
+
+
+def load_configuration(kubeconfig: str | None) -> Configuration:
+    """Cluster address and credentials: the kubeconfig if given, else in-cluster.
+
+    Outside a cluster without --kubeconfig, fall back to ~/.kube/config like
+    kubectl does, so a developer can run the scheduler from a shell.
+    """
+    configuration = Configuration()
+    if kubeconfig:
+        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return configuration
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    except ConfigException:
+        kube_config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+class KubeClient:
+    """JSON requests against one apiserver through a shared connection pool.
+
+    pool_size must cover every thread that talks to the apiserver at once
+    (bind workers, event senders, watches, leader election), else urllib3
+    opens throwaway connections and the TLS handshakes cost more than the
+    requests.
+    """
+
+    def __init__(self, configuration: Configuration, *, pool_size: int = 32,
+                 qps: float = 0, burst: int = 1) -> None:
+        configuration.connection_pool_maxsize = pool_size
+        self._configuration = configuration
+        self._pool = RESTClientObject(configuration).pool_manager
+        self._base = configuration.host.rstrip("/")
+        self._limiter = TokenBucket(qps, burst, time.monotonic())
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # Read per request: in-cluster and exec credentials rotate, and the
+        # configuration's refresh hook reloads them when they expire.
+        token = self._configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            headers["Authorization"] = token
+        elif self._configuration.username:
+            headers["Authorization"] = self._configuration.get_basic_auth_token()
+        return headers
+
+    def _url(self, path: str, query: dict[str, str] | None) -> str:
+        return self._base + path + ("?" + urlencode(query) if query else "")
+
+    def request(self, method: str, path: str, *, query: dict[str, str] | None = None,
+                body: object = None, content_type: str = "application/json",
+                timeout: float = 30.0) -> tuple[int, bytes]:
+        """One request; returns (HTTP status, body). Raises ApiError(status 0)
+        only when no answer came back at all."""
+        self._limiter.acquire()
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        try:
+            response = self._pool.request(
+                method, self._url(path, query), body=payload,
+                headers=self._headers(content_type if payload is not None else None),
+                timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
+                retries=_CONNECTION_RETRIES, preload_content=True,
+            )
+        except urllib3.exceptions.HTTPError as err:
+            raise ApiError(method, path, 0, str(err)) from err
+        return response.status, response.data
+
+    def call(self, method: str, path: str, **kwargs) -> dict:
+        """A request whose non-2xx answer is an ApiError; returns the JSON body."""
+        status, data = self.request(method, path, **kwargs)
+        if status >= 300:
+            raise ApiError(method, path, status, data)
+        return json.loads(data) if data else {}
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> dict:
+        return self.call("GET", path, query=query)
+
+    @contextmanager
+    def stream(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[Iterator[bytes]]:
+        """An open watch: yields an iterator over the response's lines.
+
+        The read timeout must be longer than the server's timeoutSeconds so a
+        quiet but healthy watch is not cut, yet short enough to notice a dead
+        connection (bookmarks keep a healthy one talking).
+        """
+        try:
+            response = self._pool.request(
+                "GET", self._url(path, query), headers=self._headers(None),
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                retries=False, preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as err:
+            raise ApiError("GET", path, 0, str(err)) from err
+        try:
+            if response.status != 200:
+                raise ApiError("GET", path, response.status, response.read())
+            yield iter(response)
+        finally:
+            # Close before handing back: a half-read watch connection cannot
+            # carry another request, so the pool must open a fresh one.
+            response.close()
+            response.release_conn()
+
+
+def new_client(kubeconfig: str | None, *, pool_size: int, qps: float, burst: int) -> KubeClient:
+    return KubeClient(load_configuration(kubeconfig), pool_size=pool_size, qps=qps, burst=burst)

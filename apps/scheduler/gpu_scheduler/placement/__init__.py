@@ -1,0 +1,83 @@
+"""The domain: the map grammar, the pod's index and its entry. Pure: no kubernetes import."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import (
+    DuplicateDeviceError,
+    DuplicateIndexError,
+    EmptyMapError,
+    InvalidDeviceError,
+    InvalidIndexError,
+    InvalidMapError,
+    InvalidNodeError,
+    MalformedEntryError,
+    MapLineError,
+    MissingEntryError,
+    MissingMapError,
+    PlacementError,
+    PodIndexError,
+)
+from .grammar import MapEntry, SchedulingMap, is_node_reference, parse_map, parse_map_uncached
+from .pod_index import controller_kind, pod_index, pod_key
+
+MAP_ANNOTATION = "gpu-scheduling-map"
+# What the webhook injected, as JSON: {"index": 0, "node": "node1", "cudaVisibleDevices": "0,1"}
+PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
+CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def map_text(pod: Mapping, namespace: str | None = None) -> str:
+    """The pod's map annotation; MissingMapError when it has none."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(MAP_ANNOTATION)
+    if not isinstance(text, str):
+        raise MissingMapError(
+            f"pod {pod_key(pod, namespace)} has no {MAP_ANNOTATION} annotation; "
+            "add one with a line <index>=<node>:<devices> for its index"
+        )
+    return text
+
+
+def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
+    """The map entry for this pod, or the PlacementError that says why there is none."""
+    scheduling_map = parse_map(map_text(pod, namespace))
+    index = pod_index(pod, namespace)
+    entry = scheduling_map.get(index)
+    if entry is None:
+        known = ", ".join(str(i) for i in sorted(scheduling_map)[:10])
+        raise MissingEntryError(
+            f"pod {pod_key(pod, namespace)} has index {index} but the {MAP_ANNOTATION} annotation "
+            f"has no line for it (indexes given: {known}{', ...' if len(scheduling_map) > 10 else ''})"
+        )
+    return entry
+
+
+__all__ = [
+    "CUDA_ENV",
+    "MAP_ANNOTATION",
+    "PLACEMENT_ANNOTATION",
+    "DuplicateDeviceError",
+    "DuplicateIndexError",
+    "EmptyMapError",
+    "InvalidDeviceError",
+    "InvalidIndexError",
+    "InvalidMapError",
+    "InvalidNodeError",
+    "MalformedEntryError",
+    "MapEntry",
+    "MapLineError",
+    "MissingEntryError",
+    "MissingMapError",
+    "PlacementError",
+    "PodIndexError",
+    "SchedulingMap",
+    "controller_kind",
+    "is_node_reference",
+    "map_text",
+    "parse_map",
+    "parse_map_uncached",
+    "placement_for",
+    "pod_index",
+    "pod_key",
+]

@@ -1,0 +1,207 @@
+"""The grammar of the gpu-scheduling-map annotation.
+
+    <index>=<node>:<devices>      one entry per line
+    # comment                     full-line comments and blank lines are ignored
+
+Parsing is strict: every line is either ignored on purpose (blank, comment) or
+becomes an entry, and every violation is reported with its line number. Errors
+are collected over the whole text so that one round trip fixes them all.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from .errors import (
+    DuplicateDeviceError,
+    DuplicateIndexError,
+    EmptyMapError,
+    InvalidDeviceError,
+    InvalidIndexError,
+    InvalidMapError,
+    InvalidNodeError,
+    MalformedEntryError,
+    MapLineError,
+    quote,
+)
+
+# Indexes come from StatefulSet ordinals and Job completion indexes, both int32.
+MAX_INDEX = 2**31 - 1
+MAX_NODE_NAME = 253
+MAX_LABEL_VALUE = 63
+
+_INDEX = re.compile(r"[0-9]+")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DEVICE_ORDINAL = re.compile(r"[0-9]+")
+_UUID = r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+# GPU-<uuid>; MIG-<uuid> (R470+) or the older MIG-GPU-<uuid>/<gi>/<ci>.
+_DEVICE_UUID = re.compile(rf"GPU-{_UUID}|MIG-{_UUID}|MIG-GPU-{_UUID}/[0-9]+/[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class MapEntry:
+    """One line of the map: the pod with `index` goes to `node` with `devices`."""
+
+    index: int
+    node: str
+    devices: tuple[str, ...]
+    line: int
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(self.devices)
+
+
+class SchedulingMap(Mapping[int, MapEntry]):
+    """A parsed, valid map: pod index -> entry. Immutable, so it can be shared."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: dict[int, MapEntry]) -> None:
+        self._entries = entries
+
+    def __getitem__(self, index: int) -> MapEntry:
+        return self._entries[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"SchedulingMap({list(self._entries.values())!r})"
+
+    def to_json(self) -> dict[str, dict[str, object]]:
+        """The map as `gpu-scheduler map validate` prints it."""
+        return {
+            str(e.index): {
+                "node": e.node,
+                "devices": list(e.devices),
+                "cuda_visible_devices": e.cuda_visible_devices,
+            }
+            for e in self._entries.values()
+        }
+
+
+def _parse_index(line: int, text: str, token: str) -> int:
+    if not _INDEX.fullmatch(token):
+        raise InvalidIndexError(
+            line, text, f"index {quote(token)} in {quote(text)} is not a non-negative integer"
+        )
+    index = int(token)
+    if index > MAX_INDEX:
+        raise InvalidIndexError(line, text, f"index {token} in {quote(text)} is larger than {MAX_INDEX}")
+    return index
+
+
+def is_node_reference(token: str) -> bool:
+    """A node name (DNS-1123 subdomain) or an alias (a label value)."""
+    if len(token) <= MAX_NODE_NAME and _DNS1123_SUBDOMAIN.fullmatch(token):
+        return True
+    return len(token) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.fullmatch(token))
+
+
+def _parse_node(line: int, text: str, token: str) -> str:
+    if not token:
+        raise InvalidNodeError(line, text, f"missing node name before ':' in {quote(text)}")
+    if not is_node_reference(token):
+        raise InvalidNodeError(
+            line,
+            text,
+            f"node {quote(token)} in {quote(text)} is neither a Kubernetes node name "
+            f"(lowercase DNS-1123 subdomain, at most {MAX_NODE_NAME} characters) "
+            f"nor an alias label value (at most {MAX_LABEL_VALUE} characters)",
+        )
+    return token
+
+
+def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
+    if not token.strip():
+        raise InvalidDeviceError(line, text, f"no devices after ':' in {quote(text)}")
+    devices: list[str] = []
+    seen: set[object] = set()
+    for raw in token.split(","):
+        device = raw.strip()
+        if not device:
+            raise InvalidDeviceError(line, text, f"empty device in {quote(text)} (stray comma?)")
+        if _DEVICE_ORDINAL.fullmatch(device):
+            identity: object = int(device)  # "01" and "1" are the same GPU
+        elif _DEVICE_UUID.fullmatch(device):
+            identity = device.lower()
+        else:
+            raise InvalidDeviceError(
+                line,
+                text,
+                f"device {quote(device)} in {quote(text)} is neither a non-negative integer "
+                "nor a GPU-<uuid> / MIG-<uuid> identifier",
+            )
+        if identity in seen:
+            raise DuplicateDeviceError(line, text, f"device {device} appears twice in {quote(text)}")
+        seen.add(identity)
+        devices.append(device)
+    return tuple(devices)
+
+
+def _parse_line(line: int, text: str) -> MapEntry:
+    index_part, eq, rest = text.partition("=")
+    if not eq:
+        raise MalformedEntryError(
+            line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no '=')"
+        )
+    node_part, colon, devices_part = rest.partition(":")
+    if not colon:
+        raise MalformedEntryError(
+            line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no ':' after the node)"
+        )
+    return MapEntry(
+        index=_parse_index(line, text, index_part.strip()),
+        node=_parse_node(line, text, node_part.strip()),
+        devices=_parse_devices(line, text, devices_part),
+        line=line,
+    )
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    # split("\n") rather than splitlines(): the latter also breaks on \v, \f,
+    # \x1c.. and U+2028, which would silently renumber or split a user's line.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        yield number, raw[:-1] if raw.endswith("\r") else raw
+
+
+def parse_map_uncached(text: str) -> SchedulingMap:
+    """Parse the annotation's text; raise InvalidMapError with every violation."""
+    entries: dict[int, MapEntry] = {}
+    errors: list[MapLineError] = []
+    for number, raw in _lines(text):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            entry = _parse_line(number, stripped)
+        except MapLineError as err:
+            errors.append(err)
+            continue
+        first = entries.get(entry.index)
+        if first is not None:
+            errors.append(
+                DuplicateIndexError(
+                    number, stripped, f"index {entry.index} is already given on line {first.line}"
+                )
+            )
+            continue
+        entries[entry.index] = entry
+    if not entries and not errors:
+        errors.append(EmptyMapError(1, text, "the map has no entry; write one <index>=<node>:<devices> per line"))
+    if errors:
+        raise InvalidMapError(errors)
+    return SchedulingMap(entries)
+
+
+# Every pod of a StatefulSet carries the same annotation text: parse it once.
+# Invalid maps raise and are therefore never cached.
+parse_map = functools.lru_cache(maxsize=512)(parse_map_uncached)

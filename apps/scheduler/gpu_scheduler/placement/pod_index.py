@@ -1,0 +1,72 @@
+"""Which index a pod has, and so which line of the map is its own.
+
+The index must be stable and given by Kubernetes, never guessed: a ReplicaSet
+pod's random suffix can be all digits ("web-7d4b9-12345") and reading it as an
+index would place the pod on an arbitrary line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .errors import PodIndexError, quote
+
+STATEFULSET_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+JOB_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+_TRAILING_INDEX = re.compile(r"-([0-9]+)$")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def pod_key(pod: Mapping, namespace: str | None = None) -> str:
+    """`namespace/name` for messages; uses generateName when the name is not set yet."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or namespace or "default"
+    name = meta.get("name") or (f"{meta['generateName']}<generated>" if meta.get("generateName") else "<unnamed>")
+    return f"{ns}/{name}"
+
+
+def controller_kind(pod: Mapping) -> str | None:
+    """Kind of the pod's controlling owner, or None for a bare pod."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref.get("kind")
+    return None
+
+
+def _index_value(value: object, source: str, pod: Mapping, namespace: str | None) -> int:
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    raise PodIndexError(f"pod {pod_key(pod, namespace)}: {source} is {quote(str(value))}, not a non-negative integer")
+
+
+def pod_index(pod: Mapping, namespace: str | None = None) -> int:
+    """The pod's index: StatefulSet label, Job completion index, then the name.
+
+    `pod` is the pod as API JSON (camelCase). `namespace` names the pod in
+    messages when its metadata has none (admission requests).
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if STATEFULSET_INDEX_LABEL in labels:
+        return _index_value(labels[STATEFULSET_INDEX_LABEL], f"label {STATEFULSET_INDEX_LABEL}", pod, namespace)
+    if JOB_INDEX_KEY in labels:
+        return _index_value(labels[JOB_INDEX_KEY], f"label {JOB_INDEX_KEY}", pod, namespace)
+    if JOB_INDEX_KEY in annotations:
+        return _index_value(annotations[JOB_INDEX_KEY], f"annotation {JOB_INDEX_KEY}", pod, namespace)
+
+    kind = controller_kind(pod)
+    if kind not in (None, "StatefulSet"):
+        raise PodIndexError(
+            f"pod {pod_key(pod, namespace)} is created by a {kind}, whose pods have no stable index; "
+            "use a StatefulSet, an Indexed Job, or bare pods named <name>-<index>"
+        )
+    match = _TRAILING_INDEX.search(meta.get("name") or "")
+    if match is None:
+        raise PodIndexError(
+            f"pod {pod_key(pod, namespace)} has no index: name it <name>-<index> "
+            f"or set the label {STATEFULSET_INDEX_LABEL}"
+        )
+    return int(match.group(1))

@@ -1,0 +1,28 @@
+"""Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
+
+from .decide import Decision, decide, injected_devices
+from .ledger import GpuLedger, SharingPolicy
+from .nodes import (
+    DEFAULT_ALIAS_LABEL,
+    AmbiguousAliasError,
+    NodeIndex,
+    NodeInfo,
+    NodeNotFoundError,
+    NodeResolutionError,
+    unschedulable_reason,
+)
+
+__all__ = [
+    "DEFAULT_ALIAS_LABEL",
+    "AmbiguousAliasError",
+    "Decision",
+    "GpuLedger",
+    "NodeIndex",
+    "NodeInfo",
+    "NodeNotFoundError",
+    "NodeResolutionError",
+    "SharingPolicy",
+    "decide",
+    "injected_devices",
+    "unschedulable_reason",
+]

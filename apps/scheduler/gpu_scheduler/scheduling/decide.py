@@ -1,0 +1,99 @@
+"""One scheduling decision: filter (node exists, Ready, not cordoned) and reserve (GPU ledger).
+
+Pure: the caller reads the pod and the caches, acts on the Decision (bind,
+events, retry) and calls ledger.hold() once the binding succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..placement import PLACEMENT_ANNOTATION, MapEntry, PlacementError, placement_for, pod_key
+from .ledger import GpuLedger, SharingPolicy
+from .nodes import NodeIndex, NodeResolutionError, unschedulable_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    pod_key: str
+    entry: MapEntry | None
+    node: str | None  # the resolved node's real name
+    bind: bool
+    reason: str | None = None  # why not, for a FailedScheduling event
+    warning: str | None = None  # bind, but tell the user (GPU shared, env not injected)
+    retryable: bool = False  # True: time or a node change can help; False: only a change to the pod can
+
+    @property
+    def index(self) -> int | None:
+        return self.entry.index if self.entry else None
+
+    @property
+    def devices(self) -> str | None:
+        return self.entry.cuda_visible_devices if self.entry else None
+
+
+def injected_devices(pod: Mapping) -> str | None:
+    """The CUDA_VISIBLE_DEVICES the webhook recorded at creation, or None."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw).get("cudaVisibleDevices")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _sharing_message(conflicts: list[tuple[str, str]], node: str) -> str:
+    held = ", ".join(f"GPU {device} by {other}" for other, device in conflicts)
+    return f"on node {node}, {held}"
+
+
+def decide(
+    pod: Mapping,
+    nodes: NodeIndex,
+    ledger: GpuLedger,
+    policy: SharingPolicy = SharingPolicy.WARN,
+) -> Decision:
+    key = pod_key(pod)
+    try:
+        entry = placement_for(pod)
+    except PlacementError as err:
+        return Decision(key, None, None, bind=False, reason=str(err), retryable=False)
+
+    injected = injected_devices(pod)
+    if injected is not None and injected != entry.cuda_visible_devices:
+        # Container env is immutable: binding would hand the pod other GPUs than the map says.
+        return Decision(
+            key, entry, None, bind=False, retryable=False,
+            reason=(
+                f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod "
+                f"was created with CUDA_VISIBLE_DEVICES={injected}; delete the pod so that it is recreated"
+            ),
+        )
+
+    try:
+        node = nodes.resolve(entry.node)
+    except NodeResolutionError as err:
+        return Decision(key, entry, None, bind=False, reason=str(err), retryable=True)
+    why_not = unschedulable_reason(node)
+    if why_not:
+        return Decision(key, entry, node.name, bind=False, reason=why_not, retryable=True)
+
+    warnings = []
+    if injected is None:
+        warnings.append(
+            f"CUDA_VISIBLE_DEVICES was not injected at creation (annotation {PLACEMENT_ANNOTATION} missing); "
+            "is the gpu-scheduler webhook installed?"
+        )
+    conflicts = ledger.conflicts(key, node.name, entry.devices)
+    if conflicts and policy is SharingPolicy.DENY:
+        return Decision(
+            key, entry, node.name, bind=False, retryable=True,
+            reason=f"GPUs already held ({_sharing_message(conflicts, node.name)}) and --gpu-sharing=deny",
+        )
+    if conflicts and policy is SharingPolicy.WARN:
+        warnings.append(f"sharing GPUs with running pods: {_sharing_message(conflicts, node.name)}")
+    return Decision(key, entry, node.name, bind=True, warning="; ".join(warnings) or None)

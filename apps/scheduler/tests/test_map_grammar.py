@@ -1,0 +1,137 @@
+"""The gpu-scheduling-map grammar: golden cases, every error typed and line-numbered."""
+
+import pytest
+
+from gpu_scheduler.placement import (
+    DuplicateDeviceError,
+    DuplicateIndexError,
+    EmptyMapError,
+    InvalidDeviceError,
+    InvalidIndexError,
+    InvalidMapError,
+    InvalidNodeError,
+    MalformedEntryError,
+    parse_map_uncached as parse,
+)
+
+TASK_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
+GPU_UUID = "GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"
+MIG_UUID = "MIG-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+
+
+def only_error(text):
+    with pytest.raises(InvalidMapError) as caught:
+        parse(text)
+    assert len(caught.value.errors) == 1, caught.value.errors
+    return caught.value.errors[0]
+
+
+def test_task_map_parses_to_the_task_placement():
+    parsed = parse(TASK_MAP)
+    assert {i: (e.node, e.cuda_visible_devices) for i, e in parsed.items()} == {
+        0: ("node1", "0,1"),
+        1: ("node2", "2"),
+        2: ("node3", "0,1,2"),
+        3: ("node4", "3"),
+        4: ("node4", "3"),
+    }
+
+
+def test_to_json_is_the_documented_shape():
+    assert parse("0=node1:0,1")
+    assert parse("0=node1:0,1").to_json() == {
+        "0": {"node": "node1", "devices": ["0", "1"], "cuda_visible_devices": "0,1"}
+    }
+
+
+def test_blank_lines_comments_spaces_and_crlf_are_accepted():
+    text = "# placement for the check service\r\n\r\n  0 = node1 : 0 , 1  \r\n\t# indented comment\r\n1=node2:2\r\n"
+    parsed = parse(text)
+    assert parsed[0].devices == ("0", "1")
+    assert parsed[0].line == 3
+    assert parsed[1].line == 5
+
+
+def test_uuids_and_aliases_are_accepted():
+    parsed = parse(f"0=GPU_Pool-A:{GPU_UUID},{MIG_UUID}\n1=node2:MIG-GPU-{GPU_UUID[4:]}/1/0")
+    assert parsed[0].node == "GPU_Pool-A"
+    assert parsed[0].devices == (GPU_UUID, MIG_UUID)
+    assert parsed[1].cuda_visible_devices == f"MIG-GPU-{GPU_UUID[4:]}/1/0"
+
+
+def test_node_name_of_253_characters_is_accepted_and_254_is_not():
+    name = ".".join(["a" * 63] * 3) + "." + "b" * 61  # 253 characters
+    assert len(name) == 253
+    assert parse(f"0={name}:0")[0].node == name
+    err = only_error(f"0={name}x:0")
+    assert isinstance(err, InvalidNodeError)
+
+
+@pytest.mark.parametrize(
+    ("text", "error_type", "line", "fragment"),
+    [
+        ("0=node1:0\nnode2:1", MalformedEntryError, 2, "no '='"),
+        ("0=node1", MalformedEntryError, 1, "no ':'"),
+        ("-1=node1:0", InvalidIndexError, 1, "not a non-negative integer"),
+        ("x=node1:0", InvalidIndexError, 1, "'x'"),
+        ("=node1:0", InvalidIndexError, 1, "''"),
+        ("99999999999=node1:0", InvalidIndexError, 1, "larger than"),
+        ("0=node1:0\n\n0=node2:1", DuplicateIndexError, 3, "already given on line 1"),
+        ("0=:0", InvalidNodeError, 1, "missing node name"),
+        ("0=-node1:0", InvalidNodeError, 1, "neither a Kubernetes node name"),
+        ("0=node1!:0", InvalidNodeError, 1, "'node1!'"),
+        ("0=node 1:0", InvalidNodeError, 1, "'node 1'"),
+        ("0=node1:", InvalidDeviceError, 1, "no devices"),
+        ("0=node1:0,,1", InvalidDeviceError, 1, "stray comma"),
+        ("0=node1:0,", InvalidDeviceError, 1, "stray comma"),
+        ("0=node1:-1", InvalidDeviceError, 1, "'-1'"),
+        ("0=node1:GPU-xyz", InvalidDeviceError, 1, "GPU-<uuid>"),
+        ("0=node1:0:1", InvalidDeviceError, 1, "'0:1'"),
+        ("0=node1:0,1,0", DuplicateDeviceError, 1, "device 0 appears twice"),
+        ("0=node1:1,01", DuplicateDeviceError, 1, "appears twice"),
+        ("0=node1:0 # inline comment", InvalidDeviceError, 1, "'0 # inline comment'"),
+        ("0=node1:0\rx", InvalidDeviceError, 1, "\\r"),
+    ],
+)
+def test_each_violation_is_a_typed_error_with_line_and_text(text, error_type, line, fragment):
+    err = only_error(text)
+    assert isinstance(err, error_type)
+    assert err.line == line
+    assert str(err).startswith(f"line {line}: ")
+    assert fragment in str(err)
+    assert err.text.strip() in text
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "   \r\n"])
+def test_a_map_without_entries_is_an_error(text):
+    err = only_error(text)
+    assert isinstance(err, EmptyMapError)
+    assert "no entry" in str(err)
+
+
+def test_every_bad_line_is_reported_not_just_the_first():
+    with pytest.raises(InvalidMapError) as caught:
+        parse("0=node1:0\nbad\n2=node3:x\n3=node4:3\n3=node4:2")
+    assert [e.line for e in caught.value.errors] == [2, 3, 5]
+    assert str(caught.value).splitlines()[0].startswith("line 2: ")
+
+
+def test_error_listing_is_capped_and_says_how_many_more():
+    with pytest.raises(InvalidMapError) as caught:
+        parse("\n".join(f"bad{i}" for i in range(50)))
+    message = str(caught.value)
+    assert len(caught.value.errors) == 50
+    assert message.count("\n") == InvalidMapError.MAX_LISTED
+    assert message.endswith("... and 30 more errors")
+
+
+def test_long_offending_text_is_shortened_in_the_message():
+    err = only_error("0=node1:" + "x" * 5000)
+    assert len(str(err)) < 400
+
+
+def test_ten_thousand_line_map_parses():
+    text = "\n".join(f"{i}=node{i % 100}:{i % 8}" for i in range(10_000))
+    parsed = parse(text)
+    assert len(parsed) == 10_000
+    assert parsed[9_999].node == "node99"

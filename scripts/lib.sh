@@ -1,0 +1,46 @@
+# Shared helpers for the local-cluster scripts. Source it; don't run it.
+# shellcheck shell=bash
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_DIR="${CACHE_DIR:-$REPO_ROOT/.cache}"
+BIN_DIR="$CACHE_DIR/bin"
+CLUSTER_DIR="$CACHE_DIR/local-cluster"
+mkdir -p "$BIN_DIR"
+
+# One source of truth for versions: the tools modules' go.mod files.
+K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$REPO_ROOT/cluster/local/go.mod")"
+KWOK_VERSION="$(awk '$1 == "sigs.k8s.io/kwok" && $2 ~ /^v/ {print $2; exit}' "$REPO_ROOT/cluster/local/kwok/go.mod")"
+K8S_MINOR="${K8S_VERSION%.*}" # v1.34
+
+_T0=$SECONDS
+# log MSG: progress line prefixed with seconds since the script started.
+log() { printf '[%4ds] %s\n' "$((SECONDS - _T0))" "$*" >&2; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# with_heartbeat LABEL CMD...: run CMD, printing a line every 20s so a user
+# on a slow (2-core) machine can see it is alive. Returns CMD's exit status.
+with_heartbeat() {
+  local label="$1"; shift
+  local start=$SECONDS
+  "$@" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 20); do
+      sleep 1
+      kill -0 "$pid" 2>/dev/null || break 2
+    done
+    log "... still $label ($((SECONDS - start))s)"
+  done
+  wait "$pid"
+}
+
+# find_binary NAME: first of KUBEBUILDER_ASSETS/NAME, then NAME on PATH.
+# Prints the path, or nothing.
+find_binary() {
+  local name="$1"
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/$name" ]]; then
+    echo "$KUBEBUILDER_ASSETS/$name"
+  else
+    command -v "$name" 2>/dev/null || true
+  fi
+}
