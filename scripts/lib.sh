@@ -8,8 +8,13 @@ CLUSTER_DIR="$CACHE_DIR/local-cluster"
 mkdir -p "$BIN_DIR"
 
 # One source of truth for versions: the tools modules' go.mod files.
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$REPO_ROOT/cluster/local/go.mod")"
-KWOK_VERSION="$(awk '$1 == "sigs.k8s.io/kwok" && $2 ~ /^v/ {print $2; exit}' "$REPO_ROOT/cluster/local/kwok/go.mod")"
+# mod_version GOMOD MODULE: the version MODULE is required at.
+mod_version() {
+  awk -v m="$2" '{ for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v[0-9]/) { print $(i + 1); exit } }' "$1"
+}
+K8S_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" k8s.io/kubernetes)"
+ETCD_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" go.etcd.io/etcd/server/v3)"
+KWOK_VERSION="$(mod_version "$REPO_ROOT/cluster/local/kwok/go.mod" sigs.k8s.io/kwok)"
 K8S_MINOR="${K8S_VERSION%.*}" # v1.34
 
 _T0=$SECONDS

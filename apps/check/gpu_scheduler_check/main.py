@@ -50,16 +50,16 @@ class Observed:
 
 
 def parse_expected(text: str) -> Expected:
-    """Parse the placement annotation JSON; ValueError says what is wrong."""
+    """Parse the placement annotation JSON; ValueError or TypeError says what is wrong."""
     try:
         value = json.loads(text)
     except ValueError as err:
         raise ValueError(f"EXPECTED_PLACEMENT is not JSON ({err})") from None
     if not isinstance(value, dict):
-        raise ValueError("EXPECTED_PLACEMENT must be a JSON object")
+        raise TypeError("EXPECTED_PLACEMENT must be a JSON object")
     node, devices = value.get("node"), value.get("cudaVisibleDevices")
     if not isinstance(node, str) or not isinstance(devices, str):
-        raise ValueError(
+        raise TypeError(
             'EXPECTED_PLACEMENT needs string fields "node" and "cudaVisibleDevices", '
             f"got {text!r}"
         )
@@ -115,15 +115,18 @@ class GpuLister:
     which only CUDA applies), or tells once why it can't."""
 
     def __init__(self):
+        self._nvml = None
         try:
             import pynvml
-
-            pynvml.nvmlInit()
-        except Exception as err:  # ImportError, or NVMLError without a driver
+        except ImportError as err:
             log.warning("NVML not available: GPU list skipped (%s)", err)
-            self._nvml = None
-        else:
-            self._nvml = pynvml
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:  # no driver or no GPU in this container
+            log.warning("NVML not available: GPU list skipped (%s)", err)
+            return
+        self._nvml = pynvml
 
     def describe(self) -> str | None:
         if self._nvml is None:
@@ -186,7 +189,7 @@ def main(argv=None) -> int:
     if os.environ.get("EXPECTED_PLACEMENT"):
         try:
             expected = parse_expected(os.environ["EXPECTED_PLACEMENT"])
-        except ValueError as err:
+        except (ValueError, TypeError) as err:
             log.warning("%s; match not checked", err)
     gpus = GpuLister()
 

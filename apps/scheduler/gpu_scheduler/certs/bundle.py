@@ -152,7 +152,7 @@ def generate_bundle(
     if days <= 0:
         raise ValueError(f"validity must be a positive number of days, got {days}")
     dns_names, addresses = subject_alt_names(service, namespace, dns, ips)
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _ca_certificate(ca_key, now)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -189,7 +189,7 @@ def reuse_problem(
     its lifetime left (so a yearly certificate is renewed after about 8 months,
     long before any client sees it expire).
     """
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     try:
         ca = x509.load_pem_x509_certificate(bundle.ca_cert_pem)
         cert = x509.load_pem_x509_certificate(bundle.tls_cert_pem)

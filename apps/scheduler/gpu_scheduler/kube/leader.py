@@ -119,7 +119,7 @@ class LeaderElector:
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self._name = name
         self._namespace = namespace
-        self._observer = LeaseObserver(identity, max(1, int(round(lease_duration))))
+        self._observer = LeaseObserver(identity, max(1, round(lease_duration)))
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
         self._request_timeout = max(1.0, min(renew_deadline / 2, 5.0))
@@ -225,7 +225,7 @@ class LeaderElector:
                 return
             lease = dict(lease, spec=self._observer.release(current, time.time()).to_spec())
             try:
-                status, data = self._client.request("PUT", f"{self._path}/{self._name}", body=lease,
+                status, _ = self._client.request("PUT", f"{self._path}/{self._name}", body=lease,
                                                     timeout=self._request_timeout)
             except ApiError as err:
                 log.warning("releasing lease %s/%s failed: %s", self._namespace, self._name, err)

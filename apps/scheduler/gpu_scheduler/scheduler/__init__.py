@@ -1,0 +1,1 @@
+"""The `gpu-scheduler scheduler` process: watch, queue, decide, bind."""

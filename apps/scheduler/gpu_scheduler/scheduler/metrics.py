@@ -1,0 +1,98 @@
+"""Prometheus metrics of the scheduler, named in kube-scheduler's style.
+
+Counters and histograms are updated as work happens; gauges that mirror
+state (queue sizes, GPUs held, dropped events) are read from that state at
+scrape time, so they can never drift from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Attempts take from well under a millisecond (a refusal) to a few seconds
+# (a bind against a struggling apiserver).
+DURATION_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+SCHEDULED = "scheduled"
+UNSCHEDULABLE = "unschedulable"
+ERROR = "error"
+
+
+class _StateCollector(Collector):
+    """Gauges read from live state when Prometheus scrapes."""
+
+    def __init__(self, queue_counts: Callable[[], dict[str, int]],
+                 gpus_held: Callable[[], dict[str, int]],
+                 events_dropped: Callable[[], int], relists: Callable[[], dict[str, int]]) -> None:
+        self._queue_counts = queue_counts
+        self._gpus_held = gpus_held
+        self._events_dropped = events_dropped
+        self._relists = relists
+
+    def collect(self):
+        pending = GaugeMetricFamily("gpu_scheduler_pending_pods",
+                                    "Pending pods of this scheduler by queue.", labels=["queue"])
+        for queue, count in sorted(self._queue_counts().items()):
+            pending.add_metric([queue], count)
+        yield pending
+        held = GaugeMetricFamily("gpu_scheduler_gpus_held",
+                                 "GPUs held by bound, unfinished pods, per node.", labels=["node"])
+        for node, count in sorted(self._gpus_held().items()):
+            held.add_metric([node], count)
+        yield held
+        yield CounterMetricFamily("gpu_scheduler_events_dropped",
+                                  "Events not sent because the event queue was full.",
+                                  value=self._events_dropped())
+        relists = CounterMetricFamily("gpu_scheduler_watch_relists",
+                                      "Re-lists after a watch's resourceVersion expired (410 Gone).",
+                                      labels=["cache"])
+        for cache, count in sorted(self._relists().items()):
+            relists.add_metric([cache], count)
+        yield relists
+
+
+class SchedulerMetrics:
+    def __init__(self) -> None:
+        # kube-scheduler's metrics have no *_created series; dashboards
+        # written for it shouldn't see extra ones here.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=True)
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(collector)
+        self.attempts = Counter(
+            "gpu_scheduler_schedule_attempts", "Scheduling attempts by result.",
+            ["result"], registry=self.registry)
+        self.attempt_duration = Histogram(
+            "gpu_scheduler_scheduling_attempt_duration_seconds",
+            "Time from taking a pod off the queue to the end of its attempt (bind included).",
+            ["result"], buckets=DURATION_BUCKETS, registry=self.registry)
+        self.binding_duration = Histogram(
+            "gpu_scheduler_binding_duration_seconds", "Duration of the binding API call.",
+            buckets=DURATION_BUCKETS, registry=self.registry)
+        self.leader = Gauge(
+            "gpu_scheduler_leader", "1 while this replica holds the leader lease (or runs without election).",
+            registry=self.registry)
+        for result in (SCHEDULED, UNSCHEDULABLE, ERROR):
+            self.attempts.labels(result)  # present at 0 before the first attempt
+
+    def observe_attempt(self, result: str, seconds: float) -> None:
+        self.attempts.labels(result).inc()
+        self.attempt_duration.labels(result).observe(seconds)
+
+    def watch_state(self, queue_counts: Callable[[], dict[str, int]],
+                    gpus_held: Callable[[], dict[str, int]],
+                    events_dropped: Callable[[], int], relists: Callable[[], dict[str, int]]) -> None:
+        self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists))

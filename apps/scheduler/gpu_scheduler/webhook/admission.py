@@ -1,0 +1,286 @@
+"""AdmissionReview in, AdmissionReview out: the webhook's decisions, as pure functions.
+
+`mutate` gives a pod of our scheduler the placement its map names: the
+CUDA_VISIBLE_DEVICES env in every container and the placement annotation.
+`validate` rejects a workload whose map does not parse, so the mistake shows
+at `kubectl apply` instead of as pods that never start.
+
+Anything that is not a well-formed admission.k8s.io/v1 AdmissionReview raises
+BadRequest; the API server never sends one, so it is a client's mistake, and
+the HTTP layer answers 400 without the process noticing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..placement import (
+    MAP_ANNOTATION,
+    InvalidMapError,
+    PlacementError,
+    parse_map,
+    placement_for,
+    pod_key,
+)
+from .patch import CONTAINER_LISTS, placement_patch
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+# What Kubernetes answers for an object that fails validation; the API server
+# passes the code and the message of a denial on to the client.
+DENIED_CODE = 422
+# Messages end up in kubectl output and events; a 3 MiB map must not.
+MAX_MESSAGE = 4000
+
+ALLOWED, PATCHED, DENIED = "allowed", "patched", "denied"
+
+
+class BadRequest(ValueError):
+    """The request is not an AdmissionReview this webhook can answer; str() says why."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    review: dict  # the AdmissionReview to send back
+    result: str  # allowed, patched or denied
+    fields: dict = field(default_factory=dict)  # what the log line reports
+
+
+# -- reading the request ---------------------------------------------------
+
+
+def _mapping(value: object, where: str, optional: bool = True) -> dict:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"{where} must be an object")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"{where} must be a string")
+    return value
+
+
+def _list_of_objects(value: object, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise BadRequest(f"{where} must be a list of objects")
+    return value
+
+
+def _string_map(value: object, where: str) -> None:
+    if value is not None and not (
+        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    ):
+        raise BadRequest(f"{where} must be an object of strings")
+
+
+def read_review(review: object) -> dict:
+    """The `request` of an admission.k8s.io/v1 AdmissionReview, checked."""
+    review = _mapping(review, "the body", optional=False)
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        raise BadRequest(
+            f"expected apiVersion {API_VERSION} and kind {KIND}, got "
+            f"{str(review.get('apiVersion'))[:60]!r} and {str(review.get('kind'))[:60]!r}; "
+            "set admissionReviewVersions: [v1] in the webhook configuration"
+        )
+    request = _mapping(review.get("request"), "request", optional=False)
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadRequest("request.uid must be a non-empty string")
+    _mapping(request.get("kind"), "request.kind", optional=False)
+    for name in ("operation", "namespace", "name", "subResource"):
+        _string(request.get(name), f"request.{name}")
+    return request
+
+
+def _request_kind(request: dict) -> tuple[str, str]:
+    kind = request["kind"]
+    return _string(kind.get("group"), "request.kind.group"), _string(kind.get("kind"), "request.kind.kind")
+
+
+def _check_metadata(obj: dict, where: str) -> dict:
+    metadata = _mapping(obj.get("metadata"), f"{where}.metadata")
+    for name in ("name", "generateName", "namespace", "deletionTimestamp"):
+        _string(metadata.get(name), f"{where}.metadata.{name}")
+    _string_map(metadata.get("labels"), f"{where}.metadata.labels")
+    _string_map(metadata.get("annotations"), f"{where}.metadata.annotations")
+    _list_of_objects(metadata.get("ownerReferences"), f"{where}.metadata.ownerReferences")
+    return metadata
+
+
+def _check_pod_spec(spec: dict, where: str) -> None:
+    for name in CONTAINER_LISTS:
+        for position, container in enumerate(_list_of_objects(spec.get(name), f"{where}.{name}")):
+            _list_of_objects(container.get("env"), f"{where}.{name}[{position}].env")
+
+
+def _scheduler_name(template: dict, where: str) -> str:
+    spec = _mapping(template.get("spec"), f"{where}.spec")
+    return _string(spec.get("schedulerName"), f"{where}.spec.schedulerName")
+
+
+# -- writing the response --------------------------------------------------
+
+
+def _response(request: dict, **fields: object) -> dict:
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": request["uid"], **fields}}
+
+
+def _allow(request: dict, fields: dict, warnings: list[str] | None = None) -> Decision:
+    extra = {"warnings": warnings} if warnings else {}
+    return Decision(_response(request, allowed=True, **extra), ALLOWED, fields)
+
+
+def _deny(request: dict, message: str, fields: dict) -> Decision:
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    status = {"code": DENIED_CODE, "message": message}
+    return Decision(_response(request, allowed=False, status=status), DENIED, dict(fields, message=message))
+
+
+def _map_errors(err: InvalidMapError) -> str:
+    return "; ".join(str(err).split("\n"))
+
+
+# -- /mutate ---------------------------------------------------------------
+
+
+def mutate(review: object, scheduler_name: str) -> Decision:
+    """Give a new pod of `scheduler_name` its placement, or deny it with the reason."""
+    request = read_review(review)
+    if _request_kind(request) != ("", "Pod"):
+        raise BadRequest(f"/mutate handles Pods, got {_request_kind(request)[1][:60]!r}; fix the webhook's rules")
+    operation, subresource = request.get("operation"), request.get("subResource") or ""
+    # Adding a debug container (pods/ephemeralcontainers) may touch nothing but
+    # ephemeral containers; any other update leaves a running pod alone.
+    debug = operation == "UPDATE" and subresource == "ephemeralcontainers"
+    if operation != "CREATE" and not debug:
+        return _allow(request, {"operation": operation})
+    pod = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(pod, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or ""
+    fields = {"pod": pod_key(pod, namespace or None)}
+    if _scheduler_name(pod, "request.object") != scheduler_name:
+        return _allow(request, fields)
+    _check_pod_spec(pod.get("spec") or {}, "request.object.spec")
+    try:
+        entry = placement_for(pod, namespace or None)
+    except InvalidMapError as err:
+        return _deny(request, f"pod {fields['pod']}: {MAP_ANNOTATION}: {_map_errors(err)}", fields)
+    except PlacementError as err:
+        return _deny(request, str(err), fields)
+    fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
+    operations = (
+        placement_patch(pod, entry, container_lists=("ephemeralContainers",), annotate=False)
+        if debug
+        else placement_patch(pod, entry)
+    )
+    if not operations:
+        return _allow(request, fields)
+    patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
+    review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch)
+    return Decision(review_out, PATCHED, fields)
+
+
+# -- /validate -------------------------------------------------------------
+
+# (API group, kind) -> where the pod template sits; () is the object itself.
+POD_TEMPLATES: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("", "Pod"): (),
+    ("apps", "StatefulSet"): ("spec", "template"),
+    ("apps", "Deployment"): ("spec", "template"),
+    ("apps", "ReplicaSet"): ("spec", "template"),
+    ("apps", "DaemonSet"): ("spec", "template"),
+    ("batch", "Job"): ("spec", "template"),
+    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
+}
+# Kinds whose pods never have a stable index; mutate will deny them.
+UNINDEXED_KINDS = {"Deployment", "ReplicaSet", "DaemonSet"}
+MAX_LISTED_INDEXES = 10
+
+
+def validate(review: object, scheduler_name: str) -> Decision:
+    """Deny a Pod or workload of `scheduler_name` whose map annotation is invalid."""
+    request = read_review(review)
+    group, kind = _request_kind(request)
+    path = POD_TEMPLATES.get((group, kind))
+    if path is None:
+        supported = ", ".join(k for _, k in POD_TEMPLATES)
+        raise BadRequest(f"/validate handles {supported}; got {group or 'core'}/{kind}; fix the webhook's rules")
+    if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
+        return _allow(request, {"operation": request.get("operation")})
+    obj = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(obj, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
+    what = f"{kind} {namespace}/{name}"
+    fields = {"object": what}
+    if metadata.get("deletionTimestamp"):
+        # Removing finalizers must never be blocked by a map mistake.
+        return _allow(request, fields)
+    template = obj
+    for step in path:
+        template = _mapping(template.get(step), "request.object." + ".".join(path))
+    # Where the map sits, as the user wrote it: metadata.annotations of a Pod,
+    # spec.template.metadata.annotations of a workload.
+    where = ".".join([*path, "metadata", "annotations"])
+    if path:
+        _check_metadata(template, "request.object." + ".".join(path))
+    if _scheduler_name(template, ".".join(["request.object", *path])) != scheduler_name:
+        return _allow(request, fields)
+    text = ((template.get("metadata") or {}).get("annotations") or {}).get(MAP_ANNOTATION)
+    if text is None:
+        warning = (
+            f"{what} uses schedulerName {scheduler_name} but {where} has no {MAP_ANNOTATION}: "
+            "its pods will be denied until one is added"
+        )
+        return _allow(request, fields, [warning])
+    try:
+        scheduling_map = parse_map(text)
+    except InvalidMapError as err:
+        return _deny(request, f"{what}: {MAP_ANNOTATION} in {where}: {_map_errors(err)}", fields)
+    return _allow(request, fields, _index_warnings(kind, obj, scheduling_map, what))
+
+
+def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) -> list[str]:
+    """Warnings about pods that will be denied although the map itself is valid."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+        kind = "Job"
+    if kind in UNINDEXED_KINDS or (kind == "Job" and spec.get("completionMode") != "Indexed"):
+        shape = "a non-Indexed Job" if kind == "Job" else f"a {kind}"
+        warning = (
+            f"{what}: pods of {shape} have no stable index, so gpu-scheduler will deny them; "
+            "use a StatefulSet or an Indexed Job"
+        )
+        return [warning]
+    if kind == "StatefulSet":
+        start = (spec.get("ordinals") or {}).get("start", 0)
+        expected = _index_range(start, spec.get("replicas", 1))
+    elif kind == "Job":
+        expected = _index_range(0, spec.get("completions", 1))
+    else:
+        return []
+    missing = [index for index in expected if index not in scheduling_map]
+    if not missing:
+        return []
+    listed = ", ".join(str(i) for i in missing[:MAX_LISTED_INDEXES])
+    more = f" and {len(missing) - MAX_LISTED_INDEXES} more" if len(missing) > MAX_LISTED_INDEXES else ""
+    return [f"{what}: {MAP_ANNOTATION} has no line for index {listed}{more}; those pods will be denied"]
+
+
+def _index_range(start: object, count: object) -> range:
+    # The API server validates these later; a wrong type here must only skip the warning.
+    if not isinstance(start, int) or not isinstance(count, int) or isinstance(start, bool) or isinstance(count, bool):
+        return range(0)
+    return range(start, start + max(0, min(count, 100_000)))

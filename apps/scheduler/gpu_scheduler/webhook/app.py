@@ -1,0 +1,117 @@
+"""The webhook's HTTP surface: Flask routes around the pure admission functions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from . import admission
+from .metrics import CONTENT_TYPE, WebhookMetrics
+
+# The API server refuses request bodies over 3 MiB, so no real AdmissionReview
+# is larger; anything bigger is turned away before it is read.
+MAX_BODY = 3 * 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+
+def _status(code: int, reason: str, message: str) -> Response:
+    """An error answer, shaped like a Kubernetes metav1.Status."""
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "code": code, "reason": reason, "message": message}
+    return Response(json.dumps(body), status=code, mimetype="application/json")
+
+
+def parse_body(data: bytes) -> object:
+    """The request body as JSON; BadRequest for anything that is not UTF-8 JSON."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise admission.BadRequest(f"the body is not UTF-8 ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise admission.BadRequest("the body's JSON is nested too deeply") from None
+    except ValueError as err:
+        raise admission.BadRequest(f"the body is not JSON ({err})") from None
+
+
+def create_app(
+    scheduler_name: str,
+    metrics: WebhookMetrics | None = None,
+    ready: Callable[[], bool] = lambda: True,
+) -> Flask:
+    """The WSGI app. `ready` tells /readyz whether a serving certificate is loaded."""
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    metrics = metrics or WebhookMetrics()
+
+    def admit(operation: str, decide: Callable[[object, str], admission.Decision]) -> Response:
+        started = time.perf_counter()
+        try:
+            # Reading the body here (not in Flask) makes an oversized one raise
+            # RequestEntityTooLarge inside this try, so it is counted too.
+            review = parse_body(request.get_data(cache=False))
+            decision = decide(review, scheduler_name)
+        except (admission.BadRequest, RecursionError) as err:
+            message = str(err) if isinstance(err, admission.BadRequest) else "the AdmissionReview is nested too deeply"
+            return _reject(operation, started, 400, "BadRequest", message)
+        except HTTPException as err:  # 413 from MAX_CONTENT_LENGTH
+            return _reject(operation, started, err.code, err.name.replace(" ", ""), err.description)
+        seconds = time.perf_counter() - started
+        metrics.observe(operation, decision.result, seconds)
+        log.info(
+            "%s %s", operation, decision.result,
+            extra={"fields": {"operation": operation, "result": decision.result, **decision.fields,
+                              "duration_ms": round(seconds * 1000, 3)}},
+        )
+        return Response(json.dumps(decision.review), mimetype="application/json")
+
+    def _reject(operation: str, started: float, code: int, reason: str, message: str) -> Response:
+        seconds = time.perf_counter() - started
+        metrics.observe(operation, "bad_request", seconds)
+        log.warning(
+            "%s bad request", operation,
+            extra={"fields": {"operation": operation, "result": "bad_request", "code": code,
+                              "remote": request.remote_addr, "message": message,
+                              "duration_ms": round(seconds * 1000, 3)}},
+        )
+        return _status(code, reason, message)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return admit("mutate", admission.mutate)
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return admit("validate", admission.validate)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if ready():
+            return Response("ok\n", mimetype="text/plain")
+        return Response("no serving certificate loaded\n", status=503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        return Response(metrics.exposition(), content_type=CONTENT_TYPE)
+
+    @app.errorhandler(HTTPException)
+    def http_error(err: HTTPException) -> Response:
+        # 404, 405 and the like as JSON, like every other answer.
+        return _status(err.code or 500, err.name.replace(" ", ""), err.description or err.name)
+
+    @app.errorhandler(Exception)
+    def unexpected_error(err: Exception) -> Response:
+        # A bug of ours: the traceback goes to the log, the client gets JSON.
+        log.exception("unexpected error handling %s %s", request.method, request.path)
+        return _status(500, "InternalError", f"internal error in the webhook ({type(err).__name__}); see its log")
+
+    return app

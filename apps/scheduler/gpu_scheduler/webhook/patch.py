@@ -1,0 +1,83 @@
+"""The JSON Patch (RFC 6902) that gives a pod its placement.
+
+Every operation is an `add` that sets a whole value: a container's complete
+`env` list, or the placement annotation. `add` on an existing object member
+replaces it (RFC 6902, 4.1), so the same patch works whether the member is
+there or not, and applying it a second time changes nothing. Building the
+patch from the pod's current state also means a pod that already carries the
+right env and annotation gets no operation at all, which is what a reinvoked
+webhook (reinvocationPolicy: IfNeeded) must see.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..placement import CUDA_ENV, PLACEMENT_ANNOTATION, MapEntry
+
+# Every list of containers in a pod spec. Ephemeral containers only ever
+# appear through the pods/ephemeralcontainers subresource, but a debug
+# container on a GPU pod should see the same GPUs as the others.
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def pointer_token(key: str) -> str:
+    """A key as one JSON Pointer (RFC 6901) reference token."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def placement_annotation(entry: MapEntry) -> str:
+    """The annotation value: compact JSON a pod can read through the downward API."""
+    return json.dumps(
+        {"index": entry.index, "node": entry.node, "cudaVisibleDevices": entry.cuda_visible_devices},
+        separators=(",", ":"),
+    )
+
+
+def env_with(env: list[dict], name: str, value: str) -> list[dict]:
+    """`env` with exactly one entry `name`, set to `value`.
+
+    The entry takes the place of the first existing one (so a container that
+    reads it in a later `$(name)` reference still sees it defined first), any
+    duplicates and any valueFrom are dropped, and every other entry keeps its
+    order. A missing entry is appended.
+    """
+    result: list[dict] = []
+    placed = False
+    for item in env:
+        if item.get("name") != name:
+            result.append(item)
+        elif not placed:
+            result.append({"name": name, "value": value})
+            placed = True
+    if not placed:
+        result.append({"name": name, "value": value})
+    return result
+
+
+def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS, annotate: bool = True) -> list[dict]:
+    """The operations that make `pod` match `entry`; empty when it already does."""
+    devices = entry.cuda_visible_devices
+    operations = []
+    spec = pod.get("spec") or {}
+    for field in container_lists:
+        for position, container in enumerate(spec.get(field) or []):
+            env = container.get("env")
+            wanted = env_with(env or [], CUDA_ENV, devices)
+            if env != wanted:
+                operations.append({"op": "add", "path": f"/spec/{field}/{position}/env", "value": wanted})
+    if annotate:
+        operations.extend(_annotation_operations(pod, placement_annotation(entry)))
+    return operations
+
+
+def _annotation_operations(pod: dict, value: str) -> list[dict]:
+    metadata = pod.get("metadata")
+    if metadata is None:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": {PLACEMENT_ANNOTATION: value}}}]
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {PLACEMENT_ANNOTATION: value}}]
+    if annotations.get(PLACEMENT_ANNOTATION) == value:
+        return []
+    return [{"op": "add", "path": f"/metadata/annotations/{pointer_token(PLACEMENT_ANNOTATION)}", "value": value}]

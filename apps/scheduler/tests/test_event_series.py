@@ -1,0 +1,64 @@
+"""Repeated FailedScheduling events are coalesced into one Event with a growing count."""
+
+from gpu_scheduler.kube.events import EventCoalescer, event_body
+
+
+def test_first_occurrence_creates_an_event():
+    series = EventCoalescer(window=30)
+    step = series.observe("ml/a-0", "FailedScheduling", "node node9 not found", 0.0, "a-0.1")
+    assert (step.action, step.name, step.count) == ("create", "a-0.1", 1)
+
+
+def test_repeats_within_the_window_are_counted_but_not_written():
+    series = EventCoalescer(window=30)
+    series.observe("ml/a-0", "FailedScheduling", "why", 0.0, "a-0.1")
+    steps = [series.observe("ml/a-0", "FailedScheduling", "why", t, f"a-0.{t}") for t in (1, 3, 7, 15)]
+    assert {s.action for s in steps} == {"skip"}
+    assert steps[-1].count == 5
+
+
+def test_the_first_repeat_after_the_window_patches_the_same_event():
+    series = EventCoalescer(window=30)
+    series.observe("ml/a-0", "FailedScheduling", "why", 0.0, "a-0.1")
+    series.observe("ml/a-0", "FailedScheduling", "why", 10.0, "a-0.2")
+    step = series.observe("ml/a-0", "FailedScheduling", "why", 31.0, "a-0.3")
+    assert (step.action, step.name, step.count) == ("patch", "a-0.1", 3)
+    assert series.observe("ml/a-0", "FailedScheduling", "why", 40.0, "a-0.4").action == "skip"
+
+
+def test_a_different_reason_message_or_pod_is_a_new_event():
+    series = EventCoalescer(window=30)
+    series.observe("ml/a-0", "FailedScheduling", "why", 0.0, "a-0.1")
+    assert series.observe("ml/a-0", "FailedScheduling", "other", 1.0, "a-0.2").action == "create"
+    assert series.observe("ml/b-1", "FailedScheduling", "why", 1.0, "b-1.1").action == "create"
+
+
+def test_forgetting_a_pod_starts_its_next_failure_afresh():
+    series = EventCoalescer(window=30)
+    series.observe("ml/a-0", "FailedScheduling", "why", 0.0, "a-0.1")
+    series.observe("ml/b-1", "FailedScheduling", "why", 0.0, "b-1.1")
+    series.forget("ml/a-0")
+    assert len(series) == 1
+    assert series.observe("ml/a-0", "FailedScheduling", "why", 1.0, "a-0.2").action == "create"
+
+
+def test_a_series_unseen_for_its_ttl_starts_over():
+    series = EventCoalescer(window=30, ttl=600)
+    series.observe("ml/a-0", "FailedScheduling", "why", 0.0, "a-0.1")
+    step = series.observe("ml/a-0", "FailedScheduling", "why", 601.0, "a-0.2")
+    assert (step.action, step.name, step.count) == ("create", "a-0.2", 1)
+
+
+def test_event_body_is_an_events_v1_event_about_the_pod():
+    pod = {"metadata": {"namespace": "ml", "name": "a-0", "uid": "u1", "resourceVersion": "7"}}
+    body = event_body(pod, name="a-0.17", event_type="Normal", reason="Scheduled", action="Binding",
+                      note="x" * 5000, controller="gpu-scheduler", instance="i" * 300, now=0.0)
+    assert body["apiVersion"] == "events.k8s.io/v1"
+    assert body["metadata"] == {"name": "a-0.17", "namespace": "ml"}
+    assert body["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "ml", "name": "a-0",
+                                 "uid": "u1", "resourceVersion": "7"}
+    assert body["eventTime"] == "1970-01-01T00:00:00.000000Z"
+    assert (body["reportingController"], body["reason"], body["type"], body["action"]) == (
+        "gpu-scheduler", "Scheduled", "Normal", "Binding")
+    assert len(body["note"]) == 1024
+    assert len(body["reportingInstance"]) == 128

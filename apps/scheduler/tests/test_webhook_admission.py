@@ -1,0 +1,252 @@
+"""Admission decisions beyond the golden files: request checks, operations, warnings."""
+
+import base64
+import copy
+import json
+
+import pytest
+
+from gpu_scheduler.webhook.admission import (
+    ALLOWED,
+    DENIED,
+    MAX_MESSAGE,
+    PATCHED,
+    BadRequest,
+    mutate,
+    validate,
+)
+
+SCHEDULER = "gpu-scheduler"
+MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
+
+
+def pod(index=2, annotations=None, scheduler=SCHEDULER, containers=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"train-{index}",
+            "labels": {"apps.kubernetes.io/pod-index": str(index)},
+            "annotations": {"gpu-scheduling-map": MAP} if annotations is None else annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "train", "uid": "u", "controller": True}],
+        },
+        "spec": {"schedulerName": scheduler, "containers": containers or [{"name": "main", "image": "x"}]},
+    }
+
+
+def review(obj, kind=("", "v1", "Pod"), operation="CREATE", namespace="ml", sub_resource=None):
+    group, version, name = kind
+    request = {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": group, "version": version, "kind": name},
+        "resource": {"group": group, "version": version, "resource": name.lower() + "s"},
+        "operation": operation,
+        "namespace": namespace,
+        "object": obj,
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def workload(kind, spec=None, annotations=None, scheduler=SCHEDULER, name="train"):
+    template = {
+        "metadata": {"annotations": {"gpu-scheduling-map": MAP} if annotations is None else annotations},
+        "spec": {"schedulerName": scheduler, "containers": [{"name": "main", "image": "x"}]},
+    }
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"template": template, **(spec or {})}}
+
+
+def patch_of(decision):
+    return json.loads(base64.b64decode(decision.review["response"]["patch"]))
+
+
+# -- requests that are not AdmissionReviews --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "the body must be an object"),
+        ("review", "the body must be an object"),
+        ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}, "admissionReviewVersions: [v1]"),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}, "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview"),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request must be an object"),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {}}}, "request.uid"),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "", "kind": {}}}, "request.uid"),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u"}}, "request.kind must be an object"),
+    ],
+)
+def test_malformed_reviews_are_bad_requests_that_say_what_is_wrong(body, message):
+    for decide in (mutate, validate):
+        with pytest.raises(BadRequest, match=None) as caught:
+            decide(body, SCHEDULER)
+        assert message in str(caught.value)
+
+
+def test_mutate_refuses_other_kinds_so_a_wrong_rule_shows():
+    with pytest.raises(BadRequest, match="/mutate handles Pods, got 'Deployment'"):
+        mutate(review(workload("Deployment"), kind=("apps", "v1", "Deployment")), SCHEDULER)
+
+
+def test_validate_refuses_kinds_without_a_pod_template():
+    with pytest.raises(BadRequest, match="got core/ConfigMap"):
+        validate(review({"metadata": {"name": "c"}}, kind=("", "v1", "ConfigMap")), SCHEDULER)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "where"),
+    [
+        (lambda p: p.update(spec={"schedulerName": SCHEDULER, "containers": {"name": "x"}}), "request.object.spec.containers"),
+        (lambda p: p["spec"]["containers"][0].update(env={"A": "1"}), "request.object.spec.containers[0].env"),
+        (lambda p: p["metadata"].update(labels={"apps.kubernetes.io/pod-index": 2}), "request.object.metadata.labels"),
+        (lambda p: p["metadata"].update(annotations=["gpu-scheduling-map"]), "request.object.metadata.annotations"),
+        (lambda p: p["metadata"].update(name=7), "request.object.metadata.name"),
+        (lambda p: p.update(metadata="train-2"), "request.object.metadata"),
+        (lambda p: p["spec"].update(schedulerName=["gpu-scheduler"]), "request.object.spec.schedulerName"),
+    ],
+)
+def test_mistyped_pod_fields_are_bad_requests_naming_the_field(mangle, where):
+    broken = pod()
+    mangle(broken)
+    with pytest.raises(BadRequest, match=None) as caught:
+        mutate(review(broken), SCHEDULER)
+    assert str(caught.value).startswith(where)
+
+
+# -- /mutate ---------------------------------------------------------------
+
+
+def test_patched_decision_reports_index_node_and_devices_for_the_log():
+    decision = mutate(review(pod(2)), SCHEDULER)
+    assert decision.result == PATCHED
+    assert decision.fields == {"pod": "ml/train-2", "index": 2, "node": "node3", "devices": "0,1,2"}
+    assert decision.review["response"]["patchType"] == "JSONPatch"
+    assert decision.review["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002"
+
+
+@pytest.mark.parametrize("operation", ["UPDATE", "DELETE", "CONNECT"])
+def test_mutate_leaves_existing_pods_alone(operation):
+    decision = mutate(review(pod(2), operation=operation), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert decision.review["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_debug_container_gets_the_devices_and_nothing_else_is_touched():
+    running = pod(2, containers=[{"name": "main", "env": [{"name": "OTHER", "value": "1"}]}])
+    running["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
+    decision = mutate(review(running, operation="UPDATE", sub_resource="ephemeralcontainers"), SCHEDULER)
+    assert patch_of(decision) == [
+        {"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}]}
+    ]
+
+
+def test_pod_of_another_scheduler_is_allowed_even_with_a_broken_map():
+    decision = mutate(review(pod(2, annotations={"gpu-scheduling-map": "nonsense"}, scheduler="default-scheduler")), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert "patch" not in decision.review["response"]
+
+
+def test_scheduler_name_is_configurable():
+    assert mutate(review(pod(2)), "other-gpu-scheduler").result == ALLOWED
+    assert mutate(review(pod(2, scheduler="other-gpu-scheduler")), "other-gpu-scheduler").result == PATCHED
+
+
+def test_denial_names_the_pod_with_the_request_namespace_and_every_bad_line():
+    broken = pod(1, annotations={"gpu-scheduling-map": "0=node1:0\n1=node2:a\n2=:1\n"})
+    decision = mutate(review(broken, namespace="team-a"), SCHEDULER)
+    assert decision.result == DENIED
+    status = decision.review["response"]["status"]
+    assert status["code"] == 422
+    assert status["message"].startswith("pod team-a/train-1: gpu-scheduling-map: line 2: ")
+    assert "; line 3: missing node name" in status["message"]
+    assert decision.review["response"]["allowed"] is False
+
+
+def test_denial_message_stays_short_for_an_enormous_map():
+    huge = "\n".join(f"{i}=node{i}:{'x' * 200}" for i in range(5000))
+    decision = mutate(review(pod(1, annotations={"gpu-scheduling-map": huge})), SCHEDULER)
+    assert decision.result == DENIED
+    assert len(decision.review["response"]["status"]["message"]) <= MAX_MESSAGE
+
+
+def test_pod_without_name_or_index_is_denied_naming_its_generate_name():
+    bare = pod(0)
+    bare["metadata"] = {"generateName": "worker-", "annotations": {"gpu-scheduling-map": MAP}}
+    decision = mutate(review(bare, namespace="team-b"), SCHEDULER)
+    assert decision.result == DENIED
+    message = decision.review["response"]["status"]["message"]
+    assert "team-b/worker-<generated>" in message
+    assert "name it <name>-<index>" in message
+
+
+# -- /validate -------------------------------------------------------------
+
+
+def test_cronjob_map_is_checked_in_its_job_template():
+    cron = {
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": workload("Job", {"completionMode": "Indexed"}, annotations={"gpu-scheduling-map": "0=node1"})["spec"]}},
+    }
+    decision = validate(review(cron, kind=("batch", "v1", "CronJob")), SCHEDULER)
+    assert decision.result == DENIED
+    assert decision.review["response"]["status"]["message"].startswith(
+        "CronJob ml/nightly: gpu-scheduling-map in spec.jobTemplate.spec.template.metadata.annotations: line 1: "
+    )
+
+
+def test_non_indexed_job_is_allowed_with_a_warning():
+    decision = validate(review(workload("Job", {"completions": 2}), kind=("batch", "v1", "Job")), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert decision.review["response"]["warnings"] == [
+        "Job ml/train: pods of a non-Indexed Job have no stable index, so gpu-scheduler will deny them; "
+        "use a StatefulSet or an Indexed Job"
+    ]
+
+
+def test_statefulset_ordinals_start_is_taken_into_account():
+    sts = workload("StatefulSet", {"replicas": 3, "ordinals": {"start": 1}})
+    warnings = validate(review(sts, kind=("apps", "v1", "StatefulSet")), SCHEDULER).review["response"]["warnings"]
+    assert warnings == ["StatefulSet ml/train: gpu-scheduling-map has no line for index 3; those pods will be denied"]
+
+
+def test_missing_index_warning_lists_at_most_ten():
+    job = workload("Job", {"completionMode": "Indexed", "completions": 40})
+    (warning,) = validate(review(job, kind=("batch", "v1", "Job")), SCHEDULER).review["response"]["warnings"]
+    assert warning.endswith("index 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 27 more; those pods will be denied")
+
+
+@pytest.mark.parametrize("replicas", ["5", None, True, -3])
+def test_odd_replica_values_only_skip_the_warning(replicas):
+    sts = workload("StatefulSet", {"replicas": replicas})
+    decision = validate(review(sts, kind=("apps", "v1", "StatefulSet")), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert "warnings" not in decision.review["response"]
+
+
+def test_object_being_deleted_is_never_blocked():
+    sts = workload("StatefulSet", annotations={"gpu-scheduling-map": "broken"})
+    sts["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation="UPDATE"), SCHEDULER).result == ALLOWED
+
+
+@pytest.mark.parametrize(("operation", "sub_resource"), [("DELETE", None), ("UPDATE", "status"), ("UPDATE", "scale")])
+def test_deletes_and_subresources_are_not_validated(operation, sub_resource):
+    sts = workload("StatefulSet", annotations={"gpu-scheduling-map": "broken"})
+    decision = validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation=operation, sub_resource=sub_resource), SCHEDULER)
+    assert decision.result == ALLOWED
+
+
+def test_update_with_a_broken_map_is_denied():
+    sts = workload("StatefulSet", annotations={"gpu-scheduling-map": "0=node1:0\n0=node1:1"})
+    decision = validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation="UPDATE"), SCHEDULER)
+    assert decision.result == DENIED
+    assert decision.fields["object"] == "StatefulSet ml/train"
+
+
+def test_decisions_do_not_modify_the_review():
+    original = review(pod(2))
+    kept = copy.deepcopy(original)
+    mutate(original, SCHEDULER)
+    validate(original, SCHEDULER)
+    assert original == kept

@@ -1,0 +1,149 @@
+"""The JSON Patch that injects CUDA_VISIBLE_DEVICES, applied for real with `jsonpatch`."""
+
+import copy
+import json
+
+import jsonpatch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu_scheduler.placement import MapEntry
+from gpu_scheduler.webhook.patch import env_with, placement_annotation, placement_patch, pointer_token
+
+ENTRY = MapEntry(index=2, node="node3", devices=("0", "1", "2"), line=3)
+PLACEMENT = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
+CUDA = "CUDA_VISIBLE_DEVICES"
+
+
+def statefulset_pod(containers, init_containers=None, annotations=None):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-2",
+            "namespace": "ml",
+            "labels": {"apps.kubernetes.io/pod-index": "2"},
+            "annotations": {"gpu-scheduling-map": "2=node3:0,1,2\n", **(annotations or {})},
+        },
+        "spec": {"schedulerName": "gpu-scheduler", "containers": containers},
+    }
+    if init_containers is not None:
+        pod["spec"]["initContainers"] = init_containers
+    return pod
+
+
+def apply(pod, operations):
+    return jsonpatch.JsonPatch(operations).apply(pod)
+
+
+def test_containers_without_env_get_a_new_env_list():
+    pod = statefulset_pod([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    for container in patched["spec"]["containers"]:
+        assert container["env"] == [{"name": CUDA, "value": "0,1,2"}]
+
+
+def test_init_containers_get_the_devices_too():
+    pod = statefulset_pod([{"name": "main"}], init_containers=[{"name": "prepare", "env": [{"name": "X", "value": "1"}]}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["spec"]["initContainers"][0]["env"] == [{"name": "X", "value": "1"}, {"name": CUDA, "value": "0,1,2"}]
+
+
+def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first_position():
+    env = [
+        {"name": "A", "value": "1"},
+        {"name": CUDA, "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "devices"}}},
+        {"name": "B", "value": "2"},
+        {"name": CUDA, "value": "7"},
+        {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
+    ]
+    pod = statefulset_pod([{"name": "main", "env": env}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": CUDA, "value": "0,1,2"},
+        {"name": "B", "value": "2"},
+        {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
+    ]
+
+
+def test_placement_annotation_is_added_next_to_the_existing_ones():
+    pod = statefulset_pod([{"name": "main"}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["metadata"]["annotations"] == {"gpu-scheduling-map": "2=node3:0,1,2\n", "gpu-scheduler/placement": PLACEMENT}
+    assert json.loads(PLACEMENT) == {"index": 2, "node": "node3", "cudaVisibleDevices": "0,1,2"}
+    assert placement_annotation(ENTRY) == PLACEMENT
+
+
+def test_pod_without_annotations_gets_the_annotations_object():
+    pod = statefulset_pod([{"name": "main"}])
+    del pod["metadata"]["annotations"]
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["metadata"]["annotations"] == {"gpu-scheduler/placement": PLACEMENT}
+
+
+def test_stale_placement_annotation_is_replaced():
+    pod = statefulset_pod([{"name": "main"}], annotations={"gpu-scheduler/placement": '{"index":0}'})
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["metadata"]["annotations"]["gpu-scheduler/placement"] == PLACEMENT
+
+
+def test_applying_the_patch_twice_changes_nothing_more():
+    pod = statefulset_pod(
+        [{"name": "main", "env": [{"name": CUDA, "value": "9"}, {"name": CUDA, "value": "8"}]}, {"name": "side"}],
+        init_containers=[{"name": "init"}],
+    )
+    operations = placement_patch(pod, ENTRY)
+    once = apply(pod, operations)
+    assert apply(once, operations) == once
+
+
+def test_a_pod_that_already_has_its_placement_gets_no_operations():
+    pod = statefulset_pod([{"name": "main"}], init_containers=[{"name": "init"}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert placement_patch(patched, ENTRY) == []
+
+
+def test_only_what_differs_is_patched():
+    pod = statefulset_pod(
+        [{"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}]}, {"name": "wrong", "env": []}],
+        annotations={"gpu-scheduler/placement": PLACEMENT},
+    )
+    assert placement_patch(pod, ENTRY) == [
+        {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": CUDA, "value": "0,1,2"}]}
+    ]
+
+
+def test_ephemeral_containers_alone_when_asked():
+    pod = statefulset_pod([{"name": "main"}])
+    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
+    operations = placement_patch(pod, ENTRY, container_lists=("ephemeralContainers",), annotate=False)
+    assert operations == [
+        {"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [{"name": CUDA, "value": "0,1,2"}]}
+    ]
+
+
+def test_pointer_token_escapes_tilde_before_slash():
+    assert pointer_token("gpu-scheduler/placement") == "gpu-scheduler~1placement"
+    assert pointer_token("a~/b") == "a~0~1b"
+    document = {"a~/b": 1}
+    assert jsonpatch.JsonPatch([{"op": "replace", "path": "/" + pointer_token("a~/b"), "value": 2}]).apply(document) == {
+        "a~/b": 2
+    }
+
+
+ENV_NAMES = st.sampled_from([CUDA, "A", "B", "PATH", "cuda_visible_devices"])
+ENV_ITEM = st.one_of(
+    st.builds(lambda n, v: {"name": n, "value": v}, ENV_NAMES, st.text(max_size=5)),
+    st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, ENV_NAMES),
+)
+
+
+@given(st.lists(ENV_ITEM, max_size=8), st.text(min_size=1, max_size=10))
+def test_env_with_keeps_every_other_entry_in_order_and_exactly_one_cuda_entry(env, devices):
+    original = copy.deepcopy(env)
+    result = env_with(env, CUDA, devices)
+    assert env == original  # the pod's own list is not modified
+    assert [item for item in result if item["name"] != CUDA] == [item for item in env if item["name"] != CUDA]
+    assert [item for item in result if item["name"] == CUDA] == [{"name": CUDA, "value": devices}]
+    assert env_with(result, CUDA, devices) == result

@@ -1,0 +1,98 @@
+"""Whatever JSON arrives, the decision functions answer with a well-formed
+AdmissionReview or raise BadRequest; nothing else escapes them."""
+
+import base64
+import copy
+import json
+from pathlib import Path
+
+import jsonpatch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_scheduler.webhook.admission import DENIED, BadRequest, Decision, mutate, validate
+
+SCHEDULER = "gpu-scheduler"
+GOLDEN = sorted((Path(__file__).parent / "testdata" / "admission").glob("*.input.json"))
+
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+JSON = st.recursive(
+    SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+
+def paths(value, prefix=()):
+    """Every location in a JSON document, as a tuple of keys and indexes."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from paths(child, (*prefix, index))
+
+
+def replaced(document, path, value):
+    if not path:
+        return value
+    result = copy.deepcopy(document)
+    target = result
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return result
+
+
+@st.composite
+def mangled_reviews(draw):
+    """A real AdmissionReview from the golden files with a few locations replaced
+    by random JSON: deep enough to reach the pod's fields, unlike random JSON alone."""
+    document = json.loads(draw(st.sampled_from(GOLDEN)).read_text())
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(list(paths(document))))
+        # Scalars half the time: a number where an object belongs is the
+        # likeliest way to crash code that expects a mapping.
+        document = replaced(document, path, draw(SCALARS | JSON))
+    return document
+
+def assert_well_formed(review, decision):
+    assert isinstance(decision, Decision)
+    out = decision.review
+    assert out["apiVersion"] == "admission.k8s.io/v1"
+    assert out["kind"] == "AdmissionReview"
+    response = out["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert isinstance(response["allowed"], bool)
+    json.dumps(out)  # serializable as it is sent
+    if "patch" in response:
+        assert response["patchType"] == "JSONPatch"
+        operations = json.loads(base64.b64decode(response["patch"]))
+        patched = jsonpatch.JsonPatch(operations).apply(review["request"]["object"])
+        assert jsonpatch.JsonPatch(operations).apply(patched) == patched
+    if decision.result == DENIED:
+        assert response["allowed"] is False
+        assert response["status"]["code"] == 422
+        assert response["status"]["message"]
+
+
+def decide_all(review):
+    for decide in (mutate, validate):
+        try:
+            decision = decide(review, SCHEDULER)
+        except BadRequest as err:
+            assert str(err)
+        else:
+            assert_well_formed(review, decision)
+
+
+@settings(max_examples=300)
+@given(JSON)
+def test_random_json_is_answered_or_a_bad_request(value):
+    decide_all(value)
+
+
+@settings(max_examples=1000)
+@given(mangled_reviews())
+def test_reviews_with_a_random_part_are_answered_or_a_bad_request(review):
+    decide_all(review)

@@ -1,0 +1,307 @@
+"""The webhook as it runs in the cluster: the real CLI under gunicorn, spoken to over TLS."""
+
+import base64
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from cryptography import x509
+from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs
+
+from gpu_scheduler.webhook.server import build_context
+
+ADMISSION = Path(__file__).parent / "testdata" / "admission"
+
+
+def golden(name):
+    return json.loads((ADMISSION / f"{name}.input.json").read_text())
+
+
+def serial(cert_file: Path) -> int:
+    return x509.load_pem_x509_certificate(cert_file.read_bytes()).serial_number
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("certs")
+    make_certs(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(certs, tmp_path_factory):
+    process = WebhookProcess(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path_factory.mktemp("webhook"))
+    yield process
+    process.stop()
+
+
+def post(server, path, body, **kwargs):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return requests.post(server.url(path), data=data, verify=str(server.trust_file), timeout=10,
+                         headers={"Content-Type": "application/json"}, **kwargs)
+
+
+def get(server, path):
+    return requests.get(server.url(path), verify=str(server.trust_file), timeout=10)
+
+
+def decision_count(server, operation, result):
+    text = get(server, "/metrics").text
+    pattern = rf'^gpu_scheduler_webhook_admission_decisions_total{{operation="{operation}",result="{result}"}} (\S+)$'
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match, text
+    return float(match.group(1))
+
+
+# -- admission over TLS ----------------------------------------------------
+
+
+def test_mutate_answers_with_the_placement_patch(server):
+    response = post(server, "/mutate", golden("mutate-statefulset-pod"))
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "application/json"
+    answer = response.json()["response"]
+    assert answer["allowed"] is True
+    assert answer["patchType"] == "JSONPatch"
+    operations = json.loads(base64.b64decode(answer["patch"]))
+    assert {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}]} in operations
+
+
+def test_validate_denies_an_invalid_map_with_its_line(server):
+    response = post(server, "/validate", golden("validate-statefulset-invalid-map-denied"))
+    assert response.status_code == 200
+    answer = response.json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    assert answer["status"]["message"].startswith("StatefulSet ml/train: gpu-scheduling-map in spec.template.metadata.annotations: line 3:")
+
+
+def test_each_decision_is_logged_on_one_line(server):
+    uid = "log-line-check-0001"
+    review = golden("mutate-statefulset-pod")
+    review["request"]["uid"] = uid
+    assert post(server, "/mutate", review).status_code == 200
+    deadline = time.monotonic() + 5
+    while "mutate patched" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [line for line in server.log().splitlines() if "mutate patched" in line]
+    assert lines, server.log()
+    assert re.search(r"pod=ml/train-2 index=2 node=node3 devices=0,1,2 duration_ms=[0-9.]+$", lines[-1]), lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/mutate", b"not json at all", "the body is not JSON"),
+        ("/mutate", b"", "the body is not JSON"),
+        ("/validate", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "\xff\xfe"}', "not UTF-8"),
+        ("/mutate", b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+        ("/validate", b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nested too deeply"),
+        ("/mutate", {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}, "admissionReviewVersions"),
+        ("/mutate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request must be an object"),
+        ("/validate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {}}}, "request.uid"),
+        ("/mutate", [1, 2, 3], "the body must be an object"),
+    ],
+    ids=["text", "empty", "invalid-utf8", "deep-arrays", "deep-objects", "v1beta1", "no-request", "no-uid", "array"],
+)
+def test_malformed_requests_get_400_with_a_json_message(server, path, body, message):
+    response = post(server, path, body)
+    assert response.status_code == 400
+    status = response.json()
+    assert status["kind"] == "Status"
+    assert status["code"] == 400
+    assert message in status["message"]
+    assert "Traceback" not in response.text
+    assert server.process.poll() is None
+
+
+def test_wrong_object_kind_is_a_bad_request(server):
+    review = golden("validate-deployment-warned")
+    response = post(server, "/mutate", review)
+    assert response.status_code == 400
+    assert "/mutate handles Pods, got 'Deployment'" in response.json()["message"]
+
+
+def test_oversized_body_is_refused_without_reading_it(server):
+    response = post(server, "/mutate", b" " * (3 * 1024 * 1024 + 1))
+    assert response.status_code == 413
+    assert response.json()["reason"] == "RequestEntityTooLarge"
+
+
+@pytest.mark.parametrize(("method", "path", "code"), [("GET", "/mutate", 405), ("POST", "/nothing-here", 404)])
+def test_wrong_method_or_path_is_answered_in_json(server, method, path, code):
+    response = requests.request(method, server.url(path), verify=str(server.trust_file), timeout=10)
+    assert response.status_code == code
+    assert response.json()["code"] == code
+
+
+def test_health_and_readiness(server):
+    assert get(server, "/healthz").status_code == 200
+    assert get(server, "/readyz").status_code == 200
+
+
+def test_metrics_count_every_decision_across_all_workers(server):
+    before = {result: decision_count(server, "mutate", result) for result in ("patched", "allowed", "bad_request")}
+    # A new connection per request, so the requests spread over both worker
+    # processes; the counter must still see all of them.
+    for _ in range(10):
+        assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
+        assert post(server, "/mutate", golden("mutate-other-scheduler")).status_code == 200
+        assert post(server, "/mutate", b"{").status_code == 400
+    assert decision_count(server, "mutate", "patched") == before["patched"] + 10
+    assert decision_count(server, "mutate", "allowed") == before["allowed"] + 10
+    assert decision_count(server, "mutate", "bad_request") == before["bad_request"] + 10
+    text = get(server, "/metrics").text
+    assert 'gpu_scheduler_webhook_admission_duration_seconds_count{operation="mutate"}' in text
+    assert 'gpu_scheduler_webhook_admission_decisions_total{operation="validate",result="denied"}' in text
+
+
+# -- TLS -------------------------------------------------------------------
+
+
+def test_tls_1_2_and_1_3_are_accepted(server, certs):
+    expected = serial(certs / "tls.crt")
+    assert handshake(server.port, certs / "ca.crt", maximum=ssl.TLSVersion.TLSv1_2) == expected
+    assert handshake(server.port, certs / "ca.crt", minimum=ssl.TLSVersion.TLSv1_3) == expected
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+def test_tls_1_1_is_refused_by_the_server(server, certs):
+    # SECLEVEL=0 lets this client offer TLS 1.1, so the refusal is the
+    # server's protocol_version alert and not the client's own policy.
+    with pytest.raises(ssl.SSLError) as caught:
+        handshake(server.port, certs / "ca.crt", minimum=ssl.TLSVersion.TLSv1,
+                  maximum=ssl.TLSVersion.TLSv1_1, ciphers="DEFAULT:@SECLEVEL=0")
+    assert caught.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
+
+
+def test_server_context_requires_tls_1_2(certs):
+    assert build_context(str(certs / "tls.crt"), str(certs / "tls.key")).minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+class HandshakeLoop:
+    """New TLS connections back to back in a thread, recording what each saw."""
+
+    def __init__(self, port, trust_file):
+        self.port, self.trust_file = port, trust_file
+        self.serials, self.errors = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.serials.append(handshake(self.port, self.trust_file))
+            except (OSError, ssl.SSLError) as err:
+                self.errors.append(repr(err))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def wait_for(self, wanted, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and wanted not in self.serials[-5:]:
+            time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def assert_switched_once(serials, old, new):
+    """Only the old certificate, then only the new one: nothing else, no going back."""
+    assert serials and serials[0] == old and serials[-1] == new
+    switch = serials.index(new)
+    assert set(serials[:switch]) == {old}
+    assert set(serials[switch:]) == {new}
+
+
+def two_bundles(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    make_certs(old)
+    make_certs(new)
+    trust = tmp_path / "trust.pem"  # clients trust both CAs, as during a caBundle rollover
+    trust.write_bytes((old / "ca.crt").read_bytes() + (new / "ca.crt").read_bytes())
+    return old, new, trust
+
+
+def test_certificate_rewritten_in_place_is_served_without_a_failed_handshake(tmp_path):
+    old, new, trust = two_bundles(tmp_path)
+    live = tmp_path / "live"
+    shutil.copytree(old, live)
+    server = WebhookProcess(live / "tls.crt", live / "tls.key", trust, tmp_path)
+    try:
+        with HandshakeLoop(server.port, trust) as loop:
+            time.sleep(0.3)
+            # Written in place, certificate first: for a while the key does
+            # not match the certificate, and the server must keep the old pair.
+            (live / "tls.crt").write_bytes((new / "tls.crt").read_bytes())
+            time.sleep(0.3)
+            (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
+            loop.wait_for(serial(new / "tls.crt"))
+            time.sleep(0.2)
+        assert loop.errors == []
+        assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+        assert "keeping the previous serving certificate" in server.log()
+        assert "loaded new serving certificate" in server.log()
+    finally:
+        assert server.stop() == 0
+
+
+def test_secret_volume_symlink_swap_is_followed(tmp_path):
+    old, new, trust = two_bundles(tmp_path)
+    # The layout the kubelet gives a Secret volume: files behind ..data, a
+    # symlink that is swapped atomically to a new timestamped directory.
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    shutil.copytree(old, volume / "..2025_01_01_00_00_00.000000001")
+    (volume / "..data").symlink_to("..2025_01_01_00_00_00.000000001")
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (volume / name).symlink_to(f"..data/{name}")
+    server = WebhookProcess(volume / "tls.crt", volume / "tls.key", trust, tmp_path)
+    try:
+        with HandshakeLoop(server.port, trust) as loop:
+            time.sleep(0.3)
+            shutil.copytree(new, volume / "..2025_06_01_00_00_00.000000002")
+            (volume / "..data_tmp").symlink_to("..2025_06_01_00_00_00.000000002")
+            os.rename(volume / "..data_tmp", volume / "..data")
+            shutil.rmtree(volume / "..2025_01_01_00_00_00.000000001")
+            loop.wait_for(serial(new / "tls.crt"))
+            time.sleep(0.2)
+        assert loop.errors == []
+        assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+    finally:
+        assert server.stop() == 0
+
+
+# -- process lifecycle -----------------------------------------------------
+
+
+def test_sigterm_stops_cleanly_and_removes_the_metrics_directory(certs, tmp_path):
+    server = WebhookProcess(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
+    assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
+    metrics_dirs = list(server.tmp_dir.glob("gpu-scheduler-webhook-metrics-*"))
+    assert len(metrics_dirs) == 1 and any(metrics_dirs[0].iterdir())
+    assert server.stop() == 0
+    assert list(server.tmp_dir.iterdir()) == []
+
+
+def test_missing_certificate_stops_the_start_with_a_hint(tmp_path):
+    result = subprocess.run(
+        [CLI, "webhook", "--tls-cert-file", str(tmp_path / "nope.crt"), "--tls-private-key-file",
+         str(tmp_path / "nope.key"), "--bind", HOST, "--port", "1"],
+        check=False, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 1
+    assert "cannot load certificate" in result.stderr
+    assert "gpu-scheduler certs" in result.stderr
+    assert "Traceback" not in result.stderr

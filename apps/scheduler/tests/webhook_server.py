@@ -1,0 +1,95 @@
+"""Run the real `gpu-scheduler certs` and `gpu-scheduler webhook` commands for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+from cryptography import x509
+
+CLI = str(Path(sys.executable).parent / "gpu-scheduler")
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def make_certs(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`gpu-scheduler certs --out-dir out_dir --ip 127.0.0.1 ...`, which must succeed."""
+    result = subprocess.run(
+        [CLI, "certs", "--out-dir", str(out_dir), "--ip", HOST, *extra],
+        check=False, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def handshake(port: int, trust_file: Path, minimum=None, maximum=None, ciphers=None) -> int:
+    """One TLS handshake on a new connection; the serial of the certificate served."""
+    context = ssl.create_default_context(cafile=str(trust_file))
+    if minimum:
+        context.minimum_version = minimum
+    if maximum:
+        context.maximum_version = maximum
+    if ciphers:
+        context.set_ciphers(ciphers)
+    with socket.create_connection((HOST, port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=HOST) as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+class WebhookProcess:
+    """`gpu-scheduler webhook` as a subprocess; its log goes to workdir/webhook.log."""
+
+    def __init__(self, cert_file: Path, key_file: Path, trust_file: Path, workdir: Path,
+                 workers: int = 2, scheduler_name: str = "gpu-scheduler") -> None:
+        self.port = free_port()
+        self.trust_file = trust_file
+        self.log_file = workdir / "webhook.log"
+        self.tmp_dir = workdir / "tmp"  # TMPDIR of the server: its metrics directory lands here
+        self.tmp_dir.mkdir(exist_ok=True)
+        env = dict(os.environ, TMPDIR=str(self.tmp_dir))
+        with open(self.log_file, "wb") as log:
+            self.process = subprocess.Popen(
+                [CLI, "webhook", "--tls-cert-file", str(cert_file), "--tls-private-key-file", str(key_file),
+                 "--bind", HOST, "--port", str(self.port), "--workers", str(workers),
+                 "--scheduler-name", scheduler_name],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            )
+        self._wait_until_serving()
+
+    def url(self, path: str) -> str:
+        return f"https://{HOST}:{self.port}{path}"
+
+    def log(self) -> str:
+        return self.log_file.read_text()
+
+    def _wait_until_serving(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"webhook exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url("/healthz"), verify=str(self.trust_file), timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"webhook did not serve within {timeout}s:\n{self.log()}")
+
+    def stop(self) -> int:
+        """SIGTERM, as the kubelet sends it; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)

@@ -1,0 +1,92 @@
+"""The ceiling: bind pending pods as fast as this machine allows, with no decision at all.
+
+Run as its own process (`python -m bench.ceiling`), like a scheduler: it
+watches the pending pods of one schedulerName and posts each one's binding to
+the node its affinity pins it to. Whatever throughput it reaches is what the
+apiserver, etcd and a Python client on this machine can give any scheduler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import signal
+import sys
+import threading
+import time
+from urllib.parse import quote
+
+from .kubeapi import ApiError, KubeApi
+from .workload import pinned_node
+
+READY_LINE = "ceiling binder ready"
+
+
+def binding(name: str, uid: str, node: str) -> bytes:
+    return json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}}).encode()
+
+
+class CeilingBinder:
+    def __init__(self, api: KubeApi, namespace: str, scheduler_name: str, threads: int) -> None:
+        self._api = api
+        self._pods_path = f"/api/v1/namespaces/{namespace}/pods"
+        self._selector = f"spec.schedulerName={scheduler_name},spec.nodeName="
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued: set[str] = set()  # uids, so a MODIFIED event does not bind a pod twice
+        self._threads = threads
+        self.failures = 0
+
+    def _offer(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        if meta["uid"] not in self._queued and not pod["spec"].get("nodeName"):
+            self._queued.add(meta["uid"])
+            self._queue.put((meta["name"], meta["uid"], pinned_node(pod)))
+
+    def _bind_loop(self) -> None:
+        while True:
+            name, uid, node = self._queue.get()
+            status, data = self._api.request("POST", f"{self._pods_path}/{quote(name)}/binding",
+                                             binding(name, uid, node))
+            if status not in (200, 201, 409, 404):
+                self.failures += 1
+                print(f"bind {name} -> {node}: HTTP {status} {data[:200]!r}", file=sys.stderr, flush=True)
+
+    def run(self) -> None:
+        for i in range(self._threads):
+            threading.Thread(target=self._bind_loop, name=f"bind-{i}", daemon=True).start()
+        announced = False
+        while True:
+            try:
+                listing = self._api.get(self._pods_path, fieldSelector=self._selector)
+                for pod in listing["items"]:
+                    self._offer(pod)
+                version = listing["metadata"]["resourceVersion"]
+                conn = self._api.connect(timeout=330)
+                watch = self._api.watch(conn, self._pods_path, version, fieldSelector=self._selector)
+                if not announced:
+                    print(READY_LINE, flush=True)
+                    announced = True
+                for event in watch:
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._offer(event["object"])
+            except (OSError, ApiError, ValueError) as err:
+                print(f"watch ended ({err}); listing again", file=sys.stderr, flush=True)
+                time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--scheduler-name", required=True)
+    parser.add_argument("--threads", type=int, default=16, help="bindings posted at once")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    CeilingBinder(KubeApi(args.kubeconfig), args.namespace, args.scheduler_name, args.threads).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Who is compared: the runners' keys, their labels in tables, and the client settings they run with. Pure."""
+
+from __future__ import annotations
+
+OURS = "ours"
+KUBE_DEFAULTS = "kube_defaults"
+KUBE_MATCHED = "kube_matched"
+CEILING = "ceiling"
+
+# KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
+# kube-scheduler uses): every binding and every event is paced by them.
+KUBE_DEFAULT_QPS = 50
+KUBE_DEFAULT_BURST = 100
+# gpu-scheduler's defaults (--kube-api-qps/--kube-api-burst), given to kube-scheduler for the matched run.
+OUR_QPS = 500
+OUR_BURST = 1000
+# Bind concurrency: gpu-scheduler's --workers default; the ceiling posts as many bindings at once.
+BIND_WORKERS = 16
+
+LABELS = {
+    OURS: "gpu-scheduler",
+    KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST})",
+    KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST})",
+    CEILING: f"ceiling: bare binder ({BIND_WORKERS} threads)",
+}
+
+# Ratio name -> (numerator, denominator); each is taken per round, between runs made side by side.
+RATIOS = {
+    "ours_over_kube_matched": (OURS, KUBE_MATCHED),
+    "ours_over_kube_defaults": (OURS, KUBE_DEFAULTS),
+    "ours_over_ceiling": (OURS, CEILING),
+}

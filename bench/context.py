@@ -1,0 +1,64 @@
+"""Settings of one benchmark run, and what every phase shares (API client, cluster, webhook, clock)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cluster import BenchCluster
+from .kubeapi import KubeApi
+from .webhook import Webhook
+
+NAMESPACE = "gpu-bench"
+OUR_SCHEDULER = "bench-gpu-scheduler"
+KUBE_SCHEDULER = "bench-kube-scheduler"
+CEILING_SCHEDULER = "bench-ceiling"
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    pods: int               # pods per burst
+    nodes: int              # KWOK nodes for the bursts
+    group: int              # pods sharing one map text
+    runs: int               # rounds of the interleaved runners
+    threads: int            # concurrent create requests
+    sts_replicas: int       # StatefulSet replicas = lines of its map
+    admission_rates: tuple[int, ...]
+    admission_seconds: float
+    mem_pods: int
+    mem_nodes: int
+    out: Path
+    phases: tuple[str, ...]
+
+    def burst_timeout(self, pods: int) -> float:
+        # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.
+        return 60 + pods / 10
+
+    def to_json(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Bench:
+    settings: Settings
+    kubeconfig: str
+    api: KubeApi
+    api_client: object  # kubernetes.client.ApiClient, for the webhook registration
+    cluster: BenchCluster
+    webhook: Webhook
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def logs(self) -> Path:
+        return self.settings.out / "logs"
+
+    def phase(self, text: str) -> None:
+        """A progress line with the time since the benchmark started."""
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,51 @@
+"""What the figures were measured on: the machine, its load, and the versions of everything."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / ".cache" / "bin"
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except OSError:
+        return "not found"
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 1024 / 1024, 1)
+    return 0.0
+
+
+def describe() -> dict:
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "cpu_model": _cpu_model(),
+        "kernel": platform.release(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "gpu_scheduler": _first_line([str(REPO / ".venv" / "bin" / "gpu-scheduler"), "--version"]),
+        "kube_apiserver": _first_line([str(BIN / "kube-apiserver"), "--version"]),
+        "kube_scheduler": _first_line([str(BIN / "kube-scheduler"), "--version"]),
+        "kwok": _first_line([str(BIN / "kwok"), "--version"]),
+        "etcd": _first_line([str(BIN / "etcd"), "--version"]),
+        "vegeta": "v12.12.0 (bench/tools/go.mod)",
+    }

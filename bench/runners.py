@@ -1,0 +1,105 @@
+"""The contenders: each is a process that binds the pods of its own schedulerName.
+
+Only the runner under test runs during a burst: an idle kube-scheduler would
+still process every pod event of the namespace and take CPU from the others.
+Each runner is started and found ready before the clock starts, and stopped
+after its pods are bound.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import kube_scheduler
+from .contenders import BIND_WORKERS, CEILING, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS
+from .processes import Process, http_ok, insecure_context, peak_rss_mib
+from .webhook import GPU_SCHEDULER, REPO
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Runner:
+    key: str
+    scheduler_name: str
+    process: Process
+    ready: Callable[[], bool]
+    metrics_url: str = ""  # gpu-scheduler only: its /metrics
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.key]
+
+    def start(self) -> float:
+        self.process.start()
+        return self.process.wait_ready(self.ready, timeout=90)
+
+    def peak_rss_mib(self) -> float | None:
+        return peak_rss_mib(self.process.pid)
+
+    def stop(self) -> None:
+        code = self.process.stop()
+        if code not in (0, None, -15):
+            print(f"    warning: {self.process.name} exited with {code}; see {self.process.log_path}",
+                  file=sys.stderr)
+
+
+def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
+    """gpu-scheduler as in production: leader election on, default workers and client settings.
+
+    --gpu-sharing=allow because the bench's maps share GPUs once there are
+    more pods than nodes x 8 (see workload.placement), and sharing is not what
+    is measured.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = Process("gpu-scheduler", [
+        str(GPU_SCHEDULER), "scheduler", "--kubeconfig", kubeconfig,
+        "--scheduler-name", scheduler_name, "--namespace", namespace, "--gpu-sharing", "allow",
+        "--leader-elect", "true", "--leader-elect-resource-name", scheduler_name,
+        "--leader-elect-resource-namespace", namespace,
+        "--kube-api-qps", str(OUR_QPS), "--kube-api-burst", str(OUR_BURST),
+        "--metrics-port", str(port), "--bind-address", "127.0.0.1",
+    ], logs / "gpu-scheduler.log")
+
+    def ready() -> bool:
+        # Caches synced, and the lease is ours: it binds from the first pod on.
+        return http_ok(f"{base}/readyz") and http_ok(f"{base}/metrics", contains=b"\ngpu_scheduler_leader 1.0")
+
+    return Runner(OURS, scheduler_name, process, ready, metrics_url=f"{base}/metrics")
+
+
+def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
+    qps, burst = (OUR_QPS, OUR_BURST) if key == KUBE_MATCHED else (None, None)
+    config = kube_scheduler.scheduler_configuration(kubeconfig, scheduler_name, qps, burst)
+    config_path = logs / f"{key}-config.yaml"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    process = Process(f"kube-scheduler ({key})", [
+        str(REPO / ".cache" / "bin" / "kube-scheduler"), "--config", str(config_path),
+        "--bind-address", "127.0.0.1", "--secure-port", str(port),
+    ], logs / f"{key}.log")
+    context = insecure_context()
+    return Runner(key, scheduler_name, process, lambda: http_ok(f"https://127.0.0.1:{port}/readyz", context))
+
+
+def ceiling(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
+    from .ceiling import READY_LINE
+
+    process = Process("ceiling", [
+        sys.executable, "-m", "bench.ceiling", "--kubeconfig", kubeconfig, "--namespace", namespace,
+        "--scheduler-name", scheduler_name, "--threads", str(BIND_WORKERS),
+    ], logs / "ceiling.log", env={**os.environ, "PYTHONPATH": str(REPO)})
+    return Runner(CEILING, scheduler_name, process, lambda: READY_LINE in process.output())

@@ -1,0 +1,151 @@
+"""What the benchmark creates: KWOK nodes bn-<j>, pods p-<i>, a StatefulSet. Pure data, no I/O.
+
+Every pod is the same for every runner but for spec.schedulerName: it carries
+the map annotation that places it (read by gpu-scheduler and its webhook) and
+the equivalent required node affinity (read by kube-scheduler and by the
+ceiling binder), so each runner places the same pods on the same nodes.
+
+Pods come in groups that share one map text, the way a StatefulSet's or an
+Indexed Job's pods do: group g holds the pods p-<g*size> .. p-<g*size+size-1>
+and its map has one line per member. That is what production looks like
+(one map per workload, not one per pod), and it exercises the parse cache of
+the scheduler and the webhook as a real workload would.
+"""
+
+from __future__ import annotations
+
+MAP_ANNOTATION = "gpu-scheduling-map"
+GPUS_PER_NODE = 8
+PODS_PER_NODE = 1000
+NODE_PREFIX = "bn-"
+BENCH_LABEL = "gpu-bench"  # on every node and pod the benchmark creates, for cleanup
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def node_name(j: int) -> str:
+    return f"{NODE_PREFIX}{j}"
+
+
+def placement(index: int, nodes: int) -> tuple[str, int]:
+    """(node, GPU) of pod `index`: round-robin over nodes, then over GPUs.
+
+    With more pods than nodes * GPUs_PER_NODE, GPUs are shared; the runs use
+    --gpu-sharing=allow so that sharing is neither refused nor reported.
+    """
+    return node_name(index % nodes), index % GPUS_PER_NODE
+
+
+def map_line(index: int, nodes: int) -> str:
+    node, gpu = placement(index, nodes)
+    return f"{index}={node}:{gpu}"
+
+
+def map_text(indexes: range, nodes: int) -> str:
+    return "\n".join(map_line(i, nodes) for i in indexes) + "\n"
+
+
+def kwok_node(j: int) -> dict:
+    """A KWOK fake node with GPUs_PER_NODE GPUs, Ready once kwok takes it over."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": str(PODS_PER_NODE),
+                 "nvidia.com/gpu": str(GPUS_PER_NODE)}
+    name = node_name(j)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            # The ttl annotation keeps kwok from renewing a lease per node.
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", BENCH_LABEL: "true", "kubernetes.io/hostname": name,
+                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def node_affinity(node: str) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+
+
+def pinned_node(pod: dict) -> str:
+    """The node a pod built by bench_pod() is pinned to (what the ceiling binds it to)."""
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+
+
+def pod_spec(scheduler_name: str, node: str | None) -> dict:
+    spec = {
+        "schedulerName": scheduler_name,
+        # Deleting a pod between runs must not wait for a grace period.
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": PAUSE_IMAGE}],
+    }
+    if node is not None:
+        spec["affinity"] = node_affinity(node)
+    return spec
+
+
+def bench_pods(count: int, nodes: int, group_size: int, scheduler_name: str, namespace: str) -> list[dict]:
+    """Pods p-0 .. p-<count-1>, in groups of group_size sharing one map text."""
+    pods = []
+    for start in range(0, count, group_size):
+        members = range(start, min(start + group_size, count))
+        text = map_text(members, nodes)
+        for i in members:
+            pods.append({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"p-{i}",
+                    "namespace": namespace,
+                    "labels": {BENCH_LABEL: "true", "group": f"g{start // group_size}"},
+                    "annotations": {MAP_ANNOTATION: text},
+                },
+                "spec": pod_spec(scheduler_name, placement(i, nodes)[0]),
+            })
+    return pods
+
+
+def statefulset(name: str, replicas: int, nodes: int, scheduler_name: str, namespace: str) -> dict:
+    """A Parallel StatefulSet whose one map has a line per replica."""
+    labels = {BENCH_LABEL: "true", "app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: map_text(range(replicas), nodes)}},
+                "spec": pod_spec(scheduler_name, None),
+            },
+        },
+    }
+
+
+def admission_review(pod: dict, uid: str = "bench-0000") -> dict:
+    """The AdmissionReview the apiserver sends the webhook when `pod` is created."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }

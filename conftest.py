@@ -1,0 +1,66 @@
+"""Fixtures shared by every test folder: where the real API server is, and how to reach it.
+
+Tests marked `cluster`, `e2e` or `faults` run against the cluster that
+KUBECONFIG names (a KinD cluster, say) or, when it is unset, the local control
+plane at .cache/local-cluster/kubeconfig that `make local-up` starts. When no
+cluster answers they fail under CI=true and are skipped elsewhere, with a
+message that says what to run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent
+LOCAL_KUBECONFIG = REPO / ".cache" / "local-cluster" / "kubeconfig"
+BIN = REPO / ".cache" / "bin"
+
+
+def _no_cluster(reason: str) -> None:
+    message = f"{reason}; run `make local-up` (needs Go 1.24+ to build the control plane) or set KUBECONFIG"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    """Path of a kubeconfig whose API server answers."""
+    path = os.environ.get("KUBECONFIG") or str(LOCAL_KUBECONFIG)
+    if not Path(path).is_file():
+        _no_cluster(f"no kubeconfig at {path}")
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=path)
+    try:
+        client.VersionApi(api_client).get_code(_request_timeout=5)
+    except Exception as err:  # any failure to connect means the same thing here
+        _no_cluster(f"the API server of {path} does not answer ({err.__class__.__name__}: {err})")
+    finally:
+        api_client.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig):
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(api_client):
+    """A fresh namespace for one test, deleted afterwards."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"gpu-scheduler-test": "true"}}})
+    yield name
+    core.delete_namespace(name, grace_period_seconds=0, propagation_policy="Background")

@@ -1,0 +1,18 @@
+# Local Kubernetes control plane without Docker: host processes + KWOK fake nodes.
+# Everything lives under $(CACHE) (binaries in $(CACHE)/bin, cluster state in
+# $(CACHE)/local-cluster). See cluster/local/README.md.
+CLUSTER_ENV := CACHE_DIR=$(abspath $(CACHE))
+
+.PHONY: control-plane tools local-up local-down
+
+control-plane: ## Build kube-apiserver/-controller-manager/-scheduler, kwok, kwokctl (+etcd) into .cache/bin
+	$(CLUSTER_ENV) scripts/build-control-plane.sh
+
+tools: ## Fetch kubectl and helm into .cache/bin
+	$(CLUSTER_ENV) scripts/fetch-tools.sh
+
+local-up: ## Start the local KWOK cluster (LOCAL_NODES=4 fake GPU nodes); kubeconfig in .cache/local-cluster/kubeconfig
+	$(CLUSTER_ENV) scripts/local-up.sh
+
+local-down: ## Stop the local KWOK cluster and delete .cache/local-cluster
+	$(CLUSTER_ENV) scripts/local-down.sh

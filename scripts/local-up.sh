@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Start a local Kubernetes control plane without Docker: etcd, kube-apiserver,
+# kube-controller-manager and kwok-controller run as host processes (kwokctl's
+# "binary" runtime); kube-scheduler is disabled because gpu-scheduler is the
+# scheduler under test. Nodes node1..nodeN are KWOK fakes that stay Ready and
+# mark bound pods Running.
+#
+# Env: LOCAL_CLUSTER_NAME (gpu-scheduler), LOCAL_NODES (4), LOCAL_NODE_GPUS (4),
+#      LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one).
+# Idempotent: exits 0 at once when the cluster is already up and healthy.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NAME="${LOCAL_CLUSTER_NAME:-gpu-scheduler}"
+NODES="${LOCAL_NODES:-4}"
+GPUS="${LOCAL_NODE_GPUS:-4}"
+PORT="${LOCAL_APISERVER_PORT:-16443}"
+KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
+# Keep kwokctl's whole workdir (cluster state, pki, logs) out of ~/.kwok.
+export KWOK_WORKDIR="$CLUSTER_DIR"
+kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+usage() {
+  cat <<EOF
+
+Local cluster '$NAME' is up ($NODES KWOK nodes, $GPUS nvidia.com/gpu each, no kube-scheduler).
+  export KUBECONFIG=$KUBECONFIG_FILE
+  $BIN_DIR/kubectl get nodes
+Logs: $CLUSTER_DIR/clusters/$NAME/logs/   Stop: make local-down
+EOF
+}
+
+ready_nodes() { kubectl get nodes -l type=kwok --no-headers 2>/dev/null | awk '$2 == "Ready"' | wc -l; }
+
+healthy() {
+  [[ -f "$KUBECONFIG_FILE" ]] && kubectl get --raw /readyz >/dev/null 2>&1 &&
+    (($(ready_nodes) >= NODES))
+}
+
+"$REPO_ROOT/scripts/build-control-plane.sh"
+"$REPO_ROOT/scripts/fetch-tools.sh"
+
+if healthy; then
+  log "cluster '$NAME' is already up and healthy"
+  usage
+  exit 0
+fi
+
+if [[ -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
+  # Up but not all nodes there yet: just (re)apply nodes below. Otherwise the
+  # processes are gone (e.g. reboot): start clean rather than repair.
+  if ! kubectl get --raw /readyz >/dev/null 2>&1; then
+    log "found a stale cluster '$NAME'; recreating it"
+    "$REPO_ROOT/scripts/local-down.sh"
+  fi
+fi
+
+if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
+  log "creating cluster '$NAME' (kwokctl, binary runtime, apiserver port $PORT; 0 = random)"
+  mkdir -p "$CLUSTER_DIR"
+  # --kube-authorization: Node,RBAC (tests impersonate service accounts).
+  # --kube-admission: default plugins incl. Mutating/ValidatingAdmissionWebhook.
+  # --kubeconfig: write our own file instead of merging into ~/.kube/config.
+  # --config: bind to 127.0.0.1 (see the file).
+  "$BIN_DIR/kwokctl" create cluster \
+    --config "$REPO_ROOT/cluster/local/kwokctl.yaml" \
+    --name "$NAME" \
+    --runtime binary \
+    --kube-apiserver-port "$PORT" \
+    --kube-apiserver-binary "$BIN_DIR/kube-apiserver" \
+    --kube-controller-manager-binary "$BIN_DIR/kube-controller-manager" \
+    --kwok-controller-binary "$BIN_DIR/kwok" \
+    --etcd-binary "$BIN_DIR/etcd" \
+    --disable kube-scheduler \
+    --kube-authorization=true \
+    --kube-admission=true \
+    --kubeconfig "$KUBECONFIG_FILE" \
+    --quiet-pull \
+    --wait 120s
+  log "control plane is up"
+fi
+
+# All nodes in one List and one `kubectl apply`, so LOCAL_NODES=1000 stays fast.
+# Status is kept on create (kwok keeps it and reports the nodes Ready).
+log "applying $NODES KWOK nodes ($GPUS GPUs each)"
+res="{cpu: \"32\", memory: 256Gi, pods: \"110\", nvidia.com/gpu: \"$GPUS\"}"
+for ((i = 1; i <= NODES; i++)); do
+  cat <<EOF
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node$i
+    annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
+    labels: {type: kwok, gpu-node-name: node$i, kubernetes.io/hostname: node$i, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+  status:
+    capacity: $res
+    allocatable: $res
+EOF
+done | { echo "apiVersion: v1"; echo "kind: List"; echo "items:"; cat; } |
+  kubectl apply --server-side --field-manager=local-up -f - >/dev/null
+
+log "waiting for $NODES nodes to be Ready"
+kubectl wait --for=condition=Ready nodes -l type=kwok --timeout=120s >/dev/null
+log "cluster '$NAME' ready: $(ready_nodes) nodes Ready"
+usage

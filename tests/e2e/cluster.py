@@ -1,0 +1,144 @@
+"""Reading and writing cluster objects as the API server stores them (plain JSON dicts).
+
+Pods are read back as raw API JSON rather than client models: the assertions
+then look at exactly what `kubectl get -o json` shows.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client, utils
+from kubernetes.client.rest import ApiException
+
+from .waiting import NotYet, wait_for
+
+CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def get_json(api_client, path: str, query: dict | None = None) -> dict:
+    """GET an API path; the body as a dict."""
+    method, url, headers, _, _ = api_client.param_serialize(
+        "GET", path, query_params=list((query or {}).items()), header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(method, url, header_params=headers)
+    response.read()
+    if response.status != 200:
+        raise AssertionError(f"GET {path} answered {response.status}: {response.data[:500]!r}")
+    return json.loads(response.data)
+
+
+def list_pods(api_client, namespace: str, label_selector: str = "") -> list[dict]:
+    query = {"labelSelector": label_selector} if label_selector else {}
+    pods = get_json(api_client, f"/api/v1/namespaces/{namespace}/pods", query)["items"]
+    return sorted(pods, key=lambda pod: pod["metadata"]["name"])
+
+
+def get_pod(api_client, namespace: str, name: str) -> dict:
+    return get_json(api_client, f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def create(api_client, namespace: str, objects: list[dict]) -> None:
+    """Creates objects of any kind in `namespace` (what `kubectl create -n NAMESPACE -f` does)."""
+    for obj in objects:
+        utils.create_from_dict(api_client, obj, namespace=namespace)
+
+
+def container_env(pod: dict, name: str = CUDA_ENV) -> dict[str, str | None]:
+    """`name` in every init and app container: {"init:setup": "0,1", "check": "0,1"}; None where unset."""
+    values = {}
+    spec = pod.get("spec") or {}
+    for field in CONTAINER_LISTS:
+        for container in spec.get(field) or []:
+            key = ("init:" if field == "initContainers" else "") + container["name"]
+            values[key] = next((e.get("value") for e in container.get("env") or [] if e.get("name") == name), None)
+    return values
+
+
+def pod_events(api_client, namespace: str, pod_name: str) -> list[dict]:
+    """Core v1 Events about a pod. The API server also serves events.k8s.io/v1 Events
+    (what the scheduler writes) through this API, so this sees both."""
+    return get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
+                    {"fieldSelector": f"involvedObject.kind=Pod,involvedObject.name={pod_name}"})["items"]
+
+
+def object_events(api_client, namespace: str, kind: str, name: str) -> list[dict]:
+    return get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
+                    {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"})["items"]
+
+
+def describe_events(events: list[dict]) -> str:
+    return "; ".join(f"{e.get('reason')}: {e.get('message')}" for e in events) or "no events"
+
+
+def describe_pods(pods: list[dict]) -> str:
+    return ", ".join(
+        f"{p['metadata']['name']}={p['spec'].get('nodeName') or '<unbound>'}/{(p.get('status') or {}).get('phase')}"
+        for p in pods
+    ) or "no pods"
+
+
+def wait_for_pods(api_client, namespace: str, count: int, timeout: float, label_selector: str = "",
+                  phases: tuple[str, ...] | None = ("Running",)) -> list[dict]:
+    """Waits until `count` pods exist, each bound to a node and in one of `phases` (None: any phase)."""
+    wanted = "bound" + (f" and {'/'.join(phases)}" if phases else "")
+
+    def probe() -> list[dict]:
+        pods = list_pods(api_client, namespace, label_selector)
+        done = [p for p in pods if p["spec"].get("nodeName") and (not phases or p["status"].get("phase") in phases)]
+        if len(pods) != count or len(done) != count:
+            raise NotYet(f"{len(pods)} pods, {len(done)} {wanted}: {describe_pods(pods)}")
+        return pods
+
+    selected = f" with labels {label_selector}" if label_selector else ""
+    return wait_for(f"{count} pods{selected} in {namespace} {wanted}", probe, timeout)
+
+
+def wait_for_event(api_client, namespace: str, pod_name: str, reason: str, contains: str,
+                   timeout: float) -> dict:
+    """Waits for an Event about pod `pod_name` with `reason` whose message contains `contains`."""
+
+    def probe() -> dict:
+        events = pod_events(api_client, namespace, pod_name)
+        for event in events:
+            if event.get("reason") == reason and contains in (event.get("message") or ""):
+                return event
+        raise NotYet(describe_events(events))
+
+    return wait_for(f"a {reason} event about pod {namespace}/{pod_name} saying {contains!r}", probe, timeout)
+
+
+def kwok_node(name: str, alias: str | None = None, gpus: int = 4) -> dict:
+    """A KWOK fake node, built like scripts/local-up.sh builds node1..nodeN: kwok
+    takes the nodes annotated kwok.x-k8s.io/node=fake, keeps them Ready and runs their pods."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    labels = {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64"}
+    if alias:
+        labels["gpu-node-name"] = alias
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def wait_for_node_ready(api_client, name: str, timeout: float) -> None:
+    def probe() -> None:
+        node = get_json(api_client, f"/api/v1/nodes/{name}")
+        conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+        if conditions.get("Ready") != "True":
+            raise NotYet(f"conditions {conditions or 'none'}")
+
+    wait_for(f"node {name} to be Ready", probe, timeout)
+
+
+def delete_node(api_client, name: str) -> None:
+    try:
+        client.CoreV1Api(api_client).delete_node(name)
+    except ApiException as err:
+        if err.status != 404:
+            raise

@@ -1,0 +1,124 @@
+"""The product's own commands, run as users run them: `gpu-scheduler certs|webhook|scheduler`.
+
+Nothing here imports gpu_scheduler: the suite drives the installed console
+script (.venv/bin/gpu-scheduler) and talks to the processes over HTTP, so it
+proves what a user gets, flags and all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .processes import ManagedProcess, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+GPU_SCHEDULER = VENV_BIN / "gpu-scheduler"
+GPU_SCHEDULER_CHECK = VENV_BIN / "gpu-scheduler-check"
+SCHEDULER_NAME = "gpu-scheduler"
+READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    ca_bundle: str  # base64 of ca.crt, what a webhook configuration's caBundle holds
+
+
+def make_certs(out_dir: Path, ip: str = "127.0.0.1") -> Certs:
+    """Runs `gpu-scheduler certs --out-dir DIR --ip IP`; its stdout is the caBundle."""
+    result = subprocess.run(
+        [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", ip],
+        capture_output=True, text=True, timeout=60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"gpu-scheduler certs failed with {result.returncode}: {result.stderr}")
+    return Certs(out_dir / "ca.crt", out_dir / "tls.crt", out_dir / "tls.key", result.stdout.strip())
+
+
+class WebhookProcess(ManagedProcess):
+    """`gpu-scheduler webhook` serving TLS on 127.0.0.1, where the host's kube-apiserver reaches it."""
+
+    def __init__(self, certs: Certs, log_path: Path, port: int | None = None,
+                 scheduler_name: str = SCHEDULER_NAME) -> None:
+        self.port = port or free_port()
+        self.certs = certs
+        super().__init__("webhook", [
+            str(GPU_SCHEDULER), "webhook",
+            "--tls-cert-file", str(certs.cert_file), "--tls-private-key-file", str(certs.key_file),
+            "--port", str(self.port), "--bind", "127.0.0.1", "--workers", "2",
+            "--scheduler-name", scheduler_name, "--log-format", "text",
+        ], log_path)
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start_and_wait(self, timeout: float = READY_TIMEOUT) -> WebhookProcess:
+        self.start()
+        self.wait_http_ok(f"{self.base_url}/readyz", timeout, ca_file=self.certs.ca_file)
+        return self
+
+
+class SchedulerProcess(ManagedProcess):
+    """`gpu-scheduler scheduler` on the host, with its /metrics, /healthz and /readyz on a free port."""
+
+    def __init__(self, kubeconfig: str, log_path: Path, *, scheduler_name: str = SCHEDULER_NAME,
+                 leader_elect: bool = False, lease_name: str = "gpu-scheduler",
+                 lease_namespace: str = "default", lease_timing: tuple[float, float, float] = (15, 10, 2),
+                 name: str = "scheduler") -> None:
+        self.metrics_port = free_port()
+        self.scheduler_name = scheduler_name
+        self.lease_duration, renew_deadline, retry_period = lease_timing
+        argv = [
+            str(GPU_SCHEDULER), "scheduler", "--kubeconfig", kubeconfig,
+            "--scheduler-name", scheduler_name, "--metrics-port", str(self.metrics_port),
+            "--bind-address", "127.0.0.1", "--log-format", "text",
+            f"--leader-elect={'true' if leader_elect else 'false'}",
+        ]
+        if leader_elect:
+            argv += [
+                "--leader-elect-resource-name", lease_name,
+                "--leader-elect-resource-namespace", lease_namespace,
+                "--leader-elect-lease-duration", f"{self.lease_duration:g}",
+                "--leader-elect-renew-deadline", f"{renew_deadline:g}",
+                "--leader-elect-retry-period", f"{retry_period:g}",
+            ]
+        # KUBECONFIG in the environment would be the flag's default; the flag
+        # is explicit, so drop it to be sure which cluster is used.
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        super().__init__(name, argv, log_path, env=env)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def start_and_wait(self, timeout: float = READY_TIMEOUT) -> SchedulerProcess:
+        self.start()
+        self.wait_http_ok(f"{self.base_url}/readyz", timeout)
+        return self
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample on /metrics, e.g. metric("gpu_scheduler_leader")."""
+        with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        raise AssertionError(f"{self.name}: no sample {name}{labels or ''} on {self.base_url}/metrics")
+
+    def is_leader(self) -> bool:
+        return self.metric("gpu_scheduler_leader") == 1
+
+    def pods_scheduled(self) -> int:
+        """Successful scheduling attempts: binds, and 409s for a pod that already had a node."""
+        return int(self.metric("gpu_scheduler_schedule_attempts_total", result="scheduled"))

@@ -1,0 +1,176 @@
+"""Fixtures of the e2e suite: the real webhook and scheduler processes, and fresh namespaces.
+
+Locally (the default) the suite runs the product on this host against the
+cluster the root conftest's `kubeconfig` names: `gpu-scheduler certs`, then
+`gpu-scheduler webhook` over TLS on 127.0.0.1 (registered with the API
+server with the chart's own webhook configurations) and `gpu-scheduler
+scheduler`. They start with the first e2e test and stop after the last one.
+
+With E2E_USE_INSTALLED=1 (set by `make e2e`, whose KinD cluster has the
+charts installed) nothing is started: the installed Deployments do the work,
+and the tests marked `local_only` are skipped, since they need this host's
+processes or KWOK.
+
+When a test fails, the last lines of every process's log are added to its report.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import webhook_registration
+from .cluster import delete_node
+from .components import SchedulerProcess, WebhookProcess, make_certs
+from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
+from .processes import ManagedProcess
+
+USE_INSTALLED = os.environ.get("E2E_USE_INSTALLED") == "1"
+
+_processes: list[ManagedProcess] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "local_only: needs the scheduler/webhook processes of this host or KWOK nodes; "
+        "skipped when E2E_USE_INSTALLED=1")
+
+
+@pytest.fixture(autouse=True)
+def _skip_local_only(request: pytest.FixtureRequest) -> None:
+    if USE_INSTALLED and request.node.get_closest_marker("local_only"):
+        pytest.skip("E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
+                    "which the installed cluster does not have; it runs in `make test`")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.failed:
+        for process in _processes:
+            report.sections.append((f"last lines of {process.name} log ({process.log_path})", process.log_tail()))
+    return report
+
+
+def _track(process: ManagedProcess) -> ManagedProcess:
+    _processes.append(process)
+    return process
+
+
+@pytest.fixture(scope="package")
+def e2e_dir(tmp_path_factory):
+    """Certificates and process logs of this run."""
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="package")
+def webhook(api_client, e2e_dir):
+    """The webhook, registered and answering; None when the installed one is used."""
+    if USE_INSTALLED:
+        yield None
+        return
+    certs = make_certs(e2e_dir / "certs")
+    process = _track(WebhookProcess(certs, e2e_dir / "webhook.log"))
+    name = f"gpu-scheduler-e2e-{RUN_ID}"
+    try:
+        process.start_and_wait()
+        configurations = webhook_registration.render(
+            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID))
+        webhook_registration.apply(api_client, configurations)
+        probe_namespace = create_namespace(api_client, "e2e-probe")
+        try:
+            webhook_registration.wait_until_called(api_client, probe_namespace)
+        finally:
+            delete_namespace(api_client, probe_namespace)
+        yield process
+    finally:
+        webhook_registration.delete(api_client, name)
+        process.stop()
+
+
+@pytest.fixture(scope="package")
+def scheduler(kubeconfig, e2e_dir):
+    """`gpu-scheduler scheduler` for schedulerName gpu-scheduler; None when the installed one is used."""
+    if USE_INSTALLED:
+        yield None
+        return
+    process = _track(SchedulerProcess(kubeconfig, e2e_dir / "scheduler.log"))
+    try:
+        yield process.start_and_wait()
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def product(webhook, scheduler):
+    """The webhook and the scheduler for schedulerName gpu-scheduler, both running."""
+    for process in (webhook, scheduler):
+        if process is not None and not process.alive():
+            pytest.fail(f"{process.name} exited with {process.exit_code()}; its log:\n{process.log_tail()}")
+    return webhook, scheduler
+
+
+@pytest.fixture
+def new_namespace(api_client):
+    """Creates fresh namespaces for one test (deleted after it): new_namespace(prefix, labelled=True).
+
+    A namespace created with labelled=False is outside the local webhook's
+    reach until isolation.bring_under_webhook() labels it."""
+    created: list[str] = []
+
+    def create(prefix: str = "e2e", labelled: bool = True) -> str:
+        created.append(create_namespace(api_client, prefix, labelled))
+        return created[-1]
+
+    yield create
+    for name in created:
+        delete_namespace(api_client, name)
+
+
+@pytest.fixture
+def ns(new_namespace) -> str:
+    return new_namespace()
+
+
+@pytest.fixture
+def start_scheduler(kubeconfig, tmp_path):
+    """Starts extra scheduler processes for one test: start_scheduler(scheduler_name=..., leader_elect=...).
+
+    Each is stopped (SIGTERM) after the test unless the test killed it already."""
+    started: list[SchedulerProcess] = []
+
+    def start(name: str = "scheduler", **options) -> SchedulerProcess:
+        process = SchedulerProcess(kubeconfig, tmp_path / f"{name}.log", name=name, **options)
+        started.append(_track(process))
+        return process.start_and_wait()
+
+    yield start
+    for process in started:
+        process.stop()
+        _processes.remove(process)
+
+
+@pytest.fixture
+def kwok_nodes(api_client):
+    """Creates KWOK nodes for one test and deletes them after it, with every pod bound to them."""
+    core = client.CoreV1Api(api_client)
+    created: list[str] = []
+
+    def create(node: dict) -> None:
+        core.create_node(node)
+        created.append(node["metadata"]["name"])
+
+    yield create
+    for name in created:
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+        for pod in pods:
+            # Without the node's kwok the pods would never finish terminating.
+            try:
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        delete_node(api_client, name)

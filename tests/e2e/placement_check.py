@@ -1,0 +1,70 @@
+"""Did each pod land where its map says? One row per pod, as the API server stores it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cluster import container_env
+from .workloads import Expected
+
+STATEFULSET_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    pod: str
+    index: int
+    expected: Expected | None
+    node: str
+    phase: str
+    cuda_by_container: dict[str, str | None]
+
+    @property
+    def cuda(self) -> str:
+        """The one CUDA_VISIBLE_DEVICES all containers share, or what each has when they differ."""
+        values = set(self.cuda_by_container.values())
+        if len(values) == 1:
+            return str(next(iter(values)) or "<unset>")
+        return ", ".join(f"{name}={value or '<unset>'}" for name, value in self.cuda_by_container.items())
+
+    def problems(self, phases: tuple[str, ...] = ("Running",)) -> list[str]:
+        if self.expected is None:
+            return [f"index {self.index} is not in the map"]
+        found = []
+        if self.node != self.expected.node:
+            found.append(f"node {self.node or '<unbound>'}, expected {self.expected.node}")
+        wrong = {n: v for n, v in self.cuda_by_container.items() if v != self.expected.devices}
+        if wrong or not self.cuda_by_container:
+            found.append(f"CUDA_VISIBLE_DEVICES {self.cuda}, expected {self.expected.devices} in every container")
+        if self.phase not in phases:
+            found.append(f"phase {self.phase}, expected {'/'.join(phases)}")
+        return found
+
+
+def placement(pod: dict, expected: dict[int, Expected], index: int) -> PodPlacement:
+    return PodPlacement(
+        pod=pod["metadata"]["name"], index=index, expected=expected.get(index),
+        node=pod["spec"].get("nodeName") or "", phase=(pod.get("status") or {}).get("phase") or "",
+        cuda_by_container=container_env(pod),
+    )
+
+
+def statefulset_placements(pods: list[dict], expected: dict[int, Expected]) -> list[PodPlacement]:
+    rows = [placement(p, expected, int(p["metadata"]["labels"][STATEFULSET_INDEX_LABEL])) for p in pods]
+    return sorted(rows, key=lambda row: row.index)
+
+
+def table(rows: list[PodPlacement], phases: tuple[str, ...] = ("Running",)) -> str:
+    """A fixed-width table: pod, index, node (expected), CUDA_VISIBLE_DEVICES (expected), phase, verdict."""
+    header = ("POD", "INDEX", "NODE", "EXPECTED NODE", "CUDA_VISIBLE_DEVICES", "EXPECTED", "PHASE", "OK")
+    lines = [header]
+    for row in rows:
+        expected = row.expected or Expected("-", "-")
+        problems = row.problems(phases)
+        lines.append((row.pod, str(row.index), row.node or "<unbound>", expected.node, row.cuda,
+                      expected.devices, row.phase, "yes" if not problems else "NO: " + "; ".join(problems)))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False)) + "  " + line[-1]
+        for line in lines
+    )

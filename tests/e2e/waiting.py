@@ -1,0 +1,35 @@
+"""Polling with a deadline, and a failure that says what was expected and what was seen."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class NotYet(Exception):
+    """Raised by a probe that is not satisfied yet; str() is what it saw."""
+
+
+class WaitTimeout(AssertionError):
+    """A wait ran out of time. An AssertionError so pytest reports it as a failed check."""
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float, interval: float = 0.2) -> T:
+    """Calls probe() until it returns instead of raising NotYet; returns its value.
+
+    On timeout the error names `what` was awaited and the probe's last NotYet
+    message, e.g. "timed out after 30s waiting for 5 pods bound; last seen:
+    3 bound (web-3, web-4 pending)".
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return probe()
+        except NotYet as err:
+            seen = str(err) or "(nothing)"
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}; last seen: {seen}")
+        time.sleep(interval)

@@ -1,0 +1,126 @@
+"""Registers a webhook running on this host with the API server, exactly as the chart scopes it.
+
+The Mutating- and ValidatingWebhookConfiguration are rendered from
+charts/gpu-scheduler with `helm template`, so rules, matchConditions,
+namespaceSelector, failurePolicy and timeouts are the ones users install.
+Only the address changes: the chart points at its Service; here each webhook
+gets `clientConfig.url` on 127.0.0.1 (the local kube-apiserver runs on this
+host) and the caBundle of `gpu-scheduler certs`.
+
+Used by the e2e fixtures and by `make demo`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .waiting import NotYet, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "gpu-scheduler"
+HELM = REPO / ".cache" / "bin" / "helm"
+# The chart excludes its release namespace from the webhooks; nothing runs there locally.
+RELEASE_NAMESPACE = "gpu-scheduler"
+KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def render(release: str, base_url: str, ca_bundle: str, scheduler_name: str = "gpu-scheduler",
+           namespace_label: tuple[str, str] | None = None) -> list[dict]:
+    """The chart's two webhook configurations, addressed to `base_url` (https://127.0.0.1:PORT).
+
+    `namespace_label` (key, value) narrows every webhook further to namespaces
+    carrying that label, so the e2e suite's webhook never handles the pods of
+    other suites that share the cluster.
+    """
+    rendered = subprocess.run(
+        [str(HELM), "template", release, str(CHART), "--namespace", RELEASE_NAMESPACE,
+         "--show-only", "templates/webhook-configurations.yaml",
+         "--set", f"schedulerName={scheduler_name}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    if rendered.returncode != 0:
+        raise AssertionError(f"helm template {CHART} failed: {rendered.stderr}")
+    configurations = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    kinds = sorted(doc["kind"] for doc in configurations)
+    if kinds != sorted(KINDS):
+        raise AssertionError(f"expected the chart to render {', '.join(KINDS)}; got {kinds}")
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
+            if namespace_label:
+                key, value = namespace_label
+                selector = webhook.setdefault("namespaceSelector", {})
+                selector.setdefault("matchExpressions", []).append(
+                    {"key": key, "operator": "In", "values": [value]})
+    return configurations
+
+
+def _api_calls(api: client.AdmissionregistrationV1Api, kind: str):
+    if kind == "MutatingWebhookConfiguration":
+        return (api.read_mutating_webhook_configuration, api.create_mutating_webhook_configuration,
+                api.replace_mutating_webhook_configuration, api.delete_mutating_webhook_configuration)
+    return (api.read_validating_webhook_configuration, api.create_validating_webhook_configuration,
+            api.replace_validating_webhook_configuration, api.delete_validating_webhook_configuration)
+
+
+def apply(api_client, configurations: list[dict]) -> None:
+    """Creates the configurations, or replaces ones of the same name left by an earlier run."""
+    api = client.AdmissionregistrationV1Api(api_client)
+    for configuration in configurations:
+        read, create, replace, _ = _api_calls(api, configuration["kind"])
+        name = configuration["metadata"]["name"]
+        try:
+            current = read(name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            create(configuration)
+            continue
+        configuration["metadata"]["resourceVersion"] = current.metadata.resource_version
+        replace(name, configuration)
+
+
+def delete(api_client, name: str) -> None:
+    """Deletes both configurations called `name`; fine when they are gone already."""
+    api = client.AdmissionregistrationV1Api(api_client)
+    for kind in KINDS:
+        try:
+            _api_calls(api, kind)[3](name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-scheduler",
+                      timeout: float = 30.0) -> None:
+    """Waits until the API server sends our pods through the webhook.
+
+    The API server picks up a new configuration from its own watch, a moment
+    after it is created. A server-side dry run of a pod (sideEffects: None
+    allows it) goes through admission without storing anything: once the
+    answer carries CUDA_VISIBLE_DEVICES, the webhook is in the path.
+    """
+    core = client.CoreV1Api(api_client)
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "webhook-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0"}},
+        "spec": {"schedulerName": scheduler_name,
+                 "containers": [{"name": "probe", "image": "gpu-scheduler-check:dev"}]},
+    }
+
+    def probe() -> None:
+        try:
+            created = core.create_namespaced_pod(namespace, pod, dry_run="All")
+        except ApiException as err:
+            raise NotYet(f"dry-run create answered {err.status}: {err.body}") from None
+        env = {e.name: e.value for e in created.spec.containers[0].env or []}
+        if env.get("CUDA_VISIBLE_DEVICES") != "0":
+            raise NotYet(f"the pod came back without CUDA_VISIBLE_DEVICES=0 (env {env})")
+
+    wait_for(f"the API server to call the webhook for pods in namespace {namespace}", probe, timeout)
