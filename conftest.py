@@ -38,7 +38,7 @@ def kubeconfig() -> str:
     api_client = config.new_client_from_config(config_file=path)
     try:
         client.VersionApi(api_client).get_code(_request_timeout=5)
-    except Exception as err:  # any failure to connect means the same thing here
+    except Exception as err:  # noqa: BLE001 - any failure to connect means the same thing here
         _no_cluster(f"the API server of {path} does not answer ({err.__class__.__name__}: {err})")
     finally:
         api_client.close()

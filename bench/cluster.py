@@ -6,6 +6,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -62,22 +63,28 @@ class BenchCluster:
     # -- nodes ----------------------------------------------------------------------------------
 
     def ensure_nodes(self, count: int, timeout: float = 180) -> None:
-        """Nodes bn-0 .. bn-<count-1> exist and are Ready (kwok reports them so)."""
-        def create(j: int) -> None:
-            self.api.call("POST", "/api/v1/nodes", kwok_node(j), ok=(409,))
-
-        _parallel(create, range(count))
+        """Nodes bn-0 .. bn-<count-1> exist, are Ready and carry no taint (so any scheduler may use them)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _parallel(lambda j: self.api.call("POST", "/api/v1/nodes", kwok_node(j, now), ok=(409,)), range(count))
         wanted = {node_name(j) for j in range(count)}
         deadline = time.monotonic() + timeout
         while True:
-            nodes = self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]
-            ready = {n["metadata"]["name"] for n in nodes if _is_ready(n)} & wanted
-            if len(ready) == len(wanted):
+            nodes = [n for n in self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]
+                     if n["metadata"]["name"] in wanted and _is_ready(n)]
+            # The apiserver taints every new node not-ready; the node lifecycle
+            # controller lifts it at its own pace (minutes for 1,000 nodes at its
+            # client rate), so lift it here: these nodes are Ready.
+            tainted = [n for n in nodes if n["spec"].get("taints")]
+            _parallel(lambda n: self.api.call("PATCH", f"/api/v1/nodes/{quote(n['metadata']['name'])}",
+                                              {"spec": {"taints": None}}, ok=(404, 409),
+                                              content_type="application/merge-patch+json"), tainted)
+            if len(nodes) == len(wanted) and not tainted:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(ready)} of {len(wanted)} bench nodes Ready after {timeout:.0f}s; "
-                                   "is kwok running? see .cache/local-cluster/clusters/*/logs/")
-            time.sleep(1)
+                raise TimeoutError(f"only {len(nodes) - len(tainted)} of {len(wanted)} bench nodes Ready and "
+                                   f"untainted after {timeout:.0f}s; are kwok and kube-controller-manager running? "
+                                   "See .cache/local-cluster/clusters/*/logs/")
+            time.sleep(0.5)
 
     def delete_nodes(self) -> None:
         nodes = self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]

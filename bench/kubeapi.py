@@ -59,12 +59,14 @@ class KubeApi:
             conn = self._local.conn = self.connect()
         return conn
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
         """One request on this thread's connection; reconnects once if the server closed it."""
+        headers = self.headers if content_type == "application/json" else {**self.headers, "Content-Type": content_type}
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                conn.request(method, path, body=body, headers=self.headers)
+                conn.request(method, path, body=body, headers=headers)
                 response = conn.getresponse()
                 return response.status, response.read()
             except _RECONNECT_ERRORS:
@@ -74,10 +76,11 @@ class KubeApi:
                     raise
         raise AssertionError("unreachable")
 
-    def call(self, method: str, path: str, body: object = None, ok: tuple[int, ...] = ()) -> dict:
+    def call(self, method: str, path: str, body: object = None, ok: tuple[int, ...] = (),
+             content_type: str = "application/json") -> dict:
         """A JSON request whose answer must be 2xx (or one of `ok`); returns the JSON body."""
         payload = None if body is None else json.dumps(body).encode()
-        status, data = self.request(method, path, payload)
+        status, data = self.request(method, path, payload, content_type)
         if status >= 300 and status not in ok:
             raise ApiError(method, path, status, data)
         return json.loads(data) if data else {}

@@ -1,12 +1,21 @@
-"""One measured burst: start a runner, create the pods, wait for the binds, stop it, clean up."""
+"""One measured run of one runner, in either of two modes, each followed by deleting its pods.
+
+burst: the runner is up; the pods are created at once; the clock runs from
+       the first create request to the last bind (what a user sees).
+drain: the pods are created first, while no runner is up; then the runner
+       starts on the backlog, and the rate is binds per second between the
+       first and the last bind. Creation (and its admission webhooks) is out
+       of the clock: this is the runner's own binding capacity.
+"""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, Bench
-from .pods import run_burst
+from .pods import BindWatcher, Creator, run_burst, wait_until_bound
 from .prometheus import sample
 from .runners import Runner
 from .workload import bench_pods
@@ -46,9 +55,37 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
                            bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
                            settings.threads, settings.burst_timeout(pods))
         figures = result.to_json()
-        figures.update(key=key, label=runner.label, nodes=nodes, ready_seconds=ready_seconds,
+        figures.update(key=key, label=runner.label, mode="burst", nodes=nodes, ready_seconds=ready_seconds,
                        peak_rss_mib=runner.peak_rss_mib(), attempt_seconds=attempt_seconds(runner))
     finally:
         runner.stop()
+    figures["cleanup_seconds"] = bench.cluster.delete_pods()
+    return figures
+
+
+def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> dict:
+    settings = bench.settings
+    runner = make_runner(bench, key)
+    creator = Creator(bench.api, bench.namespace, settings.threads)
+    creator.start(bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace))
+    creator.done.wait(settings.burst_timeout(pods))
+    names = creator.succeeded()
+    watcher = BindWatcher(bench.api, bench.namespace)
+    watcher.start()
+    try:
+        launched = time.monotonic()
+        runner.start()
+        complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
+        figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
+    finally:
+        watcher.stop()
+        runner.stop()
+    binds = sorted(watcher.bound_at[n] for n in names if n in watcher.bound_at)
+    span = binds[-1] - binds[0] if len(binds) > 1 else float("nan")
+    figures.update(
+        key=key, label=runner.label, mode="drain", pods=pods, nodes=nodes, created=len(names), bound=len(binds),
+        seconds=span, pods_per_second=(len(binds) - 1) / span if span > 0 else float("nan"),
+        launch_to_first_bind_s=binds[0] - launched if binds else float("nan"),
+        create_errors=len(creator.failures()), create_retries=len(creator.retry_reasons), complete=complete)
     figures["cleanup_seconds"] = bench.cluster.delete_pods()
     return figures

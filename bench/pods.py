@@ -91,7 +91,6 @@ class Creation:
     sent_at: float
     answered_at: float = 0.0
     status: int = 0
-    attempts: int = 0
     message: str = ""
 
 
@@ -104,6 +103,7 @@ class Creator:
     threads: int
     created: dict[str, Creation] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
+    retry_reasons: list[str] = field(default_factory=list)
 
     def start(self, pods: list[dict]) -> None:
         bodies = [(p["metadata"]["name"], json.dumps(p, separators=(",", ":")).encode()) for p in pods]
@@ -120,7 +120,6 @@ class Creator:
         creation = Creation(sent_at=time.monotonic())
         self.created[name] = creation
         for attempt in range(1, CREATE_ATTEMPTS + 1):
-            creation.attempts = attempt
             try:
                 status, data = self.api.request("POST", path, body)
             except OSError as err:
@@ -128,6 +127,7 @@ class Creator:
             creation.status = status
             if status not in RETRY_STATUSES and status != 0:
                 break
+            self.retry_reasons.append(f"{name}: HTTP {status} {data[:200].decode('utf-8', 'replace')}")
             time.sleep(0.05 * attempt)
         creation.answered_at = time.monotonic()
         if status != 201:
@@ -153,6 +153,7 @@ class BurstResult:
     create_latency: dict[str, float]  # create sent -> create answered (admission included), seconds
     seen_latency: dict[str, float]    # pod first seen by the watch -> bind seen, seconds
     create_errors: list[str]
+    create_retries: list[str]  # why create requests were sent again (429/5xx, e.g. a webhook timeout)
     complete: bool
 
     @property
@@ -165,7 +166,9 @@ class BurstResult:
                 "pods_per_second": self.pods_per_second, "latency_s": self.latency,
                 "create_latency_s": self.create_latency, "seen_to_bound_s": self.seen_latency,
                 "create_errors": len(self.create_errors),
-                "create_error_samples": self.create_errors[:3], "complete": self.complete}
+                "create_error_samples": self.create_errors[:3],
+                "create_retries": len(self.create_retries), "create_retry_samples": self.create_retries[:3],
+                "complete": self.complete}
 
 
 def progress(label: str, text: str) -> None:
@@ -214,11 +217,12 @@ def run_burst(api: KubeApi, namespace: str, runner: str, pods: list[dict], threa
     finally:
         watcher.stop()
     return burst_result(runner, len(pods), creator.created, watcher.first_seen, watcher.bound_at,
-                        creator.failures(), complete)
+                        creator.failures(), creator.retry_reasons, complete)
 
 
 def burst_result(runner: str, pods: int, created: dict[str, Creation], first_seen: dict[str, float],
-                 bound_at: dict[str, float], failures: list[str], complete: bool) -> BurstResult:
+                 bound_at: dict[str, float], failures: list[str], retries: list[str],
+                 complete: bool) -> BurstResult:
     ok = {name: c for name, c in created.items() if c.status == 201}
     first_sent = min((c.sent_at for c in created.values()), default=0.0)
     bound = {name: bound_at[name] for name in ok if name in bound_at}
@@ -230,4 +234,5 @@ def burst_result(runner: str, pods: int, created: dict[str, Creation], first_see
         latency=latency_summary([t - ok[name].sent_at for name, t in bound.items()]),
         create_latency=latency_summary([c.answered_at - c.sent_at for c in ok.values()]),
         seen_latency=latency_summary([t - first_seen[name] for name, t in bound.items()]),
-        create_errors=failures, complete=complete)
+        create_errors=failures, create_retries=retries,
+        complete=complete)

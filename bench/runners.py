@@ -36,6 +36,8 @@ class Runner:
     process: Process
     ready: Callable[[], bool]
     metrics_url: str = ""  # gpu-scheduler only: its /metrics
+    # kube-scheduler without leader election exits 1 ("finished without leader elect") on SIGTERM.
+    clean_exits: tuple[int, ...] = (0, -15)
 
     @property
     def label(self) -> str:
@@ -50,7 +52,7 @@ class Runner:
 
     def stop(self) -> None:
         code = self.process.stop()
-        if code not in (0, None, -15):
+        if code is not None and code not in self.clean_exits:
             print(f"    warning: {self.process.name} exited with {code}; see {self.process.log_path}",
                   file=sys.stderr)
 
@@ -92,7 +94,8 @@ def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
         "--bind-address", "127.0.0.1", "--secure-port", str(port),
     ], logs / f"{key}.log")
     context = insecure_context()
-    return Runner(key, scheduler_name, process, lambda: http_ok(f"https://127.0.0.1:{port}/readyz", context))
+    return Runner(key, scheduler_name, process, lambda: http_ok(f"https://127.0.0.1:{port}/readyz", context),
+                  clean_exits=(0, 1, -15))
 
 
 def ceiling(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:

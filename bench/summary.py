@@ -39,7 +39,9 @@ def summarize_runner(runs: list[dict]) -> dict:
         "seen_to_bound_p99_s": med("seen_to_bound_s", "p99"),
         "peak_rss_mib": med("peak_rss_mib"),
         "attempt_ms": med("attempt_seconds") * 1000,
+        "launch_to_first_bind_s": med("launch_to_first_bind_s"),
         "create_errors": sum(r["create_errors"] for r in runs),
+        "create_retries": sum(r["create_retries"] for r in runs),
         "complete": all(r["complete"] for r in runs),
     }
 
@@ -64,14 +66,19 @@ def headline_metrics(results: dict) -> dict[str, dict]:
     """The figures the targets check, each with the scale it was measured at: name -> {value, scale}."""
     metrics: dict[str, dict] = {}
     throughput = results.get("throughput") or {}
-    if throughput.get("summary"):
+    for mode in ("burst", "drain"):
+        figures = throughput.get(mode) or {}
+        if not figures.get("summary"):
+            continue
         scale = f"{throughput['pods']} pods, {throughput['nodes']} nodes"
-        for name, ratio in throughput["ratios"].items():
-            metrics[f"ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        ours = throughput["summary"].get("ours")
+        prefix = "" if mode == "burst" else "drain."
+        for name, ratio in figures["ratios"].items():
+            metrics[f"{prefix}ratio.{name}"] = {"value": ratio["median"], "scale": scale}
+        ours = figures["summary"].get("ours")
         if ours:
-            metrics["ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
-            metrics["ours.latency_p99_s"] = {"value": ours["latency_p99_s"], "scale": scale}
+            metrics[f"{prefix}ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
+            if mode == "burst":
+                metrics["ours.latency_p99_s"] = {"value": ours["latency_p99_s"], "scale": scale}
     for row in (results.get("admission") or {}).get("rates", []):
         scale = f"{row['rate']}/s for {row['duration_s']:g}s"
         metrics[f"admission.{row['rate']}.p99_ms"] = {"value": row["p99_ms"], "scale": scale}

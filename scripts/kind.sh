@@ -4,8 +4,8 @@
 #   up      create the cluster from cluster/kind-config.yaml (idempotent)
 #   down    delete it
 #   images  docker build both images
-#   e2e     load the images into the cluster, helm install both charts, run
-#           the e2e suite against the cluster's kubeconfig
+#   e2e     load the images into the cluster, helm install both charts (the
+#           check's pods must all run), run the e2e suite against the cluster
 # Env: KIND_CLUSTER (gpu-scheduler), SCHEDULER_IMAGE (gpu-scheduler:dev),
 #      CHECK_IMAGE (gpu-scheduler-check:dev). An image that is not in the
 #      local Docker is pulled first, so CI can test the images it pushed.
@@ -76,6 +76,7 @@ cmd_e2e() {
   need_docker "make e2e"
   need_kind "make e2e"
   need_tool "make e2e" helm
+  need_tool "make e2e" kubectl
   cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
   [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
   mkdir -p "$(dirname "$KIND_KUBECONFIG")"
@@ -86,23 +87,39 @@ cmd_e2e() {
   for image in "$SCHEDULER_IMAGE" "$CHECK_IMAGE"; do
     docker image inspect "$image" >/dev/null 2>&1 || docker pull "$image"
   done
-  kind load docker-image --name "$CLUSTER" "$SCHEDULER_IMAGE" "$CHECK_IMAGE"
+  # The e2e suite deploys the check chart's StatefulSet with the image
+  # gpu-scheduler-check:dev: give it that name too.
+  local images=("$SCHEDULER_IMAGE" "$CHECK_IMAGE")
+  if [[ "$CHECK_IMAGE" != gpu-scheduler-check:dev ]]; then
+    docker tag "$CHECK_IMAGE" gpu-scheduler-check:dev
+    images+=(gpu-scheduler-check:dev)
+  fi
+  kind load docker-image --name "$CLUSTER" "${images[@]}"
 
   local scheduler_repo scheduler_tag check_repo check_tag
   read -r scheduler_repo scheduler_tag <<<"$(split_image "$SCHEDULER_IMAGE")"
   read -r check_repo check_tag <<<"$(split_image "$CHECK_IMAGE")"
-  # Never pull: the nodes run exactly the images just loaded.
+  # pullPolicy Never: the nodes run exactly the images just loaded.
+  log "e2e: helm install gpu-scheduler into $SCHEDULER_NAMESPACE"
   "$BIN_DIR/helm" upgrade --install gpu-scheduler "$REPO_ROOT/charts/gpu-scheduler" \
     --namespace "$SCHEDULER_NAMESPACE" --create-namespace \
     --set-string image.repository="$scheduler_repo" --set-string image.tag="$scheduler_tag" \
     --set image.pullPolicy=Never --wait --timeout 5m
+  # --wait: every check pod Running, i.e. admitted by the webhook and bound by
+  # the scheduler. Its pods then leave again: they would hold the same GPUs
+  # as the StatefulSets the e2e suite deploys, and change its sharing events.
+  log "e2e: helm install gpu-scheduler-check into $CHECK_NAMESPACE"
   "$BIN_DIR/helm" upgrade --install gpu-scheduler-check "$REPO_ROOT/charts/gpu-scheduler-check" \
     --namespace "$CHECK_NAMESPACE" --create-namespace \
     --set-string image.repository="$check_repo" --set-string image.tag="$check_tag" \
     --set image.pullPolicy=Never --wait --timeout 5m
+  "$BIN_DIR/kubectl" --namespace "$CHECK_NAMESPACE" get pods -o wide
+  "$BIN_DIR/helm" uninstall gpu-scheduler-check --namespace "$CHECK_NAMESPACE" --wait
 
   cd "$REPO_ROOT"
-  .venv/bin/pytest -m e2e tests/e2e
+  # E2E_USE_INSTALLED: the suite uses the installed scheduler and webhook
+  # instead of starting its own processes.
+  E2E_USE_INSTALLED=1 .venv/bin/pytest -m e2e tests/e2e
 }
 
 case "${1:-}" in

@@ -49,3 +49,12 @@ find_binary() {
     command -v "$name" 2>/dev/null || true
   fi
 }
+
+# lock_cluster: serialize local-up/local-down (tests may call them in parallel).
+# Child scripts inherit fd 9 and the env flag, so nesting does not deadlock.
+lock_cluster() {
+  [[ -n "${_LOCAL_CLUSTER_LOCKED:-}" ]] && return 0
+  exec 9>"$CACHE_DIR/local-cluster.lock"
+  flock 9 || die "cannot lock $CACHE_DIR/local-cluster.lock"
+  export _LOCAL_CLUSTER_LOCKED=1
+}

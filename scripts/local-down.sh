@@ -5,6 +5,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 export KWOK_WORKDIR="$CLUSTER_DIR"
+lock_cluster
 
 # our_pids DIR: PIDs of processes whose command line mentions DIR (etcd's
 # data dir, the apiserver's pki, the controllers' kubeconfig all live there).

@@ -19,6 +19,7 @@ KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
 # Keep kwokctl's whole workdir (cluster state, pki, logs) out of ~/.kwok.
 export KWOK_WORKDIR="$CLUSTER_DIR"
 kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+lock_cluster
 
 usage() {
   cat <<EOF
@@ -76,7 +77,7 @@ if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
     --kube-admission=true \
     --kubeconfig "$KUBECONFIG_FILE" \
     --quiet-pull \
-    --wait 120s
+    --wait 120s 9>&- # the daemons it forks must not inherit (and hold) our lock
   log "control plane is up"
 fi
 

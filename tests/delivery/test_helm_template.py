@@ -24,7 +24,9 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 
 
 def webhooks(rendered) -> list[dict]:
-    return [w for config in rendered.of_kind(*WEBHOOK_KINDS) for w in config["webhooks"]]
+    return [
+        w for config in rendered.of_kind(*WEBHOOK_KINDS) for w in config["webhooks"]
+    ]
 
 
 def annotations(doc: dict) -> dict:
@@ -44,13 +46,21 @@ def normalized(rules: list[dict]) -> list[dict]:
 # certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
 EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-scheduler"): [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["events.k8s.io"],
+            "resources": ["events"],
+            "verbs": ["create", "patch"],
+        },
     ],
     ("Role", "gpu-scheduler-scheduler-leader-election"): [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create"],
+        },
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
@@ -70,7 +80,10 @@ EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-certs"): [
         {
             "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resources": [
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+            ],
             "resourceNames": ["gpu-scheduler"],
             "verbs": ["get", "update"],
         },
@@ -103,7 +116,10 @@ def test_each_service_account_is_bound_only_to_its_own_role(render):
     scheduler = [("ServiceAccount", "gpu-scheduler-scheduler", SCHEDULER_NAMESPACE)]
     certs = [("ServiceAccount", "gpu-scheduler-certs", SCHEDULER_NAMESPACE)]
     assert bindings == {
-        ("ClusterRoleBinding", "gpu-scheduler-scheduler"): ("gpu-scheduler-scheduler", scheduler),
+        ("ClusterRoleBinding", "gpu-scheduler-scheduler"): (
+            "gpu-scheduler-scheduler",
+            scheduler,
+        ),
         ("RoleBinding", "gpu-scheduler-scheduler-leader-election"): (
             "gpu-scheduler-scheduler-leader-election",
             scheduler,
@@ -148,6 +164,10 @@ def test_provided_mode_may_only_read_the_users_secret(render):
     args = container_args(jobs["gpu-scheduler-certs-patch"])
     assert flag(args, "secret") == "my-webhook-tls"
     assert flag(args, "patch-webhook") == "gpu-scheduler"
+    # Its RBAC exists for the post phase only, like the one Job.
+    for doc in rendered.docs:
+        if doc["metadata"]["name"] == "gpu-scheduler-certs":
+            assert annotations(doc)["helm.sh/hook"] == "post-install,post-upgrade"
 
 
 @pytest.mark.parametrize("scheduler_name", ["gpu-scheduler", "team-a.scheduler"])
@@ -216,7 +236,10 @@ def test_failure_policy_and_timeout_come_from_values(render, policy, timeout):
 
 
 def test_webhook_defaults_fail_closed_within_five_seconds(render):
-    found = {(w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(render(SCHEDULER_CHART))}
+    found = {
+        (w["failurePolicy"], w["timeoutSeconds"])
+        for w in webhooks(render(SCHEDULER_CHART))
+    }
 
     assert found == {("Fail", 5)}
 
@@ -272,7 +295,9 @@ def test_validating_webhooks_check_pods_and_pod_templates_on_validate(render):
 
 
 @pytest.mark.parametrize("mode", ["job", "provided"])
-def test_webhook_configurations_carry_no_ca_bundle_for_the_cert_job_to_fill(render, mode):
+def test_webhook_configurations_carry_no_ca_bundle_for_the_cert_job_to_fill(
+    render, mode
+):
     rendered = render(SCHEDULER_CHART, f"certs.mode={mode}", "certs.existingSecret=tls")
 
     for webhook in webhooks(rendered):
@@ -342,7 +367,10 @@ def test_cert_manager_mode_issues_the_certificate_the_webhook_mounts(render):
     assert certificate["spec"]["secretName"] == mounted["secretName"]
     service = f"gpu-scheduler-webhook.{SCHEDULER_NAMESPACE}.svc"
     assert service in certificate["spec"]["dnsNames"]
-    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "gpu-scheduler-ca"}
+    assert certificate["spec"]["issuerRef"] == {
+        "kind": "Issuer",
+        "name": "gpu-scheduler-ca",
+    }
     rendered.one("Certificate", "gpu-scheduler-ca")
     for config in rendered.of_kind(*WEBHOOK_KINDS):
         assert annotations(config)["cert-manager.io/inject-ca-from"] == (
@@ -354,7 +382,9 @@ def wave(doc: dict) -> int:
     return int(annotations(doc)["argocd.argoproj.io/sync-wave"])
 
 
-def test_sync_waves_put_certificate_then_webhook_then_configurations_then_scheduler(render):
+def test_sync_waves_put_certificate_then_webhook_then_configurations_then_scheduler(
+    render,
+):
     rendered = render(SCHEDULER_CHART, "certs.mode=cert-manager")
 
     certificate = wave(rendered.one("Certificate", "gpu-scheduler-webhook"))
@@ -371,7 +401,9 @@ def test_sync_waves_put_certificate_then_webhook_then_configurations_then_schedu
 def test_no_argocd_hook_annotation_hides_the_helm_hooks(render):
     # Argo CD ignores every Helm hook of a chart that has any Argo CD hook.
     for doc in render(SCHEDULER_CHART).docs:
-        assert "argocd.argoproj.io/hook" not in annotations(doc), doc["metadata"]["name"]
+        assert "argocd.argoproj.io/hook" not in annotations(doc), doc["metadata"][
+            "name"
+        ]
 
 
 def test_scheduler_arguments_follow_the_values(render):
@@ -417,7 +449,9 @@ def test_scheduler_arguments_follow_the_values(render):
         "log-level": "debug",
     }
     env = {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}
-    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}
+    }
 
 
 def test_scheduler_defaults_run_two_replicas_with_leader_election(render):
@@ -442,19 +476,35 @@ def test_webhook_arguments_follow_the_values(render):
     assert flag(args, "tls-cert-file") == "/certs/tls.crt"
     assert flag(args, "tls-private-key-file") == "/certs/tls.key"
     assert flag(args, "port") == "8443"
-    mounts = {m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]}
+    mounts = {
+        m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]
+    }
     assert mounts["certs"] == {"name": "certs", "mountPath": "/certs", "readOnly": True}
 
 
 def test_probes_ask_the_real_health_endpoints(render):
     rendered = render(SCHEDULER_CHART)
-    scheduler = pod_spec(rendered.one("Deployment", "gpu-scheduler-scheduler"))["containers"][0]
-    webhook = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))["containers"][0]
+    scheduler = pod_spec(rendered.one("Deployment", "gpu-scheduler-scheduler"))[
+        "containers"
+    ][0]
+    webhook = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))[
+        "containers"
+    ][0]
 
-    assert scheduler["ports"] == [{"name": "metrics", "containerPort": 10251, "protocol": "TCP"}]
-    assert scheduler["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert scheduler["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert webhook["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert scheduler["ports"] == [
+        {"name": "metrics", "containerPort": 10251, "protocol": "TCP"}
+    ]
+    assert scheduler["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "metrics",
+    }
+    assert scheduler["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "metrics",
+    }
+    assert webhook["ports"] == [
+        {"name": "https", "containerPort": 8443, "protocol": "TCP"}
+    ]
     assert webhook["livenessProbe"]["httpGet"] == {
         "scheme": "HTTPS",
         "path": "/healthz",
@@ -526,12 +576,18 @@ def test_service_monitor_is_off_by_default_and_scrapes_metrics_when_on(render):
 def test_every_object_carries_the_recommended_labels(render):
     for doc in render(SCHEDULER_CHART, "certs.mode=cert-manager").docs:
         labels = doc["metadata"]["labels"]
-        assert labels["app.kubernetes.io/name"] == "gpu-scheduler", doc["metadata"]["name"]
+        assert labels["app.kubernetes.io/name"] == "gpu-scheduler", doc["metadata"][
+            "name"
+        ]
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         assert labels["helm.sh/chart"] == "gpu-scheduler-0.1.0"
-        assert labels["app.kubernetes.io/component"] in {"scheduler", "webhook", "certs"}
+        assert labels["app.kubernetes.io/component"] in {
+            "scheduler",
+            "webhook",
+            "certs",
+        }
 
 
 @pytest.mark.parametrize(
@@ -553,7 +609,9 @@ def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
 
 
 def test_provided_mode_without_a_secret_name_is_refused(helm):
-    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"])
+    result = run(
+        [helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"]
+    )
 
     assert result.returncode != 0
     assert "existingSecret" in result.stderr

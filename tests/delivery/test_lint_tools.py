@@ -20,7 +20,10 @@ pytestmark = pytest.mark.delivery
 ADDON_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
 CHART_VARIANTS = [
     (SCHEDULER_CHART, ()),
-    (SCHEDULER_CHART, ("certs.mode=cert-manager", "metrics.serviceMonitor.enabled=true")),
+    (
+        SCHEDULER_CHART,
+        ("certs.mode=cert-manager", "metrics.serviceMonitor.enabled=true"),
+    ),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=my-tls")),
     (CHECK_CHART, ()),
 ]
@@ -43,13 +46,22 @@ def test_rendered_manifests_match_the_kubernetes_1_34_schemas(
     render, lint_bin, tmp_path, chart, sets
 ):
     docs = [
-        doc for doc in render(chart, *sets).docs if not doc["apiVersion"].startswith(ADDON_GROUPS)
+        doc
+        for doc in render(chart, *sets).docs
+        if not doc["apiVersion"].startswith(ADDON_GROUPS)
     ]
     manifest = tmp_path / "rendered.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
 
     result = run(
-        [lint_bin / "kubernetes-validate", "-k", "1.34.0", "--strict", "--quiet", manifest]
+        [
+            lint_bin / "kubernetes-validate",
+            "-k",
+            "1.34.0",
+            "--strict",
+            "--quiet",
+            manifest,
+        ]
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
@@ -65,7 +77,14 @@ def test_kubernetes_validate_rejects_an_unknown_field(lint_bin, tmp_path):
     )
 
     result = run(
-        [lint_bin / "kubernetes-validate", "-k", "1.34.0", "--strict", "--quiet", manifest]
+        [
+            lint_bin / "kubernetes-validate",
+            "-k",
+            "1.34.0",
+            "--strict",
+            "--quiet",
+            manifest,
+        ]
     )
 
     assert result.returncode != 0
@@ -73,7 +92,9 @@ def test_kubernetes_validate_rejects_an_unknown_field(lint_bin, tmp_path):
 
 
 def test_yamllint_passes_on_every_yaml_file(lint_bin):
-    result = run([lint_bin / "yamllint", "--strict", "--format", "parsable", "."], cwd=REPO)
+    result = run(
+        [lint_bin / "yamllint", "--strict", "--format", "parsable", "."], cwd=REPO
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -96,7 +117,8 @@ def test_yamllint_covers_values_and_ci_files_but_not_helm_templates(lint_bin):
 
 def test_hadolint_passes_on_both_dockerfiles(lint_bin):
     result = run(
-        [lint_bin / "hadolint", "apps/scheduler/Dockerfile", "apps/check/Dockerfile"], cwd=REPO
+        [lint_bin / "hadolint", "apps/scheduler/Dockerfile", "apps/check/Dockerfile"],
+        cwd=REPO,
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
@@ -104,7 +126,12 @@ def test_hadolint_passes_on_both_dockerfiles(lint_bin):
 
 def test_gitlab_ci_matches_gitlabs_schema(lint_bin):
     result = run(
-        [lint_bin / "check-jsonschema", "--builtin-schema", "vendor.gitlab-ci", ".gitlab-ci.yml"],
+        [
+            lint_bin / "check-jsonschema",
+            "--builtin-schema",
+            "vendor.gitlab-ci",
+            ".gitlab-ci.yml",
+        ],
         cwd=REPO,
     )
 

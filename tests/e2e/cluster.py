@@ -14,13 +14,18 @@ from kubernetes.client.rest import ApiException
 from .waiting import NotYet, wait_for
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+# The scheduler's --alias-label: a map may name a node by this label's value.
+ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")
 
 
 def get_json(api_client, path: str, query: dict | None = None) -> dict:
     """GET an API path; the body as a dict."""
     method, url, headers, _, _ = api_client.param_serialize(
-        "GET", path, query_params=list((query or {}).items()), header_params={"Accept": "application/json"},
+        "GET",
+        path,
+        query_params=list((query or {}).items()),
+        header_params={"Accept": "application/json"},
         auth_settings=["BearerToken"],
     )
     response = api_client.call_api(method, url, header_params=headers)
@@ -38,6 +43,27 @@ def list_pods(api_client, namespace: str, label_selector: str = "") -> list[dict
 
 def get_pod(api_client, namespace: str, name: str) -> dict:
     return get_json(api_client, f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def node_aliases(api_client) -> dict[str, str]:
+    """node name -> the name a map uses for it: its gpu-node-name label, else its name.
+
+    On the local cluster node1 is called node1; on KinD the worker labelled
+    gpu-node-name=node1 is, whatever its own name."""
+    nodes = get_json(api_client, "/api/v1/nodes")["items"]
+    return {
+        n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(ALIAS_LABEL, n["metadata"]["name"])
+        for n in nodes
+    }
+
+
+def map_nodes(api_client, pods: list[dict]) -> dict[str, str]:
+    """pod name -> the node it is bound to, as a map names that node ("" when unbound)."""
+    aliases = node_aliases(api_client)
+    return {
+        p["metadata"]["name"]: aliases.get(p["spec"].get("nodeName") or "", p["spec"].get("nodeName") or "")
+        for p in pods
+    }
 
 
 def create(api_client, namespace: str, objects: list[dict]) -> None:
@@ -60,13 +86,19 @@ def container_env(pod: dict, name: str = CUDA_ENV) -> dict[str, str | None]:
 def pod_events(api_client, namespace: str, pod_name: str) -> list[dict]:
     """Core v1 Events about a pod. The API server also serves events.k8s.io/v1 Events
     (what the scheduler writes) through this API, so this sees both."""
-    return get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
-                    {"fieldSelector": f"involvedObject.kind=Pod,involvedObject.name={pod_name}"})["items"]
+    return get_json(
+        api_client,
+        f"/api/v1/namespaces/{namespace}/events",
+        {"fieldSelector": f"involvedObject.kind=Pod,involvedObject.name={pod_name}"},
+    )["items"]
 
 
 def object_events(api_client, namespace: str, kind: str, name: str) -> list[dict]:
-    return get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
-                    {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"})["items"]
+    return get_json(
+        api_client,
+        f"/api/v1/namespaces/{namespace}/events",
+        {"fieldSelector": f"involvedObject.kind={kind},involvedObject.name={name}"},
+    )["items"]
 
 
 def describe_events(events: list[dict]) -> str:
@@ -74,14 +106,23 @@ def describe_events(events: list[dict]) -> str:
 
 
 def describe_pods(pods: list[dict]) -> str:
-    return ", ".join(
-        f"{p['metadata']['name']}={p['spec'].get('nodeName') or '<unbound>'}/{(p.get('status') or {}).get('phase')}"
-        for p in pods
-    ) or "no pods"
+    return (
+        ", ".join(
+            f"{p['metadata']['name']}={p['spec'].get('nodeName') or '<unbound>'}/{(p.get('status') or {}).get('phase')}"
+            for p in pods
+        )
+        or "no pods"
+    )
 
 
-def wait_for_pods(api_client, namespace: str, count: int, timeout: float, label_selector: str = "",
-                  phases: tuple[str, ...] | None = ("Running",)) -> list[dict]:
+def wait_for_pods(
+    api_client,
+    namespace: str,
+    count: int,
+    timeout: float,
+    label_selector: str = "",
+    phases: tuple[str, ...] | None = ("Running",),
+) -> list[dict]:
     """Waits until `count` pods exist, each bound to a node and in one of `phases` (None: any phase)."""
     wanted = "bound" + (f" and {'/'.join(phases)}" if phases else "")
 
@@ -96,8 +137,7 @@ def wait_for_pods(api_client, namespace: str, count: int, timeout: float, label_
     return wait_for(f"{count} pods{selected} in {namespace} {wanted}", probe, timeout)
 
 
-def wait_for_event(api_client, namespace: str, pod_name: str, reason: str, contains: str,
-                   timeout: float) -> dict:
+def wait_for_event(api_client, namespace: str, pod_name: str, reason: str, contains: str, timeout: float) -> dict:
     """Waits for an Event about pod `pod_name` with `reason` whose message contains `contains`."""
 
     def probe() -> dict:
@@ -110,18 +150,24 @@ def wait_for_event(api_client, namespace: str, pod_name: str, reason: str, conta
     return wait_for(f"a {reason} event about pod {namespace}/{pod_name} saying {contains!r}", probe, timeout)
 
 
-def kwok_node(name: str, alias: str | None = None, gpus: int = 4) -> dict:
-    """A KWOK fake node, built like scripts/local-up.sh builds node1..nodeN: kwok
-    takes the nodes annotated kwok.x-k8s.io/node=fake, keeps them Ready and runs their pods."""
-    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    labels = {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64"}
-    if alias:
-        labels["gpu-node-name"] = alias
+def kwok_node(name: str) -> dict:
+    """A KWOK fake node with 4 GPUs, built like scripts/local-up.sh builds node1..nodeN:
+    kwok takes the nodes annotated kwok.x-k8s.io/node=fake, makes them Ready and runs their pods."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
+    labels = {
+        "type": "kwok",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": labels,
-                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
         "status": {"capacity": resources, "allocatable": resources},
     }
 

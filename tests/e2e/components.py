@@ -37,7 +37,10 @@ def make_certs(out_dir: Path, ip: str = "127.0.0.1") -> Certs:
     """Runs `gpu-scheduler certs --out-dir DIR --ip IP`; its stdout is the caBundle."""
     result = subprocess.run(
         [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", ip],
-        capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if result.returncode != 0:
         raise AssertionError(f"gpu-scheduler certs failed with {result.returncode}: {result.stderr}")
@@ -47,16 +50,33 @@ def make_certs(out_dir: Path, ip: str = "127.0.0.1") -> Certs:
 class WebhookProcess(ManagedProcess):
     """`gpu-scheduler webhook` serving TLS on 127.0.0.1, where the host's kube-apiserver reaches it."""
 
-    def __init__(self, certs: Certs, log_path: Path, port: int | None = None,
-                 scheduler_name: str = SCHEDULER_NAME) -> None:
+    def __init__(
+        self, certs: Certs, log_path: Path, port: int | None = None, scheduler_name: str = SCHEDULER_NAME
+    ) -> None:
         self.port = port or free_port()
         self.certs = certs
-        super().__init__("webhook", [
-            str(GPU_SCHEDULER), "webhook",
-            "--tls-cert-file", str(certs.cert_file), "--tls-private-key-file", str(certs.key_file),
-            "--port", str(self.port), "--bind", "127.0.0.1", "--workers", "2",
-            "--scheduler-name", scheduler_name, "--log-format", "text",
-        ], log_path)
+        super().__init__(
+            "webhook",
+            [
+                str(GPU_SCHEDULER),
+                "webhook",
+                "--tls-cert-file",
+                str(certs.cert_file),
+                "--tls-private-key-file",
+                str(certs.key_file),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--workers",
+                "2",
+                "--scheduler-name",
+                scheduler_name,
+                "--log-format",
+                "text",
+            ],
+            log_path,
+        )
 
     @property
     def base_url(self) -> str:
@@ -71,26 +91,48 @@ class WebhookProcess(ManagedProcess):
 class SchedulerProcess(ManagedProcess):
     """`gpu-scheduler scheduler` on the host, with its /metrics, /healthz and /readyz on a free port."""
 
-    def __init__(self, kubeconfig: str, log_path: Path, *, scheduler_name: str = SCHEDULER_NAME,
-                 leader_elect: bool = False, lease_name: str = "gpu-scheduler",
-                 lease_namespace: str = "default", lease_timing: tuple[float, float, float] = (15, 10, 2),
-                 name: str = "scheduler") -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        log_path: Path,
+        *,
+        scheduler_name: str = SCHEDULER_NAME,
+        leader_elect: bool = False,
+        lease_name: str = "gpu-scheduler",
+        lease_namespace: str = "default",
+        lease_timing: tuple[float, float, float] = (15, 10, 2),
+        name: str = "scheduler",
+    ) -> None:
         self.metrics_port = free_port()
         self.scheduler_name = scheduler_name
         self.lease_duration, renew_deadline, retry_period = lease_timing
         argv = [
-            str(GPU_SCHEDULER), "scheduler", "--kubeconfig", kubeconfig,
-            "--scheduler-name", scheduler_name, "--metrics-port", str(self.metrics_port),
-            "--bind-address", "127.0.0.1", "--log-format", "text",
+            str(GPU_SCHEDULER),
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig,
+            "--scheduler-name",
+            scheduler_name,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--bind-address",
+            "127.0.0.1",
+            "--log-format",
+            "text",
             f"--leader-elect={'true' if leader_elect else 'false'}",
         ]
         if leader_elect:
             argv += [
-                "--leader-elect-resource-name", lease_name,
-                "--leader-elect-resource-namespace", lease_namespace,
-                "--leader-elect-lease-duration", f"{self.lease_duration:g}",
-                "--leader-elect-renew-deadline", f"{renew_deadline:g}",
-                "--leader-elect-retry-period", f"{retry_period:g}",
+                "--leader-elect-resource-name",
+                lease_name,
+                "--leader-elect-resource-namespace",
+                lease_namespace,
+                "--leader-elect-lease-duration",
+                f"{self.lease_duration:g}",
+                "--leader-elect-renew-deadline",
+                f"{renew_deadline:g}",
+                "--leader-elect-retry-period",
+                f"{retry_period:g}",
             ]
         # KUBECONFIG in the environment would be the flag's default; the flag
         # is explicit, so drop it to be sure which cluster is used.

@@ -35,15 +35,19 @@ _processes: list[ManagedProcess] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "local_only: needs the scheduler/webhook processes of this host or KWOK nodes; "
-        "skipped when E2E_USE_INSTALLED=1")
+        "markers",
+        "local_only: needs the scheduler/webhook processes of this host or KWOK nodes; "
+        "skipped when E2E_USE_INSTALLED=1",
+    )
 
 
 @pytest.fixture(autouse=True)
 def _skip_local_only(request: pytest.FixtureRequest) -> None:
     if USE_INSTALLED and request.node.get_closest_marker("local_only"):
-        pytest.skip("E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
-                    "which the installed cluster does not have; it runs in `make test`")
+        pytest.skip(
+            "E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
+            "which the installed cluster does not have; it runs in `make test`"
+        )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -78,7 +82,8 @@ def webhook(api_client, e2e_dir):
     try:
         process.start_and_wait()
         configurations = webhook_registration.render(
-            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID))
+            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)
+        )
         webhook_registration.apply(api_client, configurations)
         probe_namespace = create_namespace(api_client, "e2e-probe")
         try:

@@ -8,6 +8,8 @@ from .cluster import container_env
 from .workloads import Expected
 
 STATEFULSET_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+# KWOK reports a bound pod Running; on KinD its containers really run.
+WANTED_PHASE = "Running"
 
 
 @dataclass(frozen=True)
@@ -15,7 +17,8 @@ class PodPlacement:
     pod: str
     index: int
     expected: Expected | None
-    node: str
+    node: str  # spec.nodeName
+    map_node: str  # the name a map uses for that node (its gpu-node-name label)
     phase: str
     cuda_by_container: dict[str, str | None]
 
@@ -27,42 +30,67 @@ class PodPlacement:
             return str(next(iter(values)) or "<unset>")
         return ", ".join(f"{name}={value or '<unset>'}" for name, value in self.cuda_by_container.items())
 
-    def problems(self, phases: tuple[str, ...] = ("Running",)) -> list[str]:
+    @property
+    def node_shown(self) -> str:
+        if not self.node:
+            return "<unbound>"
+        return self.node if self.map_node == self.node else f"{self.node} ({self.map_node})"
+
+    def problems(self) -> list[str]:
         if self.expected is None:
             return [f"index {self.index} is not in the map"]
         found = []
-        if self.node != self.expected.node:
-            found.append(f"node {self.node or '<unbound>'}, expected {self.expected.node}")
+        if self.map_node != self.expected.node:
+            found.append(f"node {self.node_shown}, expected {self.expected.node}")
         wrong = {n: v for n, v in self.cuda_by_container.items() if v != self.expected.devices}
         if wrong or not self.cuda_by_container:
             found.append(f"CUDA_VISIBLE_DEVICES {self.cuda}, expected {self.expected.devices} in every container")
-        if self.phase not in phases:
-            found.append(f"phase {self.phase}, expected {'/'.join(phases)}")
+        if self.phase != WANTED_PHASE:
+            found.append(f"phase {self.phase or '<none>'}, expected {WANTED_PHASE}")
         return found
 
 
-def placement(pod: dict, expected: dict[int, Expected], index: int) -> PodPlacement:
-    return PodPlacement(
-        pod=pod["metadata"]["name"], index=index, expected=expected.get(index),
-        node=pod["spec"].get("nodeName") or "", phase=(pod.get("status") or {}).get("phase") or "",
-        cuda_by_container=container_env(pod),
-    )
-
-
-def statefulset_placements(pods: list[dict], expected: dict[int, Expected]) -> list[PodPlacement]:
-    rows = [placement(p, expected, int(p["metadata"]["labels"][STATEFULSET_INDEX_LABEL])) for p in pods]
+def statefulset_placements(
+    pods: list[dict], expected: dict[int, Expected], aliases: dict[str, str]
+) -> list[PodPlacement]:
+    """One row per StatefulSet pod, by index; `aliases` from cluster.node_aliases()."""
+    rows = []
+    for pod in pods:
+        node = pod["spec"].get("nodeName") or ""
+        index = int(pod["metadata"]["labels"][STATEFULSET_INDEX_LABEL])
+        rows.append(
+            PodPlacement(
+                pod=pod["metadata"]["name"],
+                index=index,
+                expected=expected.get(index),
+                node=node,
+                map_node=aliases.get(node, node),
+                phase=(pod.get("status") or {}).get("phase") or "",
+                cuda_by_container=container_env(pod),
+            )
+        )
     return sorted(rows, key=lambda row: row.index)
 
 
-def table(rows: list[PodPlacement], phases: tuple[str, ...] = ("Running",)) -> str:
+def table(rows: list[PodPlacement]) -> str:
     """A fixed-width table: pod, index, node (expected), CUDA_VISIBLE_DEVICES (expected), phase, verdict."""
     header = ("POD", "INDEX", "NODE", "EXPECTED NODE", "CUDA_VISIBLE_DEVICES", "EXPECTED", "PHASE", "OK")
     lines = [header]
     for row in rows:
         expected = row.expected or Expected("-", "-")
-        problems = row.problems(phases)
-        lines.append((row.pod, str(row.index), row.node or "<unbound>", expected.node, row.cuda,
-                      expected.devices, row.phase, "yes" if not problems else "NO: " + "; ".join(problems)))
+        problems = row.problems()
+        lines.append(
+            (
+                row.pod,
+                str(row.index),
+                row.node_shown,
+                expected.node,
+                row.cuda,
+                expected.devices,
+                row.phase,
+                "yes" if not problems else "NO: " + "; ".join(problems),
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False)) + "  " + line[-1]

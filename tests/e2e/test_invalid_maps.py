@@ -24,7 +24,8 @@ BROKEN_MAP = "0=node1:0\n1=node2\n"
 
 @pytest.mark.local_only
 def test_statefulset_whose_pods_the_webhook_denies_reports_the_broken_line_in_failed_create_events(
-        api_client, product, new_namespace):
+    api_client, product, new_namespace
+):
     """A StatefulSet that existed before the webhook was installed: the validating webhook never
     saw it, so its map is first checked when its pods are created, and the StatefulSet
     controller's FailedCreate event must carry the webhook's line-numbered message."""
@@ -43,19 +44,27 @@ def test_statefulset_whose_pods_the_webhook_denies_reports_the_broken_line_in_fa
         raise NotYet(describe_events(events))
 
     event = wait_for("a FailedCreate event on StatefulSet broken naming line 2 of the map", failed_create, 30)
+    print(f"\nFailedCreate: {event['message']}")
     assert "denied the request" in event["message"]
     assert "gpu-scheduling-map" in event["message"]
     assert list_pods(api_client, namespace) == []
 
 
 def test_kubectl_apply_of_a_deployment_with_a_broken_map_is_refused_naming_the_line(
-        kubeconfig, api_client, product, ns, tmp_path):
+    kubeconfig, api_client, product, ns, tmp_path
+):
     manifest = tmp_path / "deployment.yaml"
     manifest.write_text(yaml.safe_dump(deployment("web", BROKEN_MAP)))
 
-    applied = subprocess.run([str(KUBECTL), "--kubeconfig", kubeconfig, "apply", "-n", ns, "-f", str(manifest)],
-                             capture_output=True, text=True, timeout=60)
+    applied = subprocess.run(
+        [str(KUBECTL), "--kubeconfig", kubeconfig, "apply", "-n", ns, "-f", str(manifest)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
+    print(f"\nkubectl apply: {applied.stderr.strip()}")
     assert applied.returncode != 0, applied.stdout
     assert "denied the request" in applied.stderr
     assert f"Deployment {ns}/web" in applied.stderr

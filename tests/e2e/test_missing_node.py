@@ -17,7 +17,8 @@ BIND_AFTER_NODE_SECONDS = 10
 
 
 def test_pod_for_a_missing_node_waits_with_a_failed_scheduling_event_and_is_bound_once_the_node_exists(
-        api_client, product, ns, kwok_nodes):
+    api_client, product, ns, kwok_nodes
+):
     node = f"e2e-late-{uuid.uuid4().hex[:6]}"
     create(api_client, ns, [bare_pod("waiting-0", f"0={node}:1\n")])
 

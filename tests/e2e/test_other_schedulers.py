@@ -15,10 +15,14 @@ MAP = "0=node1:0\n"
 
 
 def test_pods_of_other_schedulers_keep_their_spec_and_stay_unbound(api_client, product, ns):
-    create(api_client, ns, [
-        bare_pod("foreign-0", MAP, scheduler_name="other-scheduler"),
-        bare_pod("default-0", MAP, scheduler_name=None),  # the API server makes it default-scheduler
-    ])
+    create(
+        api_client,
+        ns,
+        [
+            bare_pod("foreign-0", MAP, scheduler_name="other-scheduler"),
+            bare_pod("default-0", MAP, scheduler_name=None),  # the API server makes it default-scheduler
+        ],
+    )
     # A pod of ours created after them: once it is bound, the scheduler has
     # seen the namespace's earlier pods, so leaving them alone was a decision.
     create(api_client, ns, [bare_pod("ours-0", MAP, labels={"app": "ours"})])

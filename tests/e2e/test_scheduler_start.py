@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from .cluster import create, list_pods, wait_for_pods
+from .cluster import create, list_pods, map_nodes, wait_for_pods
 from .workloads import bare_pod
 
 pytestmark = pytest.mark.e2e
@@ -26,5 +26,4 @@ def test_pods_created_before_the_scheduler_started_are_all_bound_when_it_starts(
     start_scheduler(scheduler_name=scheduler_name)
 
     pods = wait_for_pods(api_client, ns, 8, timeout=30, phases=None)
-    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods} == {
-        f"early-{i}": f"node{i % 4 + 1}" for i in range(8)}
+    assert map_nodes(api_client, pods) == {f"early-{i}": f"node{i % 4 + 1}" for i in range(8)}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .cluster import create, pod_events, wait_for_event, wait_for_pods
+from .cluster import create, node_aliases, pod_events, wait_for_event, wait_for_pods
 from .placement_check import statefulset_placements, table
 from .workloads import PLACEMENT_ANNOTATION, TASK_EXPECTED, check_chart, container, only
 
@@ -26,13 +26,12 @@ def check_statefulset_with_every_kind_of_container(namespace: str) -> list[dict]
     return objects
 
 
-def test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_every_container(
-        api_client, product, ns):
+def test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_every_container(api_client, product, ns):
     create(api_client, ns, check_statefulset_with_every_kind_of_container(ns))
 
     pods = wait_for_pods(api_client, ns, 5, timeout=90, label_selector=CHECK_PODS)
 
-    rows = statefulset_placements(pods, TASK_EXPECTED)
+    rows = statefulset_placements(pods, TASK_EXPECTED, node_aliases(api_client))
     print("\n" + table(rows))
     assert [row.pod for row in rows] == [f"gpu-scheduler-check-{i}" for i in range(5)]
     assert {row.pod: row.problems() for row in rows} == {row.pod: [] for row in rows}, table(rows)
@@ -50,13 +49,28 @@ def test_check_pods_record_their_placement_and_get_scheduled_and_gpu_sharing_eve
         expected = TASK_EXPECTED[index]
         # What the check app compares against, through the downward API.
         assert json.loads(pod["metadata"]["annotations"][PLACEMENT_ANNOTATION]) == {
-            "index": index, "node": expected.node, "cudaVisibleDevices": expected.devices}
+            "index": index,
+            "node": expected.node,
+            "cudaVisibleDevices": expected.devices,
+        }
         # The chart's own env stays; the webhook only adds CUDA_VISIBLE_DEVICES.
         assert [e["name"] for e in pod["spec"]["containers"][0]["env"]] == [
-            "NODE_NAME", "POD_NAME", "EXPECTED_PLACEMENT", "CUDA_VISIBLE_DEVICES"]
-        wait_for_event(api_client, ns, pod["metadata"]["name"], "Scheduled",
-                       f"to {expected.node} with GPUs {expected.devices}", timeout=20)
+            "NODE_NAME",
+            "POD_NAME",
+            "EXPECTED_PLACEMENT",
+            "CUDA_VISIBLE_DEVICES",
+        ]
+        wait_for_event(
+            api_client,
+            ns,
+            pod["metadata"]["name"],
+            "Scheduled",
+            f"to {pod['spec']['nodeName']} with GPUs {expected.devices}",
+            timeout=20,
+        )
     # Pods 3 and 4 both hold GPU 3 of node4: whichever is bound second is warned.
-    shared = [e for i in (3, 4) for e in pod_events(api_client, ns, f"gpu-scheduler-check-{i}")
-              if e["reason"] == "GPUShared"]
-    assert any("node4" in e["message"] and "GPU 3" in e["message"] for e in shared), shared
+    node4 = next(p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].endswith("-3"))
+    shared = [
+        e for i in (3, 4) for e in pod_events(api_client, ns, f"gpu-scheduler-check-{i}") if e["reason"] == "GPUShared"
+    ]
+    assert any(f"node {node4}" in e["message"] and "GPU 3" in e["message"] for e in shared), shared

@@ -29,8 +29,13 @@ RELEASE_NAMESPACE = "gpu-scheduler"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def render(release: str, base_url: str, ca_bundle: str, scheduler_name: str = "gpu-scheduler",
-           namespace_label: tuple[str, str] | None = None) -> list[dict]:
+def render(
+    release: str,
+    base_url: str,
+    ca_bundle: str,
+    scheduler_name: str = "gpu-scheduler",
+    namespace_label: tuple[str, str] | None = None,
+) -> list[dict]:
     """The chart's two webhook configurations, addressed to `base_url` (https://127.0.0.1:PORT).
 
     `namespace_label` (key, value) narrows every webhook further to namespaces
@@ -38,10 +43,22 @@ def render(release: str, base_url: str, ca_bundle: str, scheduler_name: str = "g
     other suites that share the cluster.
     """
     rendered = subprocess.run(
-        [str(HELM), "template", release, str(CHART), "--namespace", RELEASE_NAMESPACE,
-         "--show-only", "templates/webhook-configurations.yaml",
-         "--set", f"schedulerName={scheduler_name}"],
-        capture_output=True, text=True, timeout=60,
+        [
+            str(HELM),
+            "template",
+            release,
+            str(CHART),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--show-only",
+            "templates/webhook-configurations.yaml",
+            "--set",
+            f"schedulerName={scheduler_name}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if rendered.returncode != 0:
         raise AssertionError(f"helm template {CHART} failed: {rendered.stderr}")
@@ -56,17 +73,24 @@ def render(release: str, base_url: str, ca_bundle: str, scheduler_name: str = "g
             if namespace_label:
                 key, value = namespace_label
                 selector = webhook.setdefault("namespaceSelector", {})
-                selector.setdefault("matchExpressions", []).append(
-                    {"key": key, "operator": "In", "values": [value]})
+                selector.setdefault("matchExpressions", []).append({"key": key, "operator": "In", "values": [value]})
     return configurations
 
 
 def _api_calls(api: client.AdmissionregistrationV1Api, kind: str):
     if kind == "MutatingWebhookConfiguration":
-        return (api.read_mutating_webhook_configuration, api.create_mutating_webhook_configuration,
-                api.replace_mutating_webhook_configuration, api.delete_mutating_webhook_configuration)
-    return (api.read_validating_webhook_configuration, api.create_validating_webhook_configuration,
-            api.replace_validating_webhook_configuration, api.delete_validating_webhook_configuration)
+        return (
+            api.read_mutating_webhook_configuration,
+            api.create_mutating_webhook_configuration,
+            api.replace_mutating_webhook_configuration,
+            api.delete_mutating_webhook_configuration,
+        )
+    return (
+        api.read_validating_webhook_configuration,
+        api.create_validating_webhook_configuration,
+        api.replace_validating_webhook_configuration,
+        api.delete_validating_webhook_configuration,
+    )
 
 
 def apply(api_client, configurations: list[dict]) -> None:
@@ -97,8 +121,7 @@ def delete(api_client, name: str) -> None:
                 raise
 
 
-def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-scheduler",
-                      timeout: float = 30.0) -> None:
+def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-scheduler", timeout: float = 30.0) -> None:
     """Waits until the API server sends our pods through the webhook.
 
     The API server picks up a new configuration from its own watch, a moment
@@ -108,10 +131,13 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-sch
     """
     core = client.CoreV1Api(api_client)
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": "webhook-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0"}},
-        "spec": {"schedulerName": scheduler_name,
-                 "containers": [{"name": "probe", "image": "gpu-scheduler-check:dev"}]},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "containers": [{"name": "probe", "image": "gpu-scheduler-check:dev"}],
+        },
     }
 
     def probe() -> None:

@@ -17,9 +17,10 @@ CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
 HELM = REPO / ".cache" / "bin" / "helm"
 MAP_ANNOTATION = "gpu-scheduling-map"
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
-# The check chart's default image, so a real cluster (make e2e) needs just one
-# image loaded; KWOK runs no containers and never pulls it.
-IMAGE = "gpu-scheduler-check:" + yaml.safe_load((CHECK_CHART / "Chart.yaml").read_text())["appVersion"]
+# Every pod the suite creates runs the check image under this tag, the one
+# `make e2e` loads into KinD (scripts/kind.sh); KWOK never pulls it.
+IMAGE_TAG = "dev"
+IMAGE = f"gpu-scheduler-check:{IMAGE_TAG}"
 
 # The task, verbatim: pod <index> on <node> with CUDA_VISIBLE_DEVICES=<devices>.
 TASK_MAP = """\
@@ -46,13 +47,23 @@ TASK_EXPECTED = {
 }
 
 
-def check_chart(namespace: str, release: str = "gpu-scheduler-check", scheduling_map: str = TASK_MAP,
-                scheduler_name: str = "gpu-scheduler") -> list[dict]:
+def check_chart(
+    namespace: str,
+    release: str = "gpu-scheduler-check",
+    scheduling_map: str = TASK_MAP,
+    scheduler_name: str = "gpu-scheduler",
+) -> list[dict]:
     """The objects of charts/gpu-scheduler-check (a headless Service and the StatefulSet)."""
-    values = yaml.safe_dump({"schedulingMap": scheduling_map, "schedulerName": scheduler_name})
+    values = yaml.safe_dump(
+        {"schedulingMap": scheduling_map, "schedulerName": scheduler_name, "image": {"tag": IMAGE_TAG}}
+    )
     rendered = subprocess.run(
         [str(HELM), "template", release, str(CHECK_CHART), "--namespace", namespace, "--values", "-"],
-        input=values, capture_output=True, text=True, timeout=60,
+        input=values,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if rendered.returncode != 0:
         raise AssertionError(f"helm template {CHECK_CHART} failed: {rendered.stderr}")
@@ -72,8 +83,9 @@ def container(name: str, command: list[str] | None = None) -> dict:
     return spec
 
 
-def bare_pod(name: str, scheduling_map: str | None, scheduler_name: str | None = "gpu-scheduler",
-             labels: dict | None = None) -> dict:
+def bare_pod(
+    name: str, scheduling_map: str | None, scheduler_name: str | None = "gpu-scheduler", labels: dict | None = None
+) -> dict:
     """A pod without a controller; its index is the number its name ends with."""
     metadata: dict = {"name": name, "labels": labels or {"app": "e2e"}}
     if scheduling_map is not None:
@@ -84,18 +96,21 @@ def bare_pod(name: str, scheduling_map: str | None, scheduler_name: str | None =
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def indexed_job(name: str, scheduling_map: str, completions: int, parallelism: int,
-                scheduler_name: str = "gpu-scheduler") -> dict:
+def indexed_job(
+    name: str, scheduling_map: str, completions: int, parallelism: int, scheduler_name: str = "gpu-scheduler"
+) -> dict:
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": {"name": name},
         "spec": {
-            "completionMode": "Indexed", "completions": completions, "parallelism": parallelism,
+            "completionMode": "Indexed",
+            "completions": completions,
+            "parallelism": parallelism,
             "backoffLimit": 0,
             "template": {
                 "metadata": {"annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": scheduler_name, "restartPolicy": "Never",
-                         "containers": [container("train")]},
+                "spec": {"schedulerName": scheduler_name, "restartPolicy": "Never", "containers": [container("train")]},
             },
         },
     }
@@ -104,10 +119,12 @@ def indexed_job(name: str, scheduling_map: str, completions: int, parallelism: i
 def deployment(name: str, scheduling_map: str, scheduler_name: str = "gpu-scheduler") -> dict:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": name},
         "spec": {
-            "replicas": 1, "selector": {"matchLabels": labels},
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
                 "spec": {"schedulerName": scheduler_name, "containers": [container("main")]},
@@ -119,10 +136,13 @@ def deployment(name: str, scheduling_map: str, scheduler_name: str = "gpu-schedu
 def statefulset(name: str, scheduling_map: str, replicas: int, scheduler_name: str = "gpu-scheduler") -> dict:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
         "metadata": {"name": name},
         "spec": {
-            "replicas": replicas, "podManagementPolicy": "Parallel", "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "serviceName": name,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},

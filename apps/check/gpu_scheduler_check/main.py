@@ -59,10 +59,7 @@ def parse_expected(text: str) -> Expected:
         raise TypeError("EXPECTED_PLACEMENT must be a JSON object")
     node, devices = value.get("node"), value.get("cudaVisibleDevices")
     if not isinstance(node, str) or not isinstance(devices, str):
-        raise TypeError(
-            'EXPECTED_PLACEMENT needs string fields "node" and "cudaVisibleDevices", '
-            f"got {text!r}"
-        )
+        raise TypeError(f'EXPECTED_PLACEMENT needs string fields "node" and "cudaVisibleDevices", got {text!r}')
     return Expected(index=value.get("index"), node=node, devices=devices)
 
 
@@ -146,7 +143,9 @@ def parse_args(argv):
         "match the placement the gpu-scheduler webhook recorded.",
     )
     parser.add_argument(
-        "--interval", type=float, default=10.0,
+        "--interval",
+        type=float,
+        default=10.0,
         help="seconds between log lines (default 10)",
     )
     parser.add_argument("--once", action="store_true", help="print one line and exit")

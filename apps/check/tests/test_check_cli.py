@@ -17,15 +17,30 @@ PLACEMENT = json.dumps({"index": 2, "node": "node3", "cudaVisibleDevices": "0,1,
 
 
 def clean_env(**overrides):
-    env = {k: v for k, v in os.environ.items() if k not in {
-        "NODE_NAME", "POD_NAME", "NODE_ALIAS", "EXPECTED_PLACEMENT", "CUDA_VISIBLE_DEVICES"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "NODE_NAME",
+            "POD_NAME",
+            "NODE_ALIAS",
+            "EXPECTED_PLACEMENT",
+            "CUDA_VISIBLE_DEVICES",
+        }
+    }
     env.update(overrides)
     return env
 
 
 def run_once(**env):
     result = subprocess.run(
-        [CLI, "--once"], check=False, env=clean_env(**env), capture_output=True, text=True, timeout=10
+        [CLI, "--once"],
+        check=False,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -48,7 +63,9 @@ def nvml_works() -> bool:
 
 def test_once_prints_node_devices_and_match_when_placement_is_right():
     line, _ = run_once(
-        NODE_NAME="node3", POD_NAME="train-2", CUDA_VISIBLE_DEVICES="0,1,2",
+        NODE_NAME="node3",
+        POD_NAME="train-2",
+        CUDA_VISIBLE_DEVICES="0,1,2",
         EXPECTED_PLACEMENT=PLACEMENT,
     )
     assert line.startswith("pod=train-2 index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true")
@@ -72,7 +89,9 @@ def test_unset_devices_with_an_expectation_are_a_mismatch():
 
 def test_wrong_node_is_a_mismatch_when_the_alias_is_known():
     line, _ = run_once(
-        NODE_NAME="node4", NODE_ALIAS="node4", CUDA_VISIBLE_DEVICES="0,1,2",
+        NODE_NAME="node4",
+        NODE_ALIAS="node4",
+        CUDA_VISIBLE_DEVICES="0,1,2",
         EXPECTED_PLACEMENT=PLACEMENT,
     )
     assert "match=false expected node=node3 devices=0,1,2" in line
@@ -80,7 +99,9 @@ def test_wrong_node_is_a_mismatch_when_the_alias_is_known():
 
 def test_node_alias_matches_the_map_node():
     line, _ = run_once(
-        NODE_NAME="ip-10-0-0-3", NODE_ALIAS="node3", CUDA_VISIBLE_DEVICES="0,1,2",
+        NODE_NAME="ip-10-0-0-3",
+        NODE_ALIAS="node3",
+        CUDA_VISIBLE_DEVICES="0,1,2",
         EXPECTED_PLACEMENT=PLACEMENT,
     )
     assert "node=ip-10-0-0-3 CUDA_VISIBLE_DEVICES=0,1,2 match=true" in line
@@ -88,7 +109,9 @@ def test_node_alias_matches_the_map_node():
 
 def test_differing_node_name_without_alias_is_reported_as_not_compared():
     line, _ = run_once(
-        NODE_NAME="ip-10-0-0-3", CUDA_VISIBLE_DEVICES="0,1,2", EXPECTED_PLACEMENT=PLACEMENT
+        NODE_NAME="ip-10-0-0-3",
+        CUDA_VISIBLE_DEVICES="0,1,2",
+        EXPECTED_PLACEMENT=PLACEMENT,
     )
     assert "match=unknown expected node=node3 devices=0,1,2" in line
     assert "node not compared" in line and "NODE_ALIAS" in line
@@ -107,8 +130,11 @@ def test_expected_placement_without_fields_is_explained():
 
 def test_gpu_list_or_a_single_nvml_notice():
     with subprocess.Popen(
-        [CLI, "--interval", "0.1"], env=clean_env(NODE_NAME="node1"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [CLI, "--interval", "0.1"],
+        env=clean_env(NODE_NAME="node1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as proc:
         time.sleep(0.6)
         proc.send_signal(signal.SIGTERM)
@@ -125,20 +151,32 @@ def test_gpu_list_or_a_single_nvml_notice():
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_ends_a_long_wait_promptly_with_exit_code_0(signum):
     with subprocess.Popen(
-        [CLI, "--interval", "60"], env=clean_env(NODE_NAME="node1"),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [CLI, "--interval", "60"],
+        env=clean_env(NODE_NAME="node1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     ) as proc:
-        first = proc.stdout.readline()
-        assert "node=node1" in first
-        started = time.monotonic()
-        proc.send_signal(signum)
-        returncode = proc.wait(timeout=5)
-        elapsed = time.monotonic() - started
+        try:
+            first = proc.stdout.readline()
+            started = time.monotonic()
+            proc.send_signal(signum)
+            returncode = proc.wait(timeout=5)
+            elapsed = time.monotonic() - started
+        finally:
+            proc.kill()  # a no-op once it has exited; ends it if the test failed early
+    assert "node=node1" in first
     assert returncode == 0
     assert elapsed < 1.0
 
 
 def test_non_positive_interval_is_rejected():
-    result = subprocess.run([CLI, "--interval", "0"], check=False, capture_output=True, text=True, timeout=10)
+    result = subprocess.run(
+        [CLI, "--interval", "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert result.returncode == 2
     assert "--interval must be positive" in result.stderr

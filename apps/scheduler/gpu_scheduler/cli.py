@@ -15,7 +15,10 @@ from .logs import FORMATS, LEVELS, setup_logging
 # gunicorn), so building the parser stays fast for every subcommand.
 SUBCOMMANDS = {
     "scheduler": ("gpu_scheduler.scheduler.command", "run the scheduler: bind pods to the nodes their map names"),
-    "webhook": ("gpu_scheduler.webhook.command", "run the admission webhook (gunicorn, TLS) that injects CUDA_VISIBLE_DEVICES"),
+    "webhook": (
+        "gpu_scheduler.webhook.command",
+        "run the admission webhook (gunicorn, TLS) that injects CUDA_VISIBLE_DEVICES",
+    ),
     "certs": ("gpu_scheduler.certs.command", "create the webhook's CA and serving certificate (files or a Secret)"),
     "map": ("gpu_scheduler.mapcli", "validate a gpu-scheduling-map or generate one for a cluster"),
 }
@@ -26,10 +29,19 @@ def _add_logging_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
     # subcommand is not overwritten by the subparser's default.
     default_format = argparse.SUPPRESS if suppress else env("LOG_FORMAT", "text")
     default_level = argparse.SUPPRESS if suppress else env("LOG_LEVEL", "info")
-    parser.add_argument("--log-format", choices=FORMATS, default=default_format,
-                        help=env_help("log line format", "LOG_FORMAT") if not suppress else "log line format (env LOG_FORMAT)")
-    parser.add_argument("--log-level", choices=LEVELS, type=str.lower, default=default_level,
-                        help=env_help("log level", "LOG_LEVEL") if not suppress else "log level (env LOG_LEVEL)")
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=default_format,
+        help=env_help("log line format", "LOG_FORMAT") if not suppress else "log line format (env LOG_FORMAT)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        type=str.lower,
+        default=default_level,
+        help=env_help("log level", "LOG_LEVEL") if not suppress else "log level (env LOG_LEVEL)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

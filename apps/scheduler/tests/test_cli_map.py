@@ -52,7 +52,10 @@ def test_generated_map_gives_each_gpu_node_all_its_gpus_and_parses():
     text = render_generated_map(nodes)
     assert "# skipped, no GPUs: cpu-only" in text
     parsed = parse_map_uncached(text)
-    assert {i: (e.node, e.cuda_visible_devices) for i, e in parsed.items()} == {0: ("node1", "0,1,2,3"), 1: ("node2", "0,1")}
+    assert {i: (e.node, e.cuda_visible_devices) for i, e in parsed.items()} == {
+        0: ("node1", "0,1,2,3"),
+        1: ("node2", "0,1"),
+    }
 
 
 def test_help_lists_every_subcommand_and_the_env_vars():

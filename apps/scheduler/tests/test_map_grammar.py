@@ -1,7 +1,6 @@
 """The gpu-scheduling-map grammar: golden cases, every error typed and line-numbered."""
 
 import pytest
-
 from gpu_scheduler.placement import (
     DuplicateDeviceError,
     DuplicateIndexError,
@@ -11,6 +10,8 @@ from gpu_scheduler.placement import (
     InvalidMapError,
     InvalidNodeError,
     MalformedEntryError,
+)
+from gpu_scheduler.placement import (
     parse_map_uncached as parse,
 )
 

@@ -1,9 +1,8 @@
 """Random text only ever yields a map or a typed error; no line is dropped silently."""
 
+from gpu_scheduler.placement import InvalidMapError, MapLineError, parse_map_uncached
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from gpu_scheduler.placement import InvalidMapError, MapLineError, parse_map_uncached
 
 _alphabet = st.sampled_from(list("0123456789=:,#- \t\r\nabcnode.GPUMIG_/x"))
 map_like_text = st.text(alphabet=_alphabet, max_size=200)

@@ -1,7 +1,6 @@
 """Which line of the map is a pod's own: labels first, the name only where it is stable."""
 
 import pytest
-
 from gpu_scheduler.placement import (
     InvalidMapError,
     MissingEntryError,

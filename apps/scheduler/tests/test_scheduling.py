@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from gpu_scheduler.scheduling import (
     AmbiguousAliasError,
     GpuLedger,

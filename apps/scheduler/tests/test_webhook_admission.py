@@ -5,7 +5,6 @@ import copy
 import json
 
 import pytest
-
 from gpu_scheduler.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -28,9 +27,20 @@ def pod(index=2, annotations=None, scheduler=SCHEDULER, containers=None):
             "name": f"train-{index}",
             "labels": {"apps.kubernetes.io/pod-index": str(index)},
             "annotations": {"gpu-scheduling-map": MAP} if annotations is None else annotations,
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "train", "uid": "u", "controller": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": "train",
+                    "uid": "u",
+                    "controller": True,
+                }
+            ],
         },
-        "spec": {"schedulerName": scheduler, "containers": containers or [{"name": "main", "image": "x"}]},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": containers or [{"name": "main", "image": "x"}],
+        },
     }
 
 
@@ -39,22 +49,36 @@ def review(obj, kind=("", "v1", "Pod"), operation="CREATE", namespace="ml", sub_
     request = {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
         "kind": {"group": group, "version": version, "kind": name},
-        "resource": {"group": group, "version": version, "resource": name.lower() + "s"},
+        "resource": {
+            "group": group,
+            "version": version,
+            "resource": name.lower() + "s",
+        },
         "operation": operation,
         "namespace": namespace,
         "object": obj,
     }
     if sub_resource:
         request["subResource"] = sub_resource
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": request,
+    }
 
 
 def workload(kind, spec=None, annotations=None, scheduler=SCHEDULER, name="train"):
     template = {
         "metadata": {"annotations": {"gpu-scheduling-map": MAP} if annotations is None else annotations},
-        "spec": {"schedulerName": scheduler, "containers": [{"name": "main", "image": "x"}]},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "image": "x"}],
+        },
     }
-    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"template": template, **(spec or {})}}
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"template": template, **(spec or {})},
+    }
 
 
 def patch_of(decision):
@@ -69,12 +93,46 @@ def patch_of(decision):
     [
         ([], "the body must be an object"),
         ("review", "the body must be an object"),
-        ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}, "admissionReviewVersions: [v1]"),
-        ({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}, "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview"),
-        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request must be an object"),
-        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {}}}, "request.uid"),
-        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "", "kind": {}}}, "request.uid"),
-        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u"}}, "request.kind must be an object"),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1beta1",
+                "kind": "AdmissionReview",
+                "request": {},
+            },
+            "admissionReviewVersions: [v1]",
+        ),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "Pod"},
+            "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview",
+        ),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+            "request must be an object",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"kind": {}},
+            },
+            "request.uid",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "", "kind": {}},
+            },
+            "request.uid",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "u"},
+            },
+            "request.kind must be an object",
+        ),
     ],
 )
 def test_malformed_reviews_are_bad_requests_that_say_what_is_wrong(body, message):
@@ -97,13 +155,28 @@ def test_validate_refuses_kinds_without_a_pod_template():
 @pytest.mark.parametrize(
     ("mangle", "where"),
     [
-        (lambda p: p.update(spec={"schedulerName": SCHEDULER, "containers": {"name": "x"}}), "request.object.spec.containers"),
-        (lambda p: p["spec"]["containers"][0].update(env={"A": "1"}), "request.object.spec.containers[0].env"),
-        (lambda p: p["metadata"].update(labels={"apps.kubernetes.io/pod-index": 2}), "request.object.metadata.labels"),
-        (lambda p: p["metadata"].update(annotations=["gpu-scheduling-map"]), "request.object.metadata.annotations"),
+        (
+            lambda p: p.update(spec={"schedulerName": SCHEDULER, "containers": {"name": "x"}}),
+            "request.object.spec.containers",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0].update(env={"A": "1"}),
+            "request.object.spec.containers[0].env",
+        ),
+        (
+            lambda p: p["metadata"].update(labels={"apps.kubernetes.io/pod-index": 2}),
+            "request.object.metadata.labels",
+        ),
+        (
+            lambda p: p["metadata"].update(annotations=["gpu-scheduling-map"]),
+            "request.object.metadata.annotations",
+        ),
         (lambda p: p["metadata"].update(name=7), "request.object.metadata.name"),
         (lambda p: p.update(metadata="train-2"), "request.object.metadata"),
-        (lambda p: p["spec"].update(schedulerName=["gpu-scheduler"]), "request.object.spec.schedulerName"),
+        (
+            lambda p: p["spec"].update(schedulerName=["gpu-scheduler"]),
+            "request.object.spec.schedulerName",
+        ),
     ],
 )
 def test_mistyped_pod_fields_are_bad_requests_naming_the_field(mangle, where):
@@ -120,7 +193,12 @@ def test_mistyped_pod_fields_are_bad_requests_naming_the_field(mangle, where):
 def test_patched_decision_reports_index_node_and_devices_for_the_log():
     decision = mutate(review(pod(2)), SCHEDULER)
     assert decision.result == PATCHED
-    assert decision.fields == {"pod": "ml/train-2", "index": 2, "node": "node3", "devices": "0,1,2"}
+    assert decision.fields == {
+        "pod": "ml/train-2",
+        "index": 2,
+        "node": "node3",
+        "devices": "0,1,2",
+    }
     assert decision.review["response"]["patchType"] == "JSONPatch"
     assert decision.review["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002"
 
@@ -129,22 +207,48 @@ def test_patched_decision_reports_index_node_and_devices_for_the_log():
 def test_mutate_leaves_existing_pods_alone(operation):
     decision = mutate(review(pod(2), operation=operation), SCHEDULER)
     assert decision.result == ALLOWED
-    assert decision.review["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    assert decision.review["response"] == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+    }
 
 
 def test_debug_container_gets_the_devices_and_nothing_else_is_touched():
     running = pod(2, containers=[{"name": "main", "env": [{"name": "OTHER", "value": "1"}]}])
     running["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
-    decision = mutate(review(running, operation="UPDATE", sub_resource="ephemeralcontainers"), SCHEDULER)
+    decision = mutate(
+        review(running, operation="UPDATE", sub_resource="ephemeralcontainers"),
+        SCHEDULER,
+    )
     assert patch_of(decision) == [
-        {"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}]}
+        {
+            "op": "add",
+            "path": "/spec/ephemeralContainers/0/env",
+            "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+        }
     ]
 
 
 def test_pod_of_another_scheduler_is_allowed_even_with_a_broken_map():
-    decision = mutate(review(pod(2, annotations={"gpu-scheduling-map": "nonsense"}, scheduler="default-scheduler")), SCHEDULER)
+    decision = mutate(
+        review(
+            pod(
+                2,
+                annotations={"gpu-scheduling-map": "nonsense"},
+                scheduler="default-scheduler",
+            )
+        ),
+        SCHEDULER,
+    )
     assert decision.result == ALLOWED
     assert "patch" not in decision.review["response"]
+
+
+def test_only_pods_of_our_scheduler_count_as_examined_for_the_log():
+    assert mutate(review(pod(2, scheduler="default-scheduler")), SCHEDULER).examined is False
+    assert mutate(review(pod(2), operation="UPDATE"), SCHEDULER).examined is False
+    assert mutate(review(pod(2)), SCHEDULER).examined is True
+    assert mutate(review(pod(9)), SCHEDULER).examined is True  # denied: no line 9
 
 
 def test_scheduler_name_is_configurable():
@@ -172,7 +276,10 @@ def test_denial_message_stays_short_for_an_enormous_map():
 
 def test_pod_without_name_or_index_is_denied_naming_its_generate_name():
     bare = pod(0)
-    bare["metadata"] = {"generateName": "worker-", "annotations": {"gpu-scheduling-map": MAP}}
+    bare["metadata"] = {
+        "generateName": "worker-",
+        "annotations": {"gpu-scheduling-map": MAP},
+    }
     decision = mutate(review(bare, namespace="team-b"), SCHEDULER)
     assert decision.result == DENIED
     message = decision.review["response"]["status"]["message"]
@@ -186,7 +293,16 @@ def test_pod_without_name_or_index_is_denied_naming_its_generate_name():
 def test_cronjob_map_is_checked_in_its_job_template():
     cron = {
         "metadata": {"name": "nightly"},
-        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": workload("Job", {"completionMode": "Indexed"}, annotations={"gpu-scheduling-map": "0=node1"})["spec"]}},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "jobTemplate": {
+                "spec": workload(
+                    "Job",
+                    {"completionMode": "Indexed"},
+                    annotations={"gpu-scheduling-map": "0=node1"},
+                )["spec"]
+            },
+        },
     }
     decision = validate(review(cron, kind=("batch", "v1", "CronJob")), SCHEDULER)
     assert decision.result == DENIED
@@ -196,12 +312,16 @@ def test_cronjob_map_is_checked_in_its_job_template():
 
 
 def test_non_indexed_job_is_allowed_with_a_warning():
-    decision = validate(review(workload("Job", {"completions": 2}), kind=("batch", "v1", "Job")), SCHEDULER)
+    decision = validate(
+        review(workload("Job", {"completions": 2}), kind=("batch", "v1", "Job")),
+        SCHEDULER,
+    )
     assert decision.result == ALLOWED
-    assert decision.review["response"]["warnings"] == [
+    expected = (
         "Job ml/train: pods of a non-Indexed Job have no stable index, so gpu-scheduler will deny them; "
         "use a StatefulSet or an Indexed Job"
-    ]
+    )
+    assert decision.review["response"]["warnings"] == [expected]
 
 
 def test_statefulset_ordinals_start_is_taken_into_account():
@@ -227,13 +347,30 @@ def test_odd_replica_values_only_skip_the_warning(replicas):
 def test_object_being_deleted_is_never_blocked():
     sts = workload("StatefulSet", annotations={"gpu-scheduling-map": "broken"})
     sts["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    assert validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation="UPDATE"), SCHEDULER).result == ALLOWED
+    assert (
+        validate(
+            review(sts, kind=("apps", "v1", "StatefulSet"), operation="UPDATE"),
+            SCHEDULER,
+        ).result
+        == ALLOWED
+    )
 
 
-@pytest.mark.parametrize(("operation", "sub_resource"), [("DELETE", None), ("UPDATE", "status"), ("UPDATE", "scale")])
+@pytest.mark.parametrize(
+    ("operation", "sub_resource"),
+    [("DELETE", None), ("UPDATE", "status"), ("UPDATE", "scale")],
+)
 def test_deletes_and_subresources_are_not_validated(operation, sub_resource):
     sts = workload("StatefulSet", annotations={"gpu-scheduling-map": "broken"})
-    decision = validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation=operation, sub_resource=sub_resource), SCHEDULER)
+    decision = validate(
+        review(
+            sts,
+            kind=("apps", "v1", "StatefulSet"),
+            operation=operation,
+            sub_resource=sub_resource,
+        ),
+        SCHEDULER,
+    )
     assert decision.result == ALLOWED
 
 

@@ -51,7 +51,8 @@ def test_response_matches_golden_output(case):
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c.name.startswith("mutate-")],
+    "case",
+    [c for c in CASES if c.name.startswith("mutate-")],
     ids=lambda case: case.name.removesuffix(".input.json"),
 )
 def test_mutated_pod_needs_no_second_patch_and_the_patch_is_idempotent(case):

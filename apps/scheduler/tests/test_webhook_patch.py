@@ -4,11 +4,15 @@ import copy
 import json
 
 import jsonpatch
+from gpu_scheduler.placement import MapEntry
+from gpu_scheduler.webhook.patch import (
+    env_with,
+    placement_annotation,
+    placement_patch,
+    pointer_token,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from gpu_scheduler.placement import MapEntry
-from gpu_scheduler.webhook.patch import env_with, placement_annotation, placement_patch, pointer_token
 
 ENTRY = MapEntry(index=2, node="node3", devices=("0", "1", "2"), line=3)
 PLACEMENT = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
@@ -23,7 +27,10 @@ def statefulset_pod(containers, init_containers=None, annotations=None):
             "name": "train-2",
             "namespace": "ml",
             "labels": {"apps.kubernetes.io/pod-index": "2"},
-            "annotations": {"gpu-scheduling-map": "2=node3:0,1,2\n", **(annotations or {})},
+            "annotations": {
+                "gpu-scheduling-map": "2=node3:0,1,2\n",
+                **(annotations or {}),
+            },
         },
         "spec": {"schedulerName": "gpu-scheduler", "containers": containers},
     }
@@ -44,15 +51,24 @@ def test_containers_without_env_get_a_new_env_list():
 
 
 def test_init_containers_get_the_devices_too():
-    pod = statefulset_pod([{"name": "main"}], init_containers=[{"name": "prepare", "env": [{"name": "X", "value": "1"}]}])
+    pod = statefulset_pod(
+        [{"name": "main"}],
+        init_containers=[{"name": "prepare", "env": [{"name": "X", "value": "1"}]}],
+    )
     patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["spec"]["initContainers"][0]["env"] == [{"name": "X", "value": "1"}, {"name": CUDA, "value": "0,1,2"}]
+    assert patched["spec"]["initContainers"][0]["env"] == [
+        {"name": "X", "value": "1"},
+        {"name": CUDA, "value": "0,1,2"},
+    ]
 
 
 def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first_position():
     env = [
         {"name": "A", "value": "1"},
-        {"name": CUDA, "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "devices"}}},
+        {
+            "name": CUDA,
+            "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "devices"}},
+        },
         {"name": "B", "value": "2"},
         {"name": CUDA, "value": "7"},
         {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
@@ -70,8 +86,15 @@ def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first
 def test_placement_annotation_is_added_next_to_the_existing_ones():
     pod = statefulset_pod([{"name": "main"}])
     patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["metadata"]["annotations"] == {"gpu-scheduling-map": "2=node3:0,1,2\n", "gpu-scheduler/placement": PLACEMENT}
-    assert json.loads(PLACEMENT) == {"index": 2, "node": "node3", "cudaVisibleDevices": "0,1,2"}
+    assert patched["metadata"]["annotations"] == {
+        "gpu-scheduling-map": "2=node3:0,1,2\n",
+        "gpu-scheduler/placement": PLACEMENT,
+    }
+    assert json.loads(PLACEMENT) == {
+        "index": 2,
+        "node": "node3",
+        "cudaVisibleDevices": "0,1,2",
+    }
     assert placement_annotation(ENTRY) == PLACEMENT
 
 
@@ -90,7 +113,13 @@ def test_stale_placement_annotation_is_replaced():
 
 def test_applying_the_patch_twice_changes_nothing_more():
     pod = statefulset_pod(
-        [{"name": "main", "env": [{"name": CUDA, "value": "9"}, {"name": CUDA, "value": "8"}]}, {"name": "side"}],
+        [
+            {
+                "name": "main",
+                "env": [{"name": CUDA, "value": "9"}, {"name": CUDA, "value": "8"}],
+            },
+            {"name": "side"},
+        ],
         init_containers=[{"name": "init"}],
     )
     operations = placement_patch(pod, ENTRY)
@@ -106,11 +135,18 @@ def test_a_pod_that_already_has_its_placement_gets_no_operations():
 
 def test_only_what_differs_is_patched():
     pod = statefulset_pod(
-        [{"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}]}, {"name": "wrong", "env": []}],
+        [
+            {"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}]},
+            {"name": "wrong", "env": []},
+        ],
         annotations={"gpu-scheduler/placement": PLACEMENT},
     )
     assert placement_patch(pod, ENTRY) == [
-        {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": CUDA, "value": "0,1,2"}]}
+        {
+            "op": "add",
+            "path": "/spec/containers/1/env",
+            "value": [{"name": CUDA, "value": "0,1,2"}],
+        }
     ]
 
 
@@ -119,7 +155,11 @@ def test_ephemeral_containers_alone_when_asked():
     pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
     operations = placement_patch(pod, ENTRY, container_lists=("ephemeralContainers",), annotate=False)
     assert operations == [
-        {"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [{"name": CUDA, "value": "0,1,2"}]}
+        {
+            "op": "add",
+            "path": "/spec/ephemeralContainers/0/env",
+            "value": [{"name": CUDA, "value": "0,1,2"}],
+        }
     ]
 
 
@@ -127,15 +167,21 @@ def test_pointer_token_escapes_tilde_before_slash():
     assert pointer_token("gpu-scheduler/placement") == "gpu-scheduler~1placement"
     assert pointer_token("a~/b") == "a~0~1b"
     document = {"a~/b": 1}
-    assert jsonpatch.JsonPatch([{"op": "replace", "path": "/" + pointer_token("a~/b"), "value": 2}]).apply(document) == {
-        "a~/b": 2
-    }
+    assert jsonpatch.JsonPatch([{"op": "replace", "path": "/" + pointer_token("a~/b"), "value": 2}]).apply(
+        document
+    ) == {"a~/b": 2}
 
 
 ENV_NAMES = st.sampled_from([CUDA, "A", "B", "PATH", "cuda_visible_devices"])
 ENV_ITEM = st.one_of(
     st.builds(lambda n, v: {"name": n, "value": v}, ENV_NAMES, st.text(max_size=5)),
-    st.builds(lambda n: {"name": n, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, ENV_NAMES),
+    st.builds(
+        lambda n: {
+            "name": n,
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        },
+        ENV_NAMES,
+    ),
 )
 
 

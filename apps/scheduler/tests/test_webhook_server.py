@@ -1,6 +1,8 @@
 """The webhook as it runs in the cluster: the real CLI under gunicorn, spoken to over TLS."""
 
 import base64
+import datetime
+import http.client
 import json
 import os
 import re
@@ -14,9 +16,10 @@ from pathlib import Path
 import pytest
 import requests
 from cryptography import x509
-from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs
-
+from gpu_scheduler.certs import generate_bundle
+from gpu_scheduler.certs.files import write_bundle
 from gpu_scheduler.webhook.server import build_context
+from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs
 
 ADMISSION = Path(__file__).parent / "testdata" / "admission"
 
@@ -38,15 +41,40 @@ def certs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(certs, tmp_path_factory):
-    process = WebhookProcess(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path_factory.mktemp("webhook"))
+    process = WebhookProcess(
+        certs / "tls.crt",
+        certs / "tls.key",
+        certs / "ca.crt",
+        tmp_path_factory.mktemp("webhook"),
+    )
     yield process
     process.stop()
 
 
+@pytest.fixture
+def start_webhook():
+    """Start extra servers for one test; stopped afterwards even if it fails."""
+    started = []
+
+    def start(*args, **kwargs):
+        started.append(WebhookProcess(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
+
+
 def post(server, path, body, **kwargs):
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return requests.post(server.url(path), data=data, verify=str(server.trust_file), timeout=10,
-                         headers={"Content-Type": "application/json"}, **kwargs)
+    return requests.post(
+        server.url(path),
+        data=data,
+        verify=str(server.trust_file),
+        timeout=10,
+        headers={"Content-Type": "application/json"},
+        **kwargs,
+    )
 
 
 def get(server, path):
@@ -72,7 +100,11 @@ def test_mutate_answers_with_the_placement_patch(server):
     assert answer["allowed"] is True
     assert answer["patchType"] == "JSONPatch"
     operations = json.loads(base64.b64decode(answer["patch"]))
-    assert {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}]} in operations
+    assert {
+        "op": "add",
+        "path": "/spec/containers/1/env",
+        "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+    } in operations
 
 
 def test_validate_denies_an_invalid_map_with_its_line(server):
@@ -81,20 +113,26 @@ def test_validate_denies_an_invalid_map_with_its_line(server):
     answer = response.json()["response"]
     assert answer["allowed"] is False
     assert answer["status"]["code"] == 422
-    assert answer["status"]["message"].startswith("StatefulSet ml/train: gpu-scheduling-map in spec.template.metadata.annotations: line 3:")
+    assert answer["status"]["message"].startswith(
+        "StatefulSet ml/train: gpu-scheduling-map in spec.template.metadata.annotations: line 3:"
+    )
 
 
 def test_each_decision_is_logged_on_one_line(server):
-    uid = "log-line-check-0001"
-    review = golden("mutate-statefulset-pod")
-    review["request"]["uid"] = uid
-    assert post(server, "/mutate", review).status_code == 200
+    # A pod of another scheduler passes unexamined: not worth an info line.
+    assert post(server, "/mutate", golden("mutate-other-scheduler")).status_code == 200
+    assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
     deadline = time.monotonic() + 5
     while "mutate patched" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     lines = [line for line in server.log().splitlines() if "mutate patched" in line]
     assert lines, server.log()
-    assert re.search(r"pod=ml/train-2 index=2 node=node3 devices=0,1,2 duration_ms=[0-9.]+$", lines[-1]), lines[-1]
+    assert re.search(
+        r" INFO +gpu_scheduler.webhook.app: mutate patched operation=mutate result=patched "
+        r"pod=ml/train-2 index=2 node=node3 devices=0,1,2 duration_ms=[0-9.]+$",
+        lines[-1],
+    ), lines[-1]
+    assert "ml/train-1" not in server.log()
 
 
 @pytest.mark.parametrize(
@@ -102,15 +140,49 @@ def test_each_decision_is_logged_on_one_line(server):
     [
         ("/mutate", b"not json at all", "the body is not JSON"),
         ("/mutate", b"", "the body is not JSON"),
-        ("/validate", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "\xff\xfe"}', "not UTF-8"),
+        (
+            "/validate",
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "\xff\xfe"}',
+            "not UTF-8",
+        ),
         ("/mutate", b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
         ("/validate", b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nested too deeply"),
-        ("/mutate", {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}, "admissionReviewVersions"),
-        ("/mutate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request must be an object"),
-        ("/validate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {}}}, "request.uid"),
+        (
+            "/mutate",
+            {
+                "apiVersion": "admission.k8s.io/v1beta1",
+                "kind": "AdmissionReview",
+                "request": {},
+            },
+            "admissionReviewVersions",
+        ),
+        (
+            "/mutate",
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+            "request must be an object",
+        ),
+        (
+            "/validate",
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"kind": {}},
+            },
+            "request.uid",
+        ),
         ("/mutate", [1, 2, 3], "the body must be an object"),
     ],
-    ids=["text", "empty", "invalid-utf8", "deep-arrays", "deep-objects", "v1beta1", "no-request", "no-uid", "array"],
+    ids=[
+        "text",
+        "empty",
+        "invalid-utf8",
+        "deep-arrays",
+        "deep-objects",
+        "v1beta1",
+        "no-request",
+        "no-uid",
+        "array",
+    ],
 )
 def test_malformed_requests_get_400_with_a_json_message(server, path, body, message):
     response = post(server, path, body)
@@ -130,13 +202,32 @@ def test_wrong_object_kind_is_a_bad_request(server):
     assert "/mutate handles Pods, got 'Deployment'" in response.json()["message"]
 
 
-def test_oversized_body_is_refused_without_reading_it(server):
-    response = post(server, "/mutate", b" " * (3 * 1024 * 1024 + 1))
-    assert response.status_code == 413
-    assert response.json()["reason"] == "RequestEntityTooLarge"
+def test_oversized_body_is_refused_before_it_is_sent(server):
+    # Only the headers go out: the answer must come from Content-Length alone.
+    # (Sending the body too would race the server closing the connection.)
+    connection = http.client.HTTPSConnection(
+        HOST,
+        server.port,
+        timeout=10,
+        context=ssl.create_default_context(cafile=str(server.trust_file)),
+    )
+    try:
+        connection.putrequest("POST", "/mutate")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(3 * 1024 * 1024 + 1))
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 413
+        assert json.loads(response.read())["reason"] == "RequestEntityTooLarge"
+    finally:
+        connection.close()
+    assert server.process.poll() is None
 
 
-@pytest.mark.parametrize(("method", "path", "code"), [("GET", "/mutate", 405), ("POST", "/nothing-here", 404)])
+@pytest.mark.parametrize(
+    ("method", "path", "code"),
+    [("GET", "/mutate", 405), ("POST", "/nothing-here", 404)],
+)
 def test_wrong_method_or_path_is_answered_in_json(server, method, path, code):
     response = requests.request(method, server.url(path), verify=str(server.trust_file), timeout=10)
     assert response.status_code == code
@@ -178,8 +269,13 @@ def test_tls_1_1_is_refused_by_the_server(server, certs):
     # SECLEVEL=0 lets this client offer TLS 1.1, so the refusal is the
     # server's protocol_version alert and not the client's own policy.
     with pytest.raises(ssl.SSLError) as caught:
-        handshake(server.port, certs / "ca.crt", minimum=ssl.TLSVersion.TLSv1,
-                  maximum=ssl.TLSVersion.TLSv1_1, ciphers="DEFAULT:@SECLEVEL=0")
+        handshake(
+            server.port,
+            certs / "ca.crt",
+            minimum=ssl.TLSVersion.TLSv1,
+            maximum=ssl.TLSVersion.TLSv1_1,
+            ciphers="DEFAULT:@SECLEVEL=0",
+        )
     assert caught.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
 
 
@@ -229,35 +325,34 @@ def two_bundles(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     make_certs(old)
     make_certs(new)
-    trust = tmp_path / "trust.pem"  # clients trust both CAs, as during a caBundle rollover
+    # Clients trust both CAs, as during a caBundle rollover.
+    trust = tmp_path / "trust.pem"
     trust.write_bytes((old / "ca.crt").read_bytes() + (new / "ca.crt").read_bytes())
     return old, new, trust
 
 
-def test_certificate_rewritten_in_place_is_served_without_a_failed_handshake(tmp_path):
+def test_certificate_rewritten_in_place_is_served_without_a_failed_handshake(tmp_path, start_webhook):
     old, new, trust = two_bundles(tmp_path)
     live = tmp_path / "live"
     shutil.copytree(old, live)
-    server = WebhookProcess(live / "tls.crt", live / "tls.key", trust, tmp_path)
-    try:
-        with HandshakeLoop(server.port, trust) as loop:
-            time.sleep(0.3)
-            # Written in place, certificate first: for a while the key does
-            # not match the certificate, and the server must keep the old pair.
-            (live / "tls.crt").write_bytes((new / "tls.crt").read_bytes())
-            time.sleep(0.3)
-            (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
-            loop.wait_for(serial(new / "tls.crt"))
-            time.sleep(0.2)
-        assert loop.errors == []
-        assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
-        assert "keeping the previous serving certificate" in server.log()
-        assert "loaded new serving certificate" in server.log()
-    finally:
-        assert server.stop() == 0
+    server = start_webhook(live / "tls.crt", live / "tls.key", trust, tmp_path)
+    with HandshakeLoop(server.port, trust) as loop:
+        time.sleep(0.3)
+        # Written in place, certificate first: for a while the key does
+        # not match the certificate, and the server must keep the old pair.
+        (live / "tls.crt").write_bytes((new / "tls.crt").read_bytes())
+        time.sleep(0.3)
+        (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
+        loop.wait_for(serial(new / "tls.crt"))
+        time.sleep(0.2)
+    assert loop.errors == []
+    assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+    assert "keeping the previous serving certificate" in server.log()
+    assert "loaded new serving certificate" in server.log()
+    assert server.stop() == 0
 
 
-def test_secret_volume_symlink_swap_is_followed(tmp_path):
+def test_secret_volume_symlink_swap_is_followed(tmp_path, start_webhook):
     old, new, trust = two_bundles(tmp_path)
     # The layout the kubelet gives a Secret volume: files behind ..data, a
     # symlink that is swapped atomically to a new timestamped directory.
@@ -267,27 +362,59 @@ def test_secret_volume_symlink_swap_is_followed(tmp_path):
     (volume / "..data").symlink_to("..2025_01_01_00_00_00.000000001")
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (volume / name).symlink_to(f"..data/{name}")
-    server = WebhookProcess(volume / "tls.crt", volume / "tls.key", trust, tmp_path)
-    try:
-        with HandshakeLoop(server.port, trust) as loop:
-            time.sleep(0.3)
-            shutil.copytree(new, volume / "..2025_06_01_00_00_00.000000002")
-            (volume / "..data_tmp").symlink_to("..2025_06_01_00_00_00.000000002")
-            os.rename(volume / "..data_tmp", volume / "..data")
-            shutil.rmtree(volume / "..2025_01_01_00_00_00.000000001")
-            loop.wait_for(serial(new / "tls.crt"))
-            time.sleep(0.2)
-        assert loop.errors == []
-        assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
-    finally:
-        assert server.stop() == 0
+    server = start_webhook(volume / "tls.crt", volume / "tls.key", trust, tmp_path)
+    with HandshakeLoop(server.port, trust) as loop:
+        time.sleep(0.3)
+        shutil.copytree(new, volume / "..2025_06_01_00_00_00.000000002")
+        (volume / "..data_tmp").symlink_to("..2025_06_01_00_00_00.000000002")
+        os.rename(volume / "..data_tmp", volume / "..data")
+        shutil.rmtree(volume / "..2025_01_01_00_00_00.000000001")
+        loop.wait_for(serial(new / "tls.crt"))
+        time.sleep(0.2)
+    assert loop.errors == []
+    assert_switched_once(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+    assert server.stop() == 0
+
+
+def test_readiness_fails_while_the_served_certificate_is_expired(tmp_path, start_webhook):
+    expired = generate_bundle(
+        ips=[HOST],
+        days=1,
+        now=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3),
+    )
+    write_bundle(tmp_path / "tls", expired)
+    server = start_webhook(
+        tmp_path / "tls" / "tls.crt",
+        tmp_path / "tls" / "tls.key",
+        tmp_path / "tls" / "ca.crt",
+        tmp_path,
+        wait=False,
+    )
+    # No client accepts an expired certificate; this one looks anyway.
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + 20
+    while True:
+        connection = http.client.HTTPSConnection(HOST, server.port, timeout=5, context=unverified)
+        try:
+            connection.request("GET", "/readyz")
+            response = connection.getresponse()
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+        finally:
+            connection.close()
+    assert response.status == 503
+    assert "has expired: /readyz fails until it is renewed" in server.log()
 
 
 # -- process lifecycle -----------------------------------------------------
 
 
-def test_sigterm_stops_cleanly_and_removes_the_metrics_directory(certs, tmp_path):
-    server = WebhookProcess(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
+def test_sigterm_stops_cleanly_and_removes_the_metrics_directory(certs, tmp_path, start_webhook):
+    server = start_webhook(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
     assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
     metrics_dirs = list(server.tmp_dir.glob("gpu-scheduler-webhook-metrics-*"))
     assert len(metrics_dirs) == 1 and any(metrics_dirs[0].iterdir())
@@ -297,9 +424,22 @@ def test_sigterm_stops_cleanly_and_removes_the_metrics_directory(certs, tmp_path
 
 def test_missing_certificate_stops_the_start_with_a_hint(tmp_path):
     result = subprocess.run(
-        [CLI, "webhook", "--tls-cert-file", str(tmp_path / "nope.crt"), "--tls-private-key-file",
-         str(tmp_path / "nope.key"), "--bind", HOST, "--port", "1"],
-        check=False, capture_output=True, text=True, timeout=30,
+        [
+            CLI,
+            "webhook",
+            "--tls-cert-file",
+            str(tmp_path / "nope.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "nope.key"),
+            "--bind",
+            HOST,
+            "--port",
+            "1",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 1
     assert "cannot load certificate" in result.stderr

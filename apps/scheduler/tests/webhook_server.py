@@ -28,7 +28,10 @@ def make_certs(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     """`gpu-scheduler certs --out-dir out_dir --ip 127.0.0.1 ...`, which must succeed."""
     result = subprocess.run(
         [CLI, "certs", "--out-dir", str(out_dir), "--ip", HOST, *extra],
-        check=False, capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     return result
@@ -43,16 +46,26 @@ def handshake(port: int, trust_file: Path, minimum=None, maximum=None, ciphers=N
         context.maximum_version = maximum
     if ciphers:
         context.set_ciphers(ciphers)
-    with socket.create_connection((HOST, port), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname=HOST) as tls:
-            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+    with (
+        socket.create_connection((HOST, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=HOST) as tls,
+    ):
+        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
 
 
 class WebhookProcess:
     """`gpu-scheduler webhook` as a subprocess; its log goes to workdir/webhook.log."""
 
-    def __init__(self, cert_file: Path, key_file: Path, trust_file: Path, workdir: Path,
-                 workers: int = 2, scheduler_name: str = "gpu-scheduler") -> None:
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        trust_file: Path,
+        workdir: Path,
+        workers: int = 2,
+        scheduler_name: str = "gpu-scheduler",
+        wait: bool = True,
+    ) -> None:
         self.port = free_port()
         self.trust_file = trust_file
         self.log_file = workdir / "webhook.log"
@@ -61,12 +74,28 @@ class WebhookProcess:
         env = dict(os.environ, TMPDIR=str(self.tmp_dir))
         with open(self.log_file, "wb") as log:
             self.process = subprocess.Popen(
-                [CLI, "webhook", "--tls-cert-file", str(cert_file), "--tls-private-key-file", str(key_file),
-                 "--bind", HOST, "--port", str(self.port), "--workers", str(workers),
-                 "--scheduler-name", scheduler_name],
-                stdout=log, stderr=subprocess.STDOUT, env=env,
+                [
+                    CLI,
+                    "webhook",
+                    "--tls-cert-file",
+                    str(cert_file),
+                    "--tls-private-key-file",
+                    str(key_file),
+                    "--bind",
+                    HOST,
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(workers),
+                    "--scheduler-name",
+                    scheduler_name,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
             )
-        self._wait_until_serving()
+        if wait:
+            self._wait_until_serving()
 
     def url(self, path: str) -> str:
         return f"https://{HOST}:{self.port}{path}"

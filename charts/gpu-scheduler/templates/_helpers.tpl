@@ -128,7 +128,11 @@ cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "gpu-schedul
 
 {{/* The certificate Jobs' ServiceAccount and RBAC: hooks before the Jobs of both phases, gone once they succeeded. */}}
 {{- define "gpu-scheduler.certsRbacHook" -}}
+{{- if eq .Values.certs.mode "provided" }}
+helm.sh/hook: post-install,post-upgrade
+{{- else }}
 helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+{{- end }}
 helm.sh/hook-weight: "-10"
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}

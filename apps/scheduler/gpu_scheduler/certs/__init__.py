@@ -8,4 +8,10 @@ from .bundle import (
     subject_alt_names,
 )
 
-__all__ = ["CertBundle", "generate_bundle", "reuse_problem", "service_dns_names", "subject_alt_names"]
+__all__ = [
+    "CertBundle",
+    "generate_bundle",
+    "reuse_problem",
+    "service_dns_names",
+    "subject_alt_names",
+]

@@ -52,35 +52,61 @@ def _unique(items: Iterable) -> list:
     return list(dict.fromkeys(items))
 
 
-def _key_identifiers(builder: x509.CertificateBuilder, subject_key, issuer_key) -> x509.CertificateBuilder:
-    return builder.add_extension(
-        x509.SubjectKeyIdentifier.from_public_key(subject_key), critical=False
-    ).add_extension(
-        x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key), critical=False
-    )
-
-
-def _ca_certificate(key: ec.EllipticCurvePrivateKey, now: datetime.datetime) -> x509.Certificate:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_COMMON_NAME)])
-    builder = (
+def _certificate(
+    subject: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    lifetime: datetime.timedelta,
+    now: datetime.datetime,
+    is_ca: bool,
+) -> x509.CertificateBuilder:
+    """What the CA and the serving certificate share: validity, basic
+    constraints, key usage and key identifiers."""
+    return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .not_valid_after(now + lifetime)
+        .add_extension(
+            x509.BasicConstraints(ca=is_ca, path_length=0 if is_ca else None),
+            critical=True,
+        )
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,  # ECDSA keys sign; they never encrypt
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
+        )
     )
-    return _key_identifiers(builder, key.public_key(), key.public_key()).sign(key, hashes.SHA256())
+
+
+def _common_name(name: str) -> x509.Name:
+    # X.509 limits a common name to 64 characters; the SANs carry the names.
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name[:64])])
+
+
+def _ca_certificate(key: ec.EllipticCurvePrivateKey, now: datetime.datetime) -> x509.Certificate:
+    name = _common_name(CA_COMMON_NAME)
+    lifetime = datetime.timedelta(days=CA_DAYS)
+    builder = _certificate(name, key.public_key(), name, key, lifetime, now, True)
+    return builder.sign(key, hashes.SHA256())
 
 
 def _serving_certificate(
@@ -92,29 +118,16 @@ def _serving_certificate(
     days: int,
     now: datetime.datetime,
 ) -> x509.Certificate:
-    common_name = dns_names[0] if dns_names else str(ips[0])
-    sans = [x509.DNSName(name) for name in dns_names] + [x509.IPAddress(ip) for ip in ips]
+    subject = _common_name(dns_names[0] if dns_names else str(ips[0]))
+    lifetime = datetime.timedelta(days=days)
+    sans = [x509.DNSName(name) for name in dns_names]
+    sans += [x509.IPAddress(ip) for ip in ips]
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])]))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        _certificate(subject, key.public_key(), ca.subject, ca_key, lifetime, now, False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
     )
-    return _key_identifiers(builder, key.public_key(), ca_key.public_key()).sign(ca_key, hashes.SHA256())
+    return builder.sign(ca_key, hashes.SHA256())
 
 
 def subject_alt_names(
@@ -168,7 +181,9 @@ def generate_bundle(
     )
 
 
-def certificate_sans(cert: x509.Certificate) -> tuple[set[str], set[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+def certificate_sans(
+    cert: x509.Certificate,
+) -> tuple[set[str], set[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:

@@ -125,8 +125,8 @@ def ensure_secret(
                 f"{TLS_SECRET_TYPE!r}, and a Secret's type cannot change: delete it or use another --secret name"
             )
         old = bundle_from_secret(existing)
-        problem = "it lacks tls.crt, tls.key or ca.crt" if old is None else reuse_problem(
-            old, wanted_dns, wanted_ips, now
+        problem = (
+            "it lacks tls.crt, tls.key or ca.crt" if old is None else reuse_problem(old, wanted_dns, wanted_ips, now)
         )
         if problem is None:
             return SecretOutcome("kept", old, old.ca_cert_pem)

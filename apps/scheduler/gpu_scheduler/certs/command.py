@@ -22,33 +22,53 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out-dir", help="write ca.crt, tls.crt and tls.key (mode 0600) to this directory")
+    parser.add_argument(
+        "--out-dir",
+        help="write ca.crt, tls.crt and tls.key (mode 0600) to this directory",
+    )
     parser.add_argument(
         "--service",
         help="the webhook's Service: adds the DNS names <service>, <service>.<ns>, "
         "<service>.<ns>.svc and <service>.<ns>.svc.cluster.local",
     )
     parser.add_argument(
-        "--namespace", default=env("POD_NAMESPACE", ""),
+        "--namespace",
+        default=env("POD_NAMESPACE", ""),
         help=env_help("namespace of the Service and the Secret", "POD_NAMESPACE"),
     )
-    parser.add_argument("--dns", action="append", default=[], metavar="NAME",
-                        help="an extra DNS name for the certificate (repeatable)")
-    parser.add_argument("--ip", action="append", default=[], metavar="IP",
-                        help="an IP address for the certificate, e.g. 127.0.0.1 (repeatable)")
-    parser.add_argument("--days", type=positive_int, default=DEFAULT_DAYS,
-                        help="validity of the serving certificate in days (default: %(default)s; the CA gets 10 years)")
+    parser.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an extra DNS name for the certificate (repeatable)",
+    )
+    parser.add_argument(
+        "--ip",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="an IP address for the certificate, e.g. 127.0.0.1 (repeatable)",
+    )
+    parser.add_argument(
+        "--days",
+        type=positive_int,
+        default=DEFAULT_DAYS,
+        help="validity of the serving certificate in days (default: %(default)s; the CA gets 10 years)",
+    )
     parser.add_argument(
         "--secret",
         help="create or update this kubernetes.io/tls Secret in --namespace; "
         "an existing one that is still good for the same names is kept",
     )
     parser.add_argument(
-        "--patch-webhook", metavar="NAME",
+        "--patch-webhook",
+        metavar="NAME",
         help="set caBundle in the Mutating- and ValidatingWebhookConfiguration called NAME",
     )
     parser.add_argument(
-        "--kubeconfig", default=env("KUBECONFIG", ""),
+        "--kubeconfig",
+        default=env("KUBECONFIG", ""),
         help=env_help("kubeconfig file; in-cluster configuration when unset", "KUBECONFIG"),
     )
 
@@ -73,13 +93,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     trust_pem = bundle.ca_cert_pem
     try:
-        kube = KubeClient(load_configuration(args.kubeconfig or None)) if (
-            args.secret or args.patch_webhook
-        ) else None
+        kube = KubeClient(load_configuration(args.kubeconfig or None)) if (args.secret or args.patch_webhook) else None
         if args.secret:
             outcome = ensure_secret(kube, args.namespace, args.secret, bundle)
-            log.info("Secret %s/%s %s%s", args.namespace, args.secret, outcome.action,
-                     f" because {outcome.reason}" if outcome.reason else "")
+            log.info(
+                "Secret %s/%s %s%s",
+                args.namespace,
+                args.secret,
+                outcome.action,
+                f" because {outcome.reason}" if outcome.reason else "",
+            )
             bundle, trust_pem = outcome.bundle, outcome.trust_pem
         if args.out_dir:
             write_bundle(args.out_dir, bundle)

@@ -85,9 +85,9 @@ class Informer:
         while not self._stop.is_set():
             try:
                 if resource_version is None:
-                    resource_version = self._list()
+                    resource_version = self.list()
                     self.synced.set()
-                resource_version = self._watch(resource_version)
+                resource_version = self.watch(resource_version)
                 delay = ERROR_BACKOFF_INITIAL
             except ResourceGone:
                 log.info("%s: resourceVersion %s expired, listing again", self.name, resource_version)
@@ -100,7 +100,7 @@ class Informer:
                 self._stop.wait(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, ERROR_BACKOFF_MAX)
 
-    def _list(self) -> str:
+    def list(self) -> str:
         """Lists every page; hands the handler the complete set; returns its resourceVersion."""
         objects: list[dict] = []
         query = dict(self._selectors, limit=str(LIST_PAGE_SIZE))
@@ -122,9 +122,12 @@ class Informer:
                 return metadata["resourceVersion"]
             query["continue"] = token
 
-    def _watch(self, resource_version: str) -> str:
-        """Follows one watch until the server ends it; returns the last resourceVersion."""
-        seconds = random.randint(WATCH_SECONDS_MIN, WATCH_SECONDS_MAX)
+    def watch(self, resource_version: str, seconds: int | None = None) -> str:
+        """Follows one watch until the server ends it; returns the last resourceVersion.
+
+        Raises ResourceGone when resource_version is too old to resume from.
+        """
+        seconds = seconds or random.randint(WATCH_SECONDS_MIN, WATCH_SECONDS_MAX)
         query = dict(self._selectors, watch="1", resourceVersion=resource_version,
                      allowWatchBookmarks="true", timeoutSeconds=str(seconds))
         try:

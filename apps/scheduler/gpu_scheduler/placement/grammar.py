@@ -90,9 +90,7 @@ class SchedulingMap(Mapping[int, MapEntry]):
 
 def _parse_index(line: int, text: str, token: str) -> int:
     if not _INDEX.fullmatch(token):
-        raise InvalidIndexError(
-            line, text, f"index {quote(token)} in {quote(text)} is not a non-negative integer"
-        )
+        raise InvalidIndexError(line, text, f"index {quote(token)} in {quote(text)} is not a non-negative integer")
     index = int(token)
     if index > MAX_INDEX:
         raise InvalidIndexError(line, text, f"index {token} in {quote(text)} is larger than {MAX_INDEX}")
@@ -150,9 +148,7 @@ def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
 def _parse_line(line: int, text: str) -> MapEntry:
     index_part, eq, rest = text.partition("=")
     if not eq:
-        raise MalformedEntryError(
-            line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no '=')"
-        )
+        raise MalformedEntryError(line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no '=')")
     node_part, colon, devices_part = rest.partition(":")
     if not colon:
         raise MalformedEntryError(
@@ -189,9 +185,7 @@ def parse_map_uncached(text: str) -> SchedulingMap:
         first = entries.get(entry.index)
         if first is not None:
             errors.append(
-                DuplicateIndexError(
-                    number, stripped, f"index {entry.index} is already given on line {first.line}"
-                )
+                DuplicateIndexError(number, stripped, f"index {entry.index} is already given on line {first.line}")
             )
             continue
         entries[entry.index] = entry

@@ -207,7 +207,7 @@ class Scheduler:
         with self._work:
             decision = decide(pod, self.nodes, self.ledger, self._config.policy)
             if decision.bind:
-                shares = bool(decision.warning) and bool(
+                shares = self._config.policy is SharingPolicy.WARN and bool(
                     self.ledger.conflicts(key, decision.node, decision.entry.devices))
                 self._hold(key, decision.node, decision.entry.devices)
                 self._assumed[key] = uid

@@ -67,7 +67,11 @@ def decide(
     if injected is not None and injected != entry.cuda_visible_devices:
         # Container env is immutable: binding would hand the pod other GPUs than the map says.
         return Decision(
-            key, entry, None, bind=False, retryable=False,
+            key,
+            entry,
+            None,
+            bind=False,
+            retryable=False,
             reason=(
                 f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod "
                 f"was created with CUDA_VISIBLE_DEVICES={injected}; delete the pod so that it is recreated"
@@ -91,7 +95,11 @@ def decide(
     conflicts = ledger.conflicts(key, node.name, entry.devices)
     if conflicts and policy is SharingPolicy.DENY:
         return Decision(
-            key, entry, node.name, bind=False, retryable=True,
+            key,
+            entry,
+            node.name,
+            bind=False,
+            retryable=True,
             reason=f"GPUs already held ({_sharing_message(conflicts, node.name)}) and --gpu-sharing=deny",
         )
     if conflicts and policy is SharingPolicy.WARN:

@@ -47,6 +47,10 @@ class Decision:
     review: dict  # the AdmissionReview to send back
     result: str  # allowed, patched or denied
     fields: dict = field(default_factory=dict)  # what the log line reports
+    # False when the object was let through unexamined (another scheduler's
+    # pod, an operation we do not check): logged at debug level only, since
+    # every pod in the cluster may pass through the webhook.
+    examined: bool = True
 
 
 # -- reading the request ---------------------------------------------------
@@ -77,9 +81,7 @@ def _list_of_objects(value: object, where: str) -> list:
 
 
 def _string_map(value: object, where: str) -> None:
-    if value is not None and not (
-        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-    ):
+    if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
         raise BadRequest(f"{where} must be an object of strings")
 
 
@@ -132,7 +134,15 @@ def _scheduler_name(template: dict, where: str) -> str:
 
 
 def _response(request: dict, **fields: object) -> dict:
-    return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": request["uid"], **fields}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "response": {"uid": request["uid"], **fields},
+    }
+
+
+def _pass(request: dict, fields: dict) -> Decision:
+    return Decision(_response(request, allowed=True), ALLOWED, fields, examined=False)
 
 
 def _allow(request: dict, fields: dict, warnings: list[str] | None = None) -> Decision:
@@ -144,7 +154,11 @@ def _deny(request: dict, message: str, fields: dict) -> Decision:
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     status = {"code": DENIED_CODE, "message": message}
-    return Decision(_response(request, allowed=False, status=status), DENIED, dict(fields, message=message))
+    return Decision(
+        _response(request, allowed=False, status=status),
+        DENIED,
+        dict(fields, message=message),
+    )
 
 
 def _map_errors(err: InvalidMapError) -> str:
@@ -164,18 +178,22 @@ def mutate(review: object, scheduler_name: str) -> Decision:
     # ephemeral containers; any other update leaves a running pod alone.
     debug = operation == "UPDATE" and subresource == "ephemeralcontainers"
     if operation != "CREATE" and not debug:
-        return _allow(request, {"operation": operation})
+        return _pass(request, {"operation": operation})
     pod = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(pod, "request.object")
-    namespace = request.get("namespace") or metadata.get("namespace") or ""
-    fields = {"pod": pod_key(pod, namespace or None)}
+    namespace = request.get("namespace") or metadata.get("namespace") or None
+    fields = {"pod": pod_key(pod, namespace)}
     if _scheduler_name(pod, "request.object") != scheduler_name:
-        return _allow(request, fields)
+        return _pass(request, fields)
     _check_pod_spec(pod.get("spec") or {}, "request.object.spec")
     try:
-        entry = placement_for(pod, namespace or None)
+        entry = placement_for(pod, namespace)
     except InvalidMapError as err:
-        return _deny(request, f"pod {fields['pod']}: {MAP_ANNOTATION}: {_map_errors(err)}", fields)
+        return _deny(
+            request,
+            f"pod {fields['pod']}: {MAP_ANNOTATION}: {_map_errors(err)}",
+            fields,
+        )
     except PlacementError as err:
         return _deny(request, str(err), fields)
     fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
@@ -217,7 +235,7 @@ def validate(review: object, scheduler_name: str) -> Decision:
         supported = ", ".join(k for _, k in POD_TEMPLATES)
         raise BadRequest(f"/validate handles {supported}; got {group or 'core'}/{kind}; fix the webhook's rules")
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
-        return _allow(request, {"operation": request.get("operation")})
+        return _pass(request, {"operation": request.get("operation")})
     obj = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(obj, "request.object")
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
@@ -226,7 +244,7 @@ def validate(review: object, scheduler_name: str) -> Decision:
     fields = {"object": what}
     if metadata.get("deletionTimestamp"):
         # Removing finalizers must never be blocked by a map mistake.
-        return _allow(request, fields)
+        return _pass(request, fields)
     template = obj
     for step in path:
         template = _mapping(template.get(step), "request.object." + ".".join(path))
@@ -236,7 +254,7 @@ def validate(review: object, scheduler_name: str) -> Decision:
     if path:
         _check_metadata(template, "request.object." + ".".join(path))
     if _scheduler_name(template, ".".join(["request.object", *path])) != scheduler_name:
-        return _allow(request, fields)
+        return _pass(request, fields)
     text = ((template.get("metadata") or {}).get("annotations") or {}).get(MAP_ANNOTATION)
     if text is None:
         warning = (
@@ -265,7 +283,8 @@ def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) ->
         )
         return [warning]
     if kind == "StatefulSet":
-        start = (spec.get("ordinals") or {}).get("start", 0)
+        ordinals = spec.get("ordinals")
+        start = ordinals.get("start", 0) if isinstance(ordinals, dict) else 0
         expected = _index_range(start, spec.get("replicas", 1))
     elif kind == "Job":
         expected = _index_range(0, spec.get("completions", 1))

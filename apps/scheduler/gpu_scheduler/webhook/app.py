@@ -22,8 +22,14 @@ log = logging.getLogger(__name__)
 
 def _status(code: int, reason: str, message: str) -> Response:
     """An error answer, shaped like a Kubernetes metav1.Status."""
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "code": code, "reason": reason, "message": message}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
     return Response(json.dumps(body), status=code, mimetype="application/json")
 
 
@@ -39,15 +45,10 @@ def parse_body(data: bytes) -> object:
         raise admission.BadRequest(f"the body is not JSON ({err})") from None
 
 
-def create_app(
-    scheduler_name: str,
-    metrics: WebhookMetrics | None = None,
-    ready: Callable[[], bool] = lambda: True,
-) -> Flask:
-    """The WSGI app. `ready` tells /readyz whether a serving certificate is loaded."""
+def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], bool]) -> Flask:
+    """The WSGI app. `ready` tells /readyz whether a good serving certificate is loaded."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
-    metrics = metrics or WebhookMetrics()
 
     def admit(operation: str, decide: Callable[[object, str], admission.Decision]) -> Response:
         started = time.perf_counter()
@@ -63,10 +64,19 @@ def create_app(
             return _reject(operation, started, err.code, err.name.replace(" ", ""), err.description)
         seconds = time.perf_counter() - started
         metrics.observe(operation, decision.result, seconds)
-        log.info(
-            "%s %s", operation, decision.result,
-            extra={"fields": {"operation": operation, "result": decision.result, **decision.fields,
-                              "duration_ms": round(seconds * 1000, 3)}},
+        log.log(
+            logging.INFO if decision.examined else logging.DEBUG,
+            "%s %s",
+            operation,
+            decision.result,
+            extra={
+                "fields": {
+                    "operation": operation,
+                    "result": decision.result,
+                    **decision.fields,
+                    "duration_ms": round(seconds * 1000, 3),
+                }
+            },
         )
         return Response(json.dumps(decision.review), mimetype="application/json")
 
@@ -74,10 +84,18 @@ def create_app(
         seconds = time.perf_counter() - started
         metrics.observe(operation, "bad_request", seconds)
         log.warning(
-            "%s bad request", operation,
-            extra={"fields": {"operation": operation, "result": "bad_request", "code": code,
-                              "remote": request.remote_addr, "message": message,
-                              "duration_ms": round(seconds * 1000, 3)}},
+            "%s bad request",
+            operation,
+            extra={
+                "fields": {
+                    "operation": operation,
+                    "result": "bad_request",
+                    "code": code,
+                    "remote": request.remote_addr,
+                    "message": message,
+                    "duration_ms": round(seconds * 1000, 3),
+                }
+            },
         )
         return _status(code, reason, message)
 
@@ -112,6 +130,10 @@ def create_app(
     def unexpected_error(err: Exception) -> Response:
         # A bug of ours: the traceback goes to the log, the client gets JSON.
         log.exception("unexpected error handling %s %s", request.method, request.path)
-        return _status(500, "InternalError", f"internal error in the webhook ({type(err).__name__}); see its log")
+        return _status(
+            500,
+            "InternalError",
+            f"internal error in the webhook ({type(err).__name__}); see its log",
+        )
 
     return app

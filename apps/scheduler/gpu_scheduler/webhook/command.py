@@ -12,44 +12,86 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tls-cert-file", default=env("TLS_CERT_FILE", "/etc/gpu-scheduler/tls/tls.crt"),
-                        help=env_help("serving certificate (PEM); reloaded when it changes", "TLS_CERT_FILE"))
-    parser.add_argument("--tls-private-key-file", default=env("TLS_PRIVATE_KEY_FILE", "/etc/gpu-scheduler/tls/tls.key"),
-                        help=env_help("private key of the serving certificate (PEM)", "TLS_PRIVATE_KEY_FILE"))
-    parser.add_argument("--bind", default=env("WEBHOOK_BIND", "0.0.0.0"),
-                        help=env_help("address to listen on", "WEBHOOK_BIND"))
-    parser.add_argument("--port", type=positive_int, default=env("WEBHOOK_PORT", "8443"),
-                        help=env_help("HTTPS port", "WEBHOOK_PORT"))
-    parser.add_argument("--workers", type=positive_int, default=env("WEBHOOK_WORKERS", "2"),
-                        help=env_help("gunicorn worker processes", "WEBHOOK_WORKERS"))
-    parser.add_argument("--threads", type=positive_int, default=env("WEBHOOK_THREADS", "4"),
-                        help=env_help("threads per worker", "WEBHOOK_THREADS"))
-    parser.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", "gpu-scheduler"),
-                        help=env_help("schedulerName of the pods to handle", "SCHEDULER_NAME"))
+    parser.add_argument(
+        "--tls-cert-file",
+        default=env("TLS_CERT_FILE", "/etc/gpu-scheduler/tls/tls.crt"),
+        help=env_help("serving certificate (PEM); reloaded when it changes", "TLS_CERT_FILE"),
+    )
+    parser.add_argument(
+        "--tls-private-key-file",
+        default=env("TLS_PRIVATE_KEY_FILE", "/etc/gpu-scheduler/tls/tls.key"),
+        help=env_help("private key of the serving certificate (PEM)", "TLS_PRIVATE_KEY_FILE"),
+    )
+    parser.add_argument(
+        "--bind",
+        default=env("WEBHOOK_BIND", "0.0.0.0"),
+        help=env_help("address to listen on", "WEBHOOK_BIND"),
+    )
+    parser.add_argument(
+        "--port",
+        type=positive_int,
+        default=env("WEBHOOK_PORT", "8443"),
+        help=env_help("HTTPS port", "WEBHOOK_PORT"),
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=env("WEBHOOK_WORKERS", "2"),
+        help=env_help("gunicorn worker processes", "WEBHOOK_WORKERS"),
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=env("WEBHOOK_THREADS", "4"),
+        help=env_help("threads per worker", "WEBHOOK_THREADS"),
+    )
+    parser.add_argument(
+        "--scheduler-name",
+        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        help=env_help("schedulerName of the pods to handle", "SCHEDULER_NAME"),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: the other subcommands need neither gunicorn nor Flask.
     from .app import create_app
     from .metrics import WebhookMetrics, enable_multiprocess
-    from .server import ReloadingTLS, ServerOptions, TLSLoadError, WebhookServer
+    from .server import (
+        ReloadingTLS,
+        ServerOptions,
+        TLSLoadError,
+        WebhookServer,
+        bind_address,
+    )
 
     try:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
     except TLSLoadError as err:
-        log.error("webhook: %s; mount the Secret written by `gpu-scheduler certs` or fix "
-                  "--tls-cert-file/--tls-private-key-file", err)
+        log.error(
+            "webhook: %s; mount the Secret written by `gpu-scheduler certs` or fix "
+            "--tls-cert-file/--tls-private-key-file",
+            err,
+        )
         return 1
     # Under the temp directory ($TMPDIR or /tmp), which the chart mounts as an
     # emptyDir so this works with a read-only root filesystem.
     metrics_dir = tempfile.mkdtemp(prefix="gpu-scheduler-webhook-metrics-")
     enable_multiprocess(metrics_dir)
     options = ServerOptions(
-        bind=args.bind, port=args.port, workers=args.workers, threads=args.threads,
-        log_level=args.log_level, metrics_dir=metrics_dir,
+        bind=args.bind,
+        port=args.port,
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+        metrics_dir=metrics_dir,
     )
-    log.info("webhook for schedulerName %s on %s:%d with %d workers",
-             args.scheduler_name, args.bind, args.port, args.workers)
+    log.info(
+        "webhook for schedulerName %s on %s with %d workers of %d threads",
+        args.scheduler_name,
+        bind_address(args.bind, args.port),
+        args.workers,
+        args.threads,
+    )
 
     def app_factory():
         return create_app(args.scheduler_name, WebhookMetrics(), ready=tls.ready)

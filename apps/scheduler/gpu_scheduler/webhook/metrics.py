@@ -25,7 +25,22 @@ OPERATIONS = ("mutate", "validate")
 RESULTS = ("allowed", "patched", "denied", "bad_request")
 # Admission is parsing a small JSON document: milliseconds. The API server
 # gives a webhook 10 s at most by default.
-BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -51,13 +66,16 @@ class WebhookMetrics:
         self.duration = Histogram(
             "gpu_scheduler_webhook_admission_duration_seconds",
             "Time from receiving an AdmissionReview to having the answer, by operation.",
-            ["operation"], buckets=BUCKETS, registry=self.registry,
+            ["operation"],
+            buckets=BUCKETS,
+            registry=self.registry,
         )
         self.decisions = Counter(
             "gpu_scheduler_webhook_admission_decisions",
             "Admission requests answered, by operation and result "
             "(allowed: unchanged, patched: placement injected, denied, bad_request: not an AdmissionReview).",
-            ["operation", "result"], registry=self.registry,
+            ["operation", "result"],
+            registry=self.registry,
         )
         # Every series exists from the start, so rate() and alerts see zeros, not gaps.
         for operation in OPERATIONS:

@@ -29,7 +29,11 @@ def pointer_token(key: str) -> str:
 def placement_annotation(entry: MapEntry) -> str:
     """The annotation value: compact JSON a pod can read through the downward API."""
     return json.dumps(
-        {"index": entry.index, "node": entry.node, "cudaVisibleDevices": entry.cuda_visible_devices},
+        {
+            "index": entry.index,
+            "node": entry.node,
+            "cudaVisibleDevices": entry.cuda_visible_devices,
+        },
         separators=(",", ":"),
     )
 
@@ -65,7 +69,13 @@ def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS,
             env = container.get("env")
             wanted = env_with(env or [], CUDA_ENV, devices)
             if env != wanted:
-                operations.append({"op": "add", "path": f"/spec/{field}/{position}/env", "value": wanted})
+                operations.append(
+                    {
+                        "op": "add",
+                        "path": f"/spec/{field}/{position}/env",
+                        "value": wanted,
+                    }
+                )
     if annotate:
         operations.extend(_annotation_operations(pod, placement_annotation(entry)))
     return operations
@@ -74,10 +84,28 @@ def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS,
 def _annotation_operations(pod: dict, value: str) -> list[dict]:
     metadata = pod.get("metadata")
     if metadata is None:
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": {PLACEMENT_ANNOTATION: value}}}]
+        return [
+            {
+                "op": "add",
+                "path": "/metadata",
+                "value": {"annotations": {PLACEMENT_ANNOTATION: value}},
+            }
+        ]
     annotations = metadata.get("annotations")
     if annotations is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {PLACEMENT_ANNOTATION: value}}]
+        return [
+            {
+                "op": "add",
+                "path": "/metadata/annotations",
+                "value": {PLACEMENT_ANNOTATION: value},
+            }
+        ]
     if annotations.get(PLACEMENT_ANNOTATION) == value:
         return []
-    return [{"op": "add", "path": f"/metadata/annotations/{pointer_token(PLACEMENT_ANNOTATION)}", "value": value}]
+    return [
+        {
+            "op": "add",
+            "path": f"/metadata/annotations/{pointer_token(PLACEMENT_ANNOTATION)}",
+            "value": value,
+        }
+    ]

@@ -76,10 +76,16 @@ class ReloadingTLS:
         self.key_file = key_file
         self._lock = threading.Lock()
         self._tried = self._identity()
-        self._context = build_context(cert_file, key_file)  # raises: no start without a pair
+        # Raises: without a pair there is nothing to serve.
+        self._context = build_context(cert_file, key_file)
         self._not_after = read_expiry(cert_file)
         self._failed_at: float | None = None
         log.info("serving certificate %s, valid until %s", cert_file, self._not_after)
+        if not self._unexpired():
+            log.warning("the serving certificate %s has expired: /readyz fails until it is renewed", cert_file)
+
+    def _unexpired(self) -> bool:
+        return self._not_after is not None and datetime.datetime.now(datetime.UTC) < self._not_after
 
     def _identity(self) -> tuple | None:
         try:
@@ -90,7 +96,7 @@ class ReloadingTLS:
     def ready(self) -> bool:
         """Whether the certificate being served has not expired (rotation works)."""
         self.context()
-        return self._not_after is not None and datetime.datetime.now(datetime.UTC) < self._not_after
+        return self._unexpired()
 
     def context(self) -> ssl.SSLContext:
         with self._lock:
@@ -123,7 +129,11 @@ class ReloadingTLS:
         # Read after loading; should the file change in between, the identity
         # check reloads both on the next connection.
         self._not_after = read_expiry(self.cert_file)
-        log.info("loaded new serving certificate %s, valid until %s", self.cert_file, self._not_after)
+        log.info(
+            "loaded new serving certificate %s, valid until %s",
+            self.cert_file,
+            self._not_after,
+        )
 
     def gunicorn_hook(self, _config, _default_ssl_context_factory) -> ssl.SSLContext:
         """gunicorn's `ssl_context(config, default_ssl_context_factory)` server hook."""
@@ -159,7 +169,12 @@ def bind_address(host: str, port: int) -> str:
 class WebhookServer(BaseApplication):
     """gunicorn, configured in code instead of from its command line."""
 
-    def __init__(self, options: ServerOptions, tls: ReloadingTLS, app_factory: Callable[[], Flask]) -> None:
+    def __init__(
+        self,
+        options: ServerOptions,
+        tls: ReloadingTLS,
+        app_factory: Callable[[], Flask],
+    ) -> None:
         self.options = options
         self.tls = tls
         self.app_factory = app_factory
@@ -170,13 +185,14 @@ class WebhookServer(BaseApplication):
         settings = {
             "bind": [bind_address(options.bind, options.port)],
             "workers": options.workers,
-            # gthread: keep-alive connections wait in a poller instead of
-            # holding a worker, so the API server's pooled TLS connections are
-            # reused and each admission request skips the handshake.
+            # gthread: idle keep-alive connections wait in a poller and a
+            # worker serves `threads` requests at once, so the API server's
+            # pooled connections neither pin a process nor queue behind one
+            # slow request.
             "worker_class": "gthread",
             "threads": options.threads,
-            # Longer than the API server's idle pooled connections usually
-            # wait, so it rarely sends a request on a connection we just closed.
+            # The API server pools its connections to a webhook; keeping them
+            # open a while saves a TLS handshake on each reuse.
             "keepalive": 75,
             "timeout": 30,
             "graceful_timeout": 10,

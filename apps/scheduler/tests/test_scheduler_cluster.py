@@ -1,0 +1,338 @@
+"""`gpu-scheduler scheduler` as a real process against the real local API server.
+
+Each test runs its own scheduler processes under a scheduler name of its
+own, in a namespace of its own, so nothing else on the cluster (another
+test's scheduler, say) touches its pods. Assertions read the cluster through
+the kubernetes client, independently of the scheduler's own API code.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gpu_scheduler.kube.client import new_client
+from gpu_scheduler.kube.informer import Informer, ResourceGone
+from gpu_scheduler.kube.objects import trim_pod
+
+pytestmark = pytest.mark.cluster
+
+MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n"
+EXPECTED_NODES = {"job-0": "node1", "job-1": "node2", "job-2": "node3", "job-3": "node4"}
+EXPECTED_GPUS = {"job-0": "0,1", "job-1": "2", "job-2": "0,1,2", "job-3": "3"}
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return 0
+
+
+class SchedulerProcess:
+    """One `gpu-scheduler scheduler` subprocess with its log and probe port."""
+
+    def __init__(self, kubeconfig: str, log_dir: Path, name: str, *args: str) -> None:
+        self.port = free_port()
+        self.log_path = log_dir / f"scheduler-{uuid.uuid4().hex[:6]}.log"
+        self._log = self.log_path.open("w")
+        command = [sys.executable, "-m", "gpu_scheduler", "scheduler", "--kubeconfig", kubeconfig,
+                   "--scheduler-name", name, "--metrics-port", str(self.port),
+                   "--bind-address", "127.0.0.1", *args]
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def wait_ready(self, timeout: float = 15) -> None:
+        wait_until(lambda: self.process.poll() is not None or http_status(self.url("/readyz")) == 200,
+                   timeout, "/readyz to answer 200")
+        assert self.process.poll() is None, f"scheduler exited early:\n{self.log()}"
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url("/metrics"), timeout=2) as response:
+            return response.read().decode()
+
+    def terminate(self, timeout: float = 20) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+@pytest.fixture
+def start_scheduler(kubeconfig, namespace, tmp_path):
+    """start_scheduler(*flags) -> a ready SchedulerProcess for this test's scheduler name."""
+    name = f"sched-{uuid.uuid4().hex[:8]}"
+    started: list[SchedulerProcess] = []
+
+    def start(*args: str, wait: bool = True) -> SchedulerProcess:
+        process = SchedulerProcess(kubeconfig, tmp_path, name, "--namespace", namespace, *args)
+        started.append(process)
+        if wait:
+            process.wait_ready()
+        return process
+
+    start.scheduler_name = name
+    yield start
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture
+def core(api_client):
+    return client.CoreV1Api(api_client)
+
+
+def make_pod(core, namespace: str, name: str, scheduler_name: str, map_text: str = MAP) -> None:
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": map_text}},
+        "spec": {"schedulerName": scheduler_name,
+                 "containers": [{"name": "main", "image": "busybox"}]},
+    })
+
+
+def node_of(core, namespace: str, name: str) -> str | None:
+    return core.read_namespaced_pod(name, namespace).spec.node_name
+
+
+def events_of(api_client, namespace: str, pod: str, reason: str) -> list:
+    events = client.EventsV1Api(api_client).list_namespaced_event(namespace).items
+    return [e for e in events if e.regarding.name == pod and e.reason == reason]
+
+
+@pytest.fixture
+def kwok_node(core):
+    """kwok_node(name, alias) creates a Ready KWOK node; it and its pods go after the test."""
+    created: list[str] = []
+
+    def create(name: str, alias: str) -> None:
+        resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
+        core.create_node({
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"type": "kwok-test", "gpu-node-name": alias}},
+            "status": {"capacity": resources, "allocatable": resources,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "kwok node"}]},
+        })
+        created.append(name)
+
+    yield create
+    for name in created:
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        core.delete_node(name)
+
+
+def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(
+        start_scheduler, core, api_client, namespace):
+    scheduler = start_scheduler("--leader-elect=false")
+    assert http_status(scheduler.url("/healthz")) == 200
+    for name in EXPECTED_NODES:
+        make_pod(core, namespace, name, start_scheduler.scheduler_name)
+
+    for name, node in EXPECTED_NODES.items():
+        wait_until(lambda name=name: node_of(core, namespace, name), 10, f"{name} to be bound")
+        assert node_of(core, namespace, name) == node
+    for name, node in EXPECTED_NODES.items():
+        events = wait_until(lambda name=name: events_of(api_client, namespace, name, "Scheduled"), 10,
+                            f"the Scheduled event of {name}")
+        assert len(events) == 1
+        assert events[0].type == "Normal"
+        assert events[0].note == (f"Successfully assigned {namespace}/{name} to {node} "
+                                  f"with GPUs {EXPECTED_GPUS[name]}")
+        assert events[0].reporting_controller == start_scheduler.scheduler_name
+    metrics = scheduler.metrics()
+    assert 'gpu_scheduler_schedule_attempts_total{result="scheduled"} 4.0' in metrics
+    assert 'gpu_scheduler_gpus_held{node="node3"} 3.0' in metrics
+    assert "gpu_scheduler_leader 1.0" in metrics
+
+
+def test_a_pod_waiting_for_a_missing_node_is_bound_as_soon_as_the_node_appears(
+        start_scheduler, core, api_client, namespace, kwok_node):
+    alias = f"late-{uuid.uuid4().hex[:6]}"
+    scheduler = start_scheduler("--leader-elect=false")
+    make_pod(core, namespace, "late-0", start_scheduler.scheduler_name, f"0={alias}:1\n")
+
+    failed = wait_until(lambda: events_of(api_client, namespace, "late-0", "FailedScheduling"), 10,
+                        "a FailedScheduling event")
+    assert failed[0].type == "Warning"
+    assert f"node {alias} not found" in failed[0].note
+    # Retries come 1, 2, 4, 8 s apart: after the 4th the next is ~8 s off, so
+    # only the node event can explain a bind within 3 s of the node's creation.
+    wait_until(lambda: 'result="unschedulable"} 4.0' in scheduler.metrics(), 15, "4 failed attempts",
+               interval=0.05)
+    assert node_of(core, namespace, "late-0") is None
+
+    created = time.monotonic()
+    kwok_node(f"{alias}-host", alias)
+    wait_until(lambda: node_of(core, namespace, "late-0"), 10, "late-0 to be bound")
+    assert time.monotonic() - created < 3
+    assert node_of(core, namespace, "late-0") == f"{alias}-host"
+    # Repeated failures for the same reason are one Event, not one per retry.
+    assert len(events_of(api_client, namespace, "late-0", "FailedScheduling")) == 1
+
+
+def test_deny_policy_refuses_a_held_gpu_until_its_holder_is_gone(
+        start_scheduler, core, api_client, namespace):
+    start_scheduler("--leader-elect=false", "--gpu-sharing=deny")
+    make_pod(core, namespace, "first-0", start_scheduler.scheduler_name, "0=node1:3\n")
+    wait_until(lambda: node_of(core, namespace, "first-0"), 10, "first-0 to be bound")
+    make_pod(core, namespace, "second-0", start_scheduler.scheduler_name, "0=node1:3\n")
+
+    refused = wait_until(lambda: events_of(api_client, namespace, "second-0", "FailedScheduling"), 10,
+                         "second-0 to be refused")
+    assert f"GPU 3 by {namespace}/first-0" in refused[0].note
+    assert "--gpu-sharing=deny" in refused[0].note
+    assert node_of(core, namespace, "second-0") is None
+
+    core.delete_namespaced_pod("first-0", namespace, grace_period_seconds=0)
+    wait_until(lambda: node_of(core, namespace, "second-0"), 10, "second-0 to be bound once first-0 is gone")
+    assert node_of(core, namespace, "second-0") == "node1"
+
+
+def test_pods_created_while_no_scheduler_ran_are_placed_at_start(start_scheduler, core, namespace):
+    for name in EXPECTED_NODES:
+        make_pod(core, namespace, name, start_scheduler.scheduler_name)
+    time.sleep(1)
+    assert all(node_of(core, namespace, name) is None for name in EXPECTED_NODES)
+
+    start_scheduler("--leader-elect=false")
+    for name, node in EXPECTED_NODES.items():
+        assert wait_until(lambda name=name: node_of(core, namespace, name), 10, f"{name} bound") == node
+
+
+def lease_holder(api_client, namespace: str, name: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or ""
+
+
+FAST_LEASE = ("--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
+              "--leader-elect-retry-period=0.5")
+
+
+def test_sigterm_hands_the_lease_back_and_exits_zero(start_scheduler, api_client, namespace):
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    scheduler = start_scheduler("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
+                                f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    holder = wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
+    assert holder.startswith(socket.gethostname() + "_")
+    wait_until(lambda: "gpu_scheduler_leader 1.0" in scheduler.metrics(), 5, "the leader gauge")
+
+    assert scheduler.terminate() == 0
+    assert lease_holder(api_client, namespace, lease) == ""
+
+
+def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
+        start_scheduler, core, api_client, namespace):
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    flags = ("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
+             f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    first = start_scheduler(*flags)
+    wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "a leader")
+    second = start_scheduler(*flags)
+    names = [f"job-{i}" for i in range(40)]
+    map_text = "".join(f"{i}=node{i % 4 + 1}:{i % 4}\n" for i in range(len(names) + 5))
+    for name in names:
+        make_pod(core, namespace, name, start_scheduler.scheduler_name, map_text)
+    for name in names:
+        wait_until(lambda name=name: node_of(core, namespace, name), 15, f"{name} to be bound")
+    scheduled = [e for e in client.EventsV1Api(api_client).list_namespaced_event(namespace).items
+                 if e.reason == "Scheduled"]
+    assert sorted(e.regarding.name for e in scheduled) == sorted(names)
+
+    leader, standby = (first, second) if "gpu_scheduler_leader 1.0" in first.metrics() else (second, first)
+    assert "gpu_scheduler_leader 0.0" in standby.metrics()
+    # One binding call per pod, all by the leader.
+    assert f"gpu_scheduler_binding_duration_seconds_count {len(names)}.0" in leader.metrics()
+    assert "gpu_scheduler_binding_duration_seconds_count 0.0" in standby.metrics()
+    assert leader.terminate() == 0
+    make_pod(core, namespace, "job-44", start_scheduler.scheduler_name, map_text)
+    wait_until(lambda: node_of(core, namespace, "job-44"), 10, "the standby to bind job-44")
+    assert "gpu_scheduler_leader 1.0" in standby.metrics()
+
+
+def test_a_watch_from_a_compacted_version_asks_for_a_relist(kubeconfig, core, namespace):
+    make_pod(core, namespace, "job-0", "nobody")
+
+    class Collect:
+        def __init__(self) -> None:
+            self.listed: list[str] = []
+
+        def replace(self, objects: list[dict]) -> None:
+            self.listed = [o["metadata"]["name"] for o in objects]
+
+        def upsert(self, obj: dict) -> None:
+            pass
+
+        def delete(self, obj: dict) -> None:
+            pass
+
+    collected = Collect()
+    api = new_client(kubeconfig, pool_size=2, qps=0, burst=1)
+    informer = Informer(api, f"/api/v1/namespaces/{namespace}/pods", collected, trim_pod, name="test")
+    assert informer.list()
+    assert collected.listed == ["job-0"]
+    with pytest.raises(ResourceGone):
+        informer.watch("1", seconds=5)
+
+
+def test_a_leader_that_cannot_renew_exits_non_zero(start_scheduler, api_client, namespace):
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    scheduler = start_scheduler("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
+                                f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
+    # Another replica "takes" the lease (as after a network partition): the
+    # leader sees a live foreign holder at every renewal until its deadline.
+    client.CoordinationV1Api(api_client).patch_namespaced_lease(
+        lease, namespace, {"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 60}})
+    assert scheduler.process.wait(10) == 1
+    assert "lost leadership" in scheduler.log()

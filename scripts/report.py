@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""`make report`: where the gpu-scheduler-check pods run, and what the ones on node3 and node4 log.
+
+Writes Markdown (rendered from scripts/templates/report.md.j2) with
+`kubectl get pod -o wide -A`, each check pod's node and CUDA_VISIBLE_DEVICES
+against the task's map, and the logs of the check pods on node3 and node4.
+
+Logs: where the pods' containers really run (a KinD cluster), they are
+`kubectl logs`. The local cluster's KWOK nodes run no containers, so there
+the report runs `gpu-scheduler-check --once` on this host with the
+environment the API server's copy of each pod gives its `check` container
+(CUDA_VISIBLE_DEVICES as the webhook injected it, and the downward-API
+references NODE_NAME, POD_NAME, EXPECTED_PLACEMENT resolved from the pod),
+and says so in the report.
+
+Usage: scripts/report.py [--namespace gpu-demo] [--out .cache/report/report.md]
+(KUBECONFIG names the cluster; the local cluster's when unset.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from kubernetes import config
+
+REPO = Path(__file__).resolve().parents[1]
+# The e2e suite's placement check, shared with `make demo`; importable only
+# once tests/ is on the path, hence the imports below the insert.
+sys.path.insert(0, str(REPO / "tests"))
+
+from e2e.cluster import list_pods, node_aliases  # noqa: E402
+from e2e.placement_check import statefulset_placements, table  # noqa: E402
+from e2e.workloads import TASK_EXPECTED  # noqa: E402
+
+KUBECTL = REPO / ".cache" / "bin" / "kubectl"
+CHECK = REPO / ".venv" / "bin" / "gpu-scheduler-check"
+TEMPLATES = REPO / "scripts" / "templates"
+LOCAL_KUBECONFIG = REPO / ".cache" / "local-cluster" / "kubeconfig"
+CHECK_PODS = "app.kubernetes.io/name=gpu-scheduler-check"
+CHECK_CONTAINER = "check"
+LOG_NODES = ("node3", "node4")
+LOG_LINES = 20
+# metadata.annotations['key'] / metadata.labels['key'], as the downward API writes them.
+_KEYED_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
+
+
+@dataclass(frozen=True)
+class PodLog:
+    pod: str
+    node: str
+    source: str  # "kubectl logs" or "gpu-scheduler-check --once"
+    environment: dict[str, str]  # what the check ran with (simulated only)
+    output: str
+
+
+def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(KUBECTL), "--kubeconfig", kubeconfig, *args], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
+def field_value(pod: dict, path: str) -> str | None:
+    """A downward-API fieldRef resolved against the stored pod, as the kubelet would."""
+    simple = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+        "metadata.uid": pod["metadata"].get("uid"),
+        "spec.nodeName": pod["spec"].get("nodeName"),
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
+    }
+    if path in simple:
+        return simple[path]
+    keyed = _KEYED_FIELD.match(path)
+    if keyed:
+        return (pod["metadata"].get(keyed.group(1)) or {}).get(keyed.group(2))
+    return None
+
+
+def container_environment(pod: dict, container_name: str) -> dict[str, str]:
+    """The env the pod spec gives one container: plain values and resolvable fieldRefs."""
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
+    environment = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            environment[entry["name"]] = entry["value"]
+        elif "fieldRef" in (entry.get("valueFrom") or {}):
+            value = field_value(pod, entry["valueFrom"]["fieldRef"]["fieldPath"])
+            if value is not None:
+                environment[entry["name"]] = value
+    return environment
+
+
+def real_logs(kubeconfig: str, pod: dict) -> str | None:
+    """`kubectl logs` of the check container, or None where no container runs (KWOK)."""
+    result = kubectl(
+        kubeconfig,
+        "logs",
+        "-n",
+        pod["metadata"]["namespace"],
+        pod["metadata"]["name"],
+        "-c",
+        CHECK_CONTAINER,
+        f"--tail={LOG_LINES}",
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    return result.stdout.rstrip()
+
+
+def simulated_logs(pod: dict) -> tuple[dict[str, str], str]:
+    environment = container_environment(pod, CHECK_CONTAINER)
+    result = subprocess.run(
+        [str(CHECK), "--once"],
+        env={"PATH": os.environ.get("PATH", ""), **environment},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout.rstrip()
+    if result.stderr.strip():
+        output += "\n# stderr:\n" + result.stderr.rstrip()
+    return environment, output
+
+
+def collect_logs(kubeconfig: str, pods: list[dict], aliases: dict[str, str]) -> list[PodLog]:
+    logs = []
+    for pod in pods:
+        node = pod["spec"].get("nodeName") or ""
+        if aliases.get(node, node) not in LOG_NODES:
+            continue
+        output = real_logs(kubeconfig, pod)
+        if output is not None:
+            logs.append(PodLog(pod["metadata"]["name"], node, "kubectl logs", {}, output))
+        else:
+            environment, output = simulated_logs(pod)
+            logs.append(PodLog(pod["metadata"]["name"], node, "gpu-scheduler-check --once", environment, output))
+    return logs
+
+
+def render(**context) -> str:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
+    return environment.get_template("report.md.j2").render(**context)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("DEMO_NAMESPACE", "gpu-demo"),
+        help="namespace of the gpu-scheduler-check StatefulSet (default: gpu-demo)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / ".cache" / "report" / "report.md")
+    args = parser.parse_args(argv)
+    kubeconfig = os.environ.get("KUBECONFIG") or str(LOCAL_KUBECONFIG)
+    if not Path(kubeconfig).is_file():
+        print(f"no kubeconfig at {kubeconfig}: run `make demo KEEP=1` first, or set KUBECONFIG", file=sys.stderr)
+        return 2
+    api_client = config.new_client_from_config(config_file=kubeconfig)
+
+    pods = list_pods(api_client, args.namespace, CHECK_PODS)
+    if not pods:
+        print(
+            f"no gpu-scheduler-check pods in namespace {args.namespace}: run `make demo KEEP=1` first", file=sys.stderr
+        )
+        return 1
+    aliases = node_aliases(api_client)
+    rows = statefulset_placements(pods, TASK_EXPECTED, aliases)
+    good = sum(1 for row in rows if not row.problems())
+    logs = collect_logs(kubeconfig, pods, aliases)
+    get_pods = kubectl(kubeconfig, "get", "pod", "-o", "wide", "-A")
+
+    report = render(
+        generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        server=api_client.configuration.host,
+        namespace=args.namespace,
+        get_pods=(get_pods.stdout or get_pods.stderr).rstrip(),
+        placement_table=table(rows),
+        verdict=(
+            f"PASS: {good}/{len(TASK_EXPECTED)} pods placed as the map says"
+            if good == len(TASK_EXPECTED) == len(rows)
+            else f"FAIL: {good}/{len(TASK_EXPECTED)} pods placed as the map says"
+        ),
+        logs=logs,
+        simulated=any(log.source != "kubectl logs" for log in logs),
+        log_nodes=" and ".join(LOG_NODES),
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(f"report written to {args.out.resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""argocd/: the AppProject and the ApplicationSet that deploy both charts in order.
+
+Offline, the manifests are checked against the charts they deploy (every kind
+the charts render is allowed, nothing else cluster-wide). On the local
+control plane (marker `cluster`), Argo CD's own CRDs (../shared/crds/argocd,
+Argo CD 3.6.0) are applied and the manifests are applied server-side, so the
+API server validates every field against the real schema. No Argo CD
+controller runs there: what Argo CD then does with them is not exercised.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from .conftest import (
+    CHECK_CHART,
+    CHECK_NAMESPACE,
+    REPO,
+    SCHEDULER_CHART,
+    SCHEDULER_NAMESPACE,
+    run,
+)
+
+ARGOCD = REPO / "argocd"
+CRDS = REPO.parent / "shared" / "crds" / "argocd"
+REPO_URL = "https://gitlab.com/your-group/gpu-scheduler.git"
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+EVERY_MODE = [
+    (SCHEDULER_CHART, ("certs.mode=job", "metrics.serviceMonitor.enabled=true")),
+    (SCHEDULER_CHART, ("certs.mode=cert-manager",)),
+    (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=tls")),
+    (CHECK_CHART, ()),
+]
+
+
+def manifest(name: str) -> dict:
+    return yaml.safe_load((ARGOCD / name).read_text())
+
+
+PROJECT = manifest("appproject.yaml")
+APPSET = manifest("applicationset.yaml")
+ELEMENTS = APPSET["spec"]["generators"][0]["list"]["elements"]
+
+
+def group_kind(doc: dict) -> tuple[str, str]:
+    api_version = doc["apiVersion"]
+    return (api_version.split("/")[0] if "/" in api_version else "", doc["kind"])
+
+
+def rendered_kinds(render) -> set[tuple[str, str]]:
+    return {
+        group_kind(doc)
+        for chart, sets in EVERY_MODE
+        for doc in render(chart, *sets).docs
+    }
+
+
+@pytest.mark.delivery
+def test_project_allows_exactly_the_cluster_scoped_kinds_the_charts_create(render):
+    allowed = {
+        (r["group"], r["kind"]) for r in PROJECT["spec"]["clusterResourceWhitelist"]
+    }
+    created = {gk for gk in rendered_kinds(render) if gk[1] in CLUSTER_SCOPED}
+
+    # Namespace: created by Argo CD itself (CreateNamespace=true).
+    assert allowed == created | {("", "Namespace")}
+    for rule in PROJECT["spec"]["clusterResourceWhitelist"]:
+        assert rule["name"] == "gpu-scheduler*", rule
+
+
+@pytest.mark.delivery
+def test_project_allows_every_namespaced_kind_of_every_chart_mode(render):
+    allowed = {
+        (r["group"], r["kind"]) for r in PROJECT["spec"]["namespaceResourceWhitelist"]
+    }
+    namespaced = {gk for gk in rendered_kinds(render) if gk[1] not in CLUSTER_SCOPED}
+
+    assert allowed == namespaced
+
+
+@pytest.mark.delivery
+def test_project_is_limited_to_this_repository_and_our_two_namespaces():
+    assert PROJECT["spec"]["sourceRepos"] == [REPO_URL]
+    assert {d["namespace"] for d in PROJECT["spec"]["destinations"]} == {
+        SCHEDULER_NAMESPACE,
+        CHECK_NAMESPACE,
+    }
+
+
+@pytest.mark.delivery
+def test_applicationset_generates_scheduler_then_check_from_our_charts():
+    assert [(e["name"], e["namespace"], e["stage"]) for e in ELEMENTS] == [
+        ("gpu-scheduler", SCHEDULER_NAMESPACE, "1"),
+        ("gpu-scheduler-check", CHECK_NAMESPACE, "2"),
+    ]
+    for element in ELEMENTS:
+        assert (REPO / element["chart"] / "Chart.yaml").is_file(), element
+    template = APPSET["spec"]["template"]
+    assert template["metadata"]["labels"]["stage"] == "{{ .stage }}"
+    assert template["spec"]["project"] == PROJECT["metadata"]["name"]
+    assert template["spec"]["source"]["repoURL"] == REPO_URL
+    assert template["spec"]["source"]["path"] == "{{ .chart }}"
+
+
+@pytest.mark.delivery
+def test_rolling_sync_steps_follow_the_stage_label_in_order():
+    strategy = APPSET["spec"]["strategy"]
+
+    assert strategy["type"] == "RollingSync"
+    assert [step["matchExpressions"] for step in strategy["rollingSync"]["steps"]] == [
+        [{"key": "stage", "operator": "In", "values": ["1"]}],
+        [{"key": "stage", "operator": "In", "values": ["2"]}],
+    ]
+
+
+@pytest.mark.delivery
+def test_generated_applications_sync_with_prune_self_heal_and_keep_the_ca_bundle():
+    spec = APPSET["spec"]["template"]["spec"]
+
+    assert spec["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+    assert {
+        "CreateNamespace=true",
+        "ServerSideApply=true",
+        "RespectIgnoreDifferences=true",
+    } <= set(spec["syncPolicy"]["syncOptions"])
+    ignored = {
+        (d["group"], d["kind"]): d["jqPathExpressions"]
+        for d in spec["ignoreDifferences"]
+    }
+    assert ignored == {
+        ("admissionregistration.k8s.io", kind): [".webhooks[]?.clientConfig.caBundle"]
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    }
+    # `argocd app set --helm-set-string` from the deploy job must stick.
+    assert APPSET["spec"]["ignoreApplicationDifferences"] == [
+        {"jsonPointers": ["/spec/source/helm/parameters"]}
+    ]
+
+
+def wait_established(base: list, crd: str, timeout: float = 60) -> None:
+    """Until the API server serves the CRD (`kubectl wait` errors before it has conditions)."""
+    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + timeout
+    while True:
+        status = run([*base, "get", "crd", crd, "-o", f"jsonpath={jsonpath}"])
+        if status.stdout.strip() == "True":
+            return
+        assert time.monotonic() < deadline, (
+            f"CRD {crd} not Established after {timeout}s"
+        )
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def argocd_namespace(kubeconfig, kubectl):
+    """The Argo CD CRDs installed and the argocd namespace there; our objects removed after."""
+    if not CRDS.is_dir():
+        pytest.fail(
+            f"Argo CD CRDs not found at {CRDS}: the shared/ folder beside the repository "
+            "holds them (shared/crds/argocd/*.yaml)",
+            pytrace=False,
+        )
+    base = [kubectl, "--kubeconfig", kubeconfig]
+    applied = run([*base, "apply", "--server-side", "-f", CRDS])
+    assert applied.returncode == 0, applied.stderr
+    for crd in ("applications", "applicationsets", "appprojects"):
+        wait_established(base, f"{crd}.argoproj.io")
+    # The manifests name their namespace (argocd), as users apply them.
+    existed = run([*base, "get", "namespace", "argocd"]).returncode == 0
+    if not existed:
+        created = run([*base, "create", "namespace", "argocd"])
+        assert created.returncode == 0, created.stderr
+    yield "argocd"
+    run([*base, "delete", "--ignore-not-found", "--wait=false", "-f", ARGOCD])
+    if not existed:
+        run([*base, "delete", "namespace", "argocd", "--wait=false"])
+
+
+@pytest.mark.cluster
+def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(
+    kubeconfig, kubectl, argocd_namespace
+):
+    base = [kubectl, "--kubeconfig", kubeconfig, "--namespace", argocd_namespace]
+
+    # Strict field validation: an unknown or misplaced field is an error, not a warning.
+    result = run([*base, "apply", "--server-side", "--validate=strict", "-f", ARGOCD])
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    stored = run([*base, "get", "applicationset", "gpu-scheduler", "-o", "yaml"])
+    appset = yaml.safe_load(stored.stdout)
+    assert appset["spec"]["strategy"] == APPSET["spec"]["strategy"]
+    assert (
+        appset["spec"]["template"]["spec"]["ignoreDifferences"]
+        == (APPSET["spec"]["template"]["spec"]["ignoreDifferences"])
+    )
+    project = yaml.safe_load(
+        run([*base, "get", "appproject", "gpu-scheduler", "-o", "yaml"]).stdout
+    )
+    assert (
+        project["spec"]["clusterResourceWhitelist"]
+        == PROJECT["spec"]["clusterResourceWhitelist"]
+    )
+
+
+@pytest.mark.cluster
+def test_api_server_rejects_a_misspelt_field_in_an_applicationset(
+    kubeconfig, kubectl, argocd_namespace, tmp_path
+):
+    # The check above can fail: the CRD schema is strict about field names.
+    broken = yaml.safe_load((ARGOCD / "applicationset.yaml").read_text())
+    broken["spec"]["strategy"]["rollingSynk"] = broken["spec"]["strategy"].pop(
+        "rollingSync"
+    )
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(broken))
+
+    result = run(
+        [
+            kubectl,
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            argocd_namespace,
+            "apply",
+            "--server-side",
+            "--validate=strict",
+            "--dry-run=server",
+            "-f",
+            path,
+        ]
+    )
+
+    assert result.returncode != 0
+    assert "rollingSynk" in result.stderr

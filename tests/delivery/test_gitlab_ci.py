@@ -1,0 +1,146 @@
+"""The GitLab pipeline: its shape, and its lint and test jobs run for real by gitlab-ci-local.
+
+gitlab-ci-local 4.73.0 runs the jobs on this host (--force-shell-executor:
+no Docker here) in this working tree, so the lint job proves that `make lint
+lint-delivery` passes on the tree as it is. The test job runs `make
+test-unit`, which includes this very test: running it in full would recurse,
+so it runs with PYTEST_ADDOPTS=--collect-only, which still proves the job's
+wiring (tools fetched, venv ready, pytest started with the right selection)
+without running the suite a second time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from .conftest import REPO, run
+
+pytestmark = pytest.mark.delivery
+
+CI = yaml.safe_load((REPO / ".gitlab-ci.yml").read_text())
+JOBS = {
+    name: job for name, job in CI.items() if isinstance(job, dict) and "stage" in job
+}
+# A tag that names a version: digits, not "latest" or a bare major.
+PINNED = re.compile(r"^[^:@]+(:v?\d+\.\d+\.\d+[-\w.]*)$")
+
+
+def image_of(job: dict) -> str:
+    image = job.get("image") or CI[job["extends"]]["image"]
+    return image["name"] if isinstance(image, dict) else image
+
+
+def run_pipeline(tool, *args: str, timeout: float = 300):
+    return run(
+        [
+            tool,
+            *args,
+            "--force-shell-executor",
+            "--state-dir",
+            ".cache/gitlab-ci-local",
+            "--no-color",
+        ],
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def test_stages_run_lint_test_build_e2e_deploy():
+    assert CI["stages"] == ["lint", "test", "build", "e2e", "deploy"]
+    assert {job["stage"] for job in JOBS.values()} == set(CI["stages"])
+
+
+def test_every_job_image_is_pinned_to_a_version():
+    for name, job in JOBS.items():
+        assert PINNED.match(image_of(job)), f"{name}: {image_of(job)} is not pinned"
+
+
+def test_merge_requests_and_branches_run_one_pipeline_each():
+    rules = CI["workflow"]["rules"]
+
+    assert rules[0] == {"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}
+    assert {
+        "if": "$CI_COMMIT_BRANCH && $CI_OPEN_MERGE_REQUESTS",
+        "when": "never",
+    } in rules
+
+
+def test_images_are_built_by_kaniko_and_pushed_with_commit_and_branch_tags():
+    build = JOBS["build-image"]
+    script = " ".join(build["script"])
+
+    assert image_of(build) == "gcr.io/kaniko-project/executor:v1.23.2-debug"
+    assert build["image"]["entrypoint"] == [""]
+    assert build["parallel"]["matrix"] == [
+        {"APP": "scheduler", "IMAGE": "gpu-scheduler"},
+        {"APP": "check", "IMAGE": "gpu-scheduler-check"},
+    ]
+    assert '--destination "$CI_REGISTRY_IMAGE/$IMAGE:$CI_COMMIT_SHORT_SHA"' in script
+    assert '--destination "$CI_REGISTRY_IMAGE/$IMAGE:$CI_COMMIT_REF_SLUG"' in script
+    assert "/kaniko/.docker/config.json" in script
+
+
+def test_e2e_runs_kind_on_the_pushed_images():
+    e2e = JOBS["e2e-kind"]
+    script = " ".join(e2e["script"])
+
+    assert e2e["needs"] == ["build-image"]
+    assert "make kind-up e2e" in script
+    assert (
+        'SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA"'
+        in script
+    )
+    assert (
+        'CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA"'
+        in script
+    )
+
+
+def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check():
+    deploy = JOBS["deploy"]
+
+    assert deploy["rules"] == [
+        {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual"}
+    ]
+    syncs = [line for line in deploy["script"] if line.startswith("argocd app sync")]
+    assert [line.split()[3] for line in syncs] == [
+        "gpu-scheduler",
+        "gpu-scheduler-check",
+    ]
+    sets = [line for line in deploy["script"] if line.startswith("argocd app set")]
+    for line in sets:
+        assert '--helm-set-string image.tag="$CI_COMMIT_SHORT_SHA"' in line
+
+
+def test_gitlab_ci_local_lists_every_job(gitlab_ci_local):
+    result = run_pipeline(gitlab_ci_local, "--list")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = {line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()}
+    assert {"lint", "test-unit", "build-image:", "e2e-kind", "deploy"} <= names, (
+        result.stdout
+    )
+
+
+def test_lint_job_passes_under_gitlab_ci_local(gitlab_ci_local):
+    result = run_pipeline(gitlab_ci_local, "lint")
+
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert "PASS  lint" in result.stdout
+    # The job really ran the delivery linters, not just ruff.
+    assert "helm lint --strict" in result.stdout
+    assert "hadolint" in result.stdout
+
+
+def test_unit_test_job_starts_the_unit_suite_under_gitlab_ci_local(gitlab_ci_local):
+    result = run_pipeline(
+        gitlab_ci_local, "test-unit", "--variable", "PYTEST_ADDOPTS=--collect-only -q"
+    )
+
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert "PASS  test-unit" in result.stdout
+    assert re.search(r"\d+ tests? collected", result.stdout), result.stdout[-3000:]
+    assert "tests/delivery/test_gitlab_ci.py" in result.stdout

@@ -1,0 +1,495 @@
+"""Both charts `helm install`ed into the real local control plane (marker `cluster`).
+
+What this proves, against a real kube-apiserver (1.34) with RBAC:
+  - every object of the gpu-scheduler release is accepted and stored, the
+    webhook configurations' CEL matchConditions included (the API server
+    compiles them on create);
+  - the webhook's blast radius: with no webhook answering and failurePolicy
+    Fail, the API server refuses pods and workloads of our scheduler only;
+    other schedulers' objects, kube-system and the release namespace pass;
+  - the certificate hook Jobs' code path: `gpu-scheduler certs` runs with
+    exactly the arguments the chart's Jobs carry, authenticated as the Jobs'
+    ServiceAccount (a token of it, RBAC from the chart's hook objects), and
+    creates the Secret and the caBundle of both webhook configurations; the
+    same identity cannot list Secrets or touch other objects; in provided
+    mode it copies the user's CA and can never write the user's Secret;
+  - the check chart's objects are stored as its values say, and while our
+    webhook is down its StatefulSet is refused (hence the Argo CD order).
+What it does not prove: KWOK runs no containers, so neither the images nor
+Helm's hook execution (the release is installed with --no-hooks; the hooks'
+commands are run from this host instead), and the webhook pods never serve.
+Placement of the check StatefulSet's pods by the scheduler, as the map says,
+is proven by the e2e suite (tests/e2e/test_task_statefulset.py), which deploys
+this chart's rendered StatefulSet against the real scheduler and webhook.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .conftest import CHECK_CHART, REPO, SCHEDULER_CHART, container_args, run
+
+pytestmark = pytest.mark.cluster
+
+GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    scheduler_name: str
+    kubeconfig: str
+    values: tuple[str, ...] = ()
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        return (f"schedulerName={self.scheduler_name}", *self.values)
+
+
+def kubectl_argv(kubectl: Path, kubeconfig: str) -> list:
+    return [kubectl, "--kubeconfig", kubeconfig]
+
+
+def installed_release(helm, kubeconfig: str, *values: str) -> Release:
+    """A gpu-scheduler release of its own: own name, namespace and schedulerName,
+    so nothing of it touches the pods of other tests sharing the cluster."""
+    suffix = uuid.uuid4().hex[:6]
+    release = Release(
+        f"gpu-scheduler-{suffix}",
+        f"gs-{suffix}",
+        f"delivery-{suffix}",
+        kubeconfig,
+        values,
+    )
+    argv = [helm, "install", release.name, SCHEDULER_CHART]
+    argv += ["--namespace", release.namespace, "--create-namespace", "--no-hooks"]
+    for assignment in release.sets:
+        argv += ["--set", assignment]
+    result = run(argv, env={**os.environ, "KUBECONFIG": kubeconfig})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return release
+
+
+def uninstall(release: Release, helm, kubectl) -> None:
+    env = {**os.environ, "KUBECONFIG": release.kubeconfig}
+    run([helm, "uninstall", release.name, "--namespace", release.namespace], env=env)
+    base = kubectl_argv(kubectl, release.kubeconfig)
+    # What the tests applied themselves: the hook RBAC (cluster-scoped parts too).
+    for kind in ("clusterrolebinding", "clusterrole"):
+        run([*base, "delete", kind, f"{release.name}-certs", "--ignore-not-found"])
+    run([*base, "delete", "namespace", release.namespace, "--wait=false"])
+
+
+@pytest.fixture(scope="module")
+def release(kubeconfig, helm, kubectl):
+    installed = installed_release(helm, kubeconfig)
+    yield installed
+    uninstall(installed, helm, kubectl)
+
+
+def test_every_object_of_the_release_is_stored(release, helm, kubectl, render):
+    rendered = render(
+        SCHEDULER_CHART,
+        *release.sets,
+        release=release.name,
+        namespace=release.namespace,
+    )
+    expected = sorted(
+        f"{doc['kind']}/{doc['metadata']['name']}".lower()
+        for doc in rendered.docs
+        if "helm.sh/hook" not in (doc["metadata"].get("annotations") or {})
+    )
+    env = {**os.environ, "KUBECONFIG": release.kubeconfig}
+    manifest = run(
+        [helm, "get", "manifest", release.name, "--namespace", release.namespace],
+        env=env,
+    )
+
+    found = run(
+        [*kubectl_argv(kubectl, release.kubeconfig), "get", "-f", "-", "-o", "name"],
+        input=manifest.stdout,
+    )
+
+    assert found.returncode == 0, found.stderr
+    # "deployment.apps/x" -> "deployment/x"
+    stored = sorted(
+        f"{kind.split('.')[0]}/{name}"
+        for kind, name in (line.split("/", 1) for line in found.stdout.split())
+    )
+    assert stored == expected
+
+
+def pod(name: str, scheduler_name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": "0=node1:0"}},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "containers": [{"name": "main", "image": "gpu-scheduler-check:dev"}],
+        },
+    }
+
+
+def deployment(name: str, scheduler_name: str) -> dict:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": pod(name, scheduler_name)["spec"],
+            },
+        },
+    }
+
+
+def admission_error(create) -> str | None:
+    """None when the (dry-run) create is admitted, else the API server's message."""
+    try:
+        create()
+    except ApiException as err:
+        return err.body if isinstance(err.body, str) else str(err)
+    return None
+
+
+def test_webhook_outage_refuses_our_pods_and_workloads_only(
+    release, api_client, namespace
+):
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    ours = release.scheduler_name
+
+    def pod_in(ns: str, scheduler: str):
+        return lambda: core.create_namespaced_pod(
+            ns, pod("probe-0", scheduler), dry_run="All"
+        )
+
+    def deployment_in(ns: str, scheduler: str):
+        body = deployment("probe", scheduler)
+        return lambda: apps.create_namespaced_deployment(ns, body, dry_run="All")
+
+    # The API server picks new webhook configurations up from a watch.
+    deadline = time.monotonic() + 30
+    while (refused := admission_error(pod_in(namespace, ours))) is None:
+        assert time.monotonic() < deadline, "the API server never called the webhook"
+        time.sleep(0.2)
+
+    assert "pods.mutate.gpu-scheduler" in refused
+    workload_refused = admission_error(deployment_in(namespace, ours))
+    assert workload_refused and "workloads.validate.gpu-scheduler" in workload_refused
+    assert admission_error(pod_in(namespace, "default-scheduler")) is None
+    assert admission_error(deployment_in(namespace, "default-scheduler")) is None
+    assert admission_error(pod_in(release.namespace, ours)) is None
+    assert admission_error(pod_in("kube-system", ours)) is None
+
+
+def apply_hook_rbac(release: Release, render, kubectl, directory: Path) -> dict:
+    """Applies the chart's hook RBAC for this release, as Helm would before the
+    Jobs; returns the hook Jobs by name."""
+    rendered = render(
+        SCHEDULER_CHART,
+        *release.sets,
+        release=release.name,
+        namespace=release.namespace,
+    )
+    objects = [
+        doc
+        for doc in rendered.docs
+        if "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+    ]
+    path = directory / "rbac.yaml"
+    path.write_text(
+        yaml.safe_dump_all([doc for doc in objects if doc["kind"] != "Job"])
+    )
+    applied = run([*kubectl_argv(kubectl, release.kubeconfig), "apply", "-f", path])
+    assert applied.returncode == 0, applied.stderr
+    return {doc["metadata"]["name"]: doc for doc in objects if doc["kind"] == "Job"}
+
+
+def account_kubeconfig(
+    release: Release, account: str, kubectl, directory: Path
+) -> Path:
+    """A kubeconfig that authenticates as a ServiceAccount (a token of it), as its pods do."""
+    token = run(
+        [
+            *kubectl_argv(kubectl, release.kubeconfig),
+            "create",
+            "token",
+            account,
+            "--namespace",
+            release.namespace,
+            "--duration=10m",
+        ]
+    )
+    assert token.returncode == 0, token.stderr
+    admin = yaml.safe_load(Path(release.kubeconfig).read_text())
+    context = next(
+        c for c in admin["contexts"] if c["name"] == admin["current-context"]
+    )
+    cluster = next(
+        c for c in admin["clusters"] if c["name"] == context["context"]["cluster"]
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
+        "contexts": [
+            {"name": account, "context": {"cluster": cluster["name"], "user": account}}
+        ],
+        "current-context": account,
+    }
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hooks(release, render, kubectl, tmp_path_factory):
+    return apply_hook_rbac(release, render, kubectl, tmp_path_factory.mktemp("hooks"))
+
+
+@pytest.fixture(scope="module")
+def job_kubeconfig(release, hooks, kubectl, tmp_path_factory) -> Path:
+    (account,) = {pod_spec_of(job)["serviceAccountName"] for job in hooks.values()}
+    return account_kubeconfig(release, account, kubectl, tmp_path_factory.mktemp("job"))
+
+
+def pod_spec_of(job: dict) -> dict:
+    return job["spec"]["template"]["spec"]
+
+
+def run_job_command(job: dict, kubeconfig: Path):
+    """The Job's container command (image ENTRYPOINT gpu-scheduler + its args) on this host."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return run([GPU_SCHEDULER, *container_args(job)], env=env, timeout=60)
+
+
+def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(
+    release, hooks, job_kubeconfig, api_client
+):
+    create_job = hooks[f"{release.name}-certs-create"]
+    patch_job = hooks[f"{release.name}-certs-patch"]
+    core = client.CoreV1Api(api_client)
+    secret_name = f"{release.name}-webhook-tls"
+
+    created = run_job_command(create_job, job_kubeconfig)
+
+    assert created.returncode == 0, created.stderr
+    secret = core.read_namespaced_secret(secret_name, release.namespace)
+    assert secret.type == "kubernetes.io/tls"
+    assert set(secret.data) == {"tls.crt", "tls.key", "ca.crt"}
+    certificate = x509.load_pem_x509_certificate(
+        base64.b64decode(secret.data["tls.crt"])
+    )
+    names = certificate.extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    ).value
+    service = f"{release.name}-webhook.{release.namespace}.svc"
+    assert service in names.get_values_for_type(x509.DNSName)
+
+    patched = run_job_command(patch_job, job_kubeconfig)
+
+    assert patched.returncode == 0, patched.stderr
+    admission = client.AdmissionregistrationV1Api(api_client)
+    for config in (
+        admission.read_mutating_webhook_configuration(release.name),
+        admission.read_validating_webhook_configuration(release.name),
+    ):
+        assert {w.client_config.ca_bundle for w in config.webhooks} == {
+            secret.data["ca.crt"]
+        }
+
+    again = run_job_command(create_job, job_kubeconfig)
+
+    assert again.returncode == 0, again.stderr
+    kept = core.read_namespaced_secret(secret_name, release.namespace)
+    assert kept.metadata.resource_version == secret.metadata.resource_version
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        ("list", "secrets"),
+        ("get", "secrets/some-other-secret"),
+        ("get", "configmaps"),
+        ("create", "pods"),
+        ("update", "mutatingwebhookconfigurations/some-other-webhook"),
+        ("delete", "validatingwebhookconfigurations"),
+    ],
+)
+def test_cert_job_account_cannot_reach_beyond_its_secret_and_webhooks(
+    release, hooks, kubectl, request_
+):
+    verb, resource = request_
+    account = f"system:serviceaccount:{release.namespace}:{release.name}-certs"
+
+    answer = run(
+        [
+            *kubectl_argv(kubectl, release.kubeconfig),
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--namespace",
+            release.namespace,
+            f"--as={account}",
+        ]
+    )
+
+    assert answer.stdout.strip() == "no", f"{account} may {verb} {resource}"
+
+
+def test_cert_job_account_may_do_what_the_jobs_need(release, hooks, kubectl):
+    account = f"system:serviceaccount:{release.namespace}:{release.name}-certs"
+    base = kubectl_argv(kubectl, release.kubeconfig)
+    needed = [
+        ("get", f"secrets/{release.name}-webhook-tls"),
+        ("update", f"secrets/{release.name}-webhook-tls"),
+        ("create", "secrets"),
+        ("update", f"mutatingwebhookconfigurations/{release.name}"),
+        ("update", f"validatingwebhookconfigurations/{release.name}"),
+    ]
+
+    answers = {
+        (verb, resource): run(
+            [
+                *base,
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                "-n",
+                release.namespace,
+                f"--as={account}",
+            ]
+        ).stdout.strip()
+        for verb, resource in needed
+    }
+
+    assert answers == {key: "yes" for key in needed}
+
+
+def install_check_chart(helm, release: Release, namespace: str, scheduler_name: str):
+    return run(
+        [
+            helm,
+            "install",
+            "gpu-scheduler-check",
+            CHECK_CHART,
+            "--namespace",
+            namespace,
+            "--set",
+            f"schedulerName={scheduler_name}",
+        ],
+        env={**os.environ, "KUBECONFIG": release.kubeconfig},
+    )
+
+
+def test_check_chart_is_refused_while_its_schedulers_webhook_is_down(
+    release, helm, namespace
+):
+    # Why the ApplicationSet syncs gpu-scheduler first and waits for it to be Healthy.
+    result = install_check_chart(helm, release, namespace, release.scheduler_name)
+
+    assert result.returncode != 0
+    assert "workloads.validate.gpu-scheduler" in result.stderr
+
+
+def test_check_chart_objects_are_stored_as_the_values_say(
+    release, helm, api_client, namespace
+):
+    # A schedulerName no webhook of this cluster handles: the objects are stored as rendered.
+    result = install_check_chart(helm, release, namespace, "nobody-schedules-these")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    sts = apps.read_namespaced_stateful_set("gpu-scheduler-check", namespace)
+    assert sts.spec.replicas == 5
+    assert sts.spec.pod_management_policy == "Parallel"
+    assert sts.spec.template.spec.scheduler_name == "nobody-schedules-these"
+    assert sts.spec.template.metadata.annotations["gpu-scheduling-map"] == (
+        "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
+    )
+    service = core.read_namespaced_service("gpu-scheduler-check", namespace)
+    assert service.spec.cluster_ip == "None"
+
+
+def users_tls_secret(release: Release, kubectl, directory: Path, service: str) -> None:
+    """What a user of certs.mode=provided does: a CA and a serving certificate
+    (here from `gpu-scheduler certs`), stored as the Secret user-tls."""
+    made = run(
+        [GPU_SCHEDULER, "certs", "--out-dir", directory]
+        + ["--service", service, "--namespace", release.namespace]
+    )
+    assert made.returncode == 0, made.stderr
+    base = kubectl_argv(kubectl, release.kubeconfig)
+    secret = [*base, "create", "secret", "generic", "user-tls", "-n", release.namespace]
+    secret += ["--type=kubernetes.io/tls", "--dry-run=client", "-o", "yaml"]
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        secret.append(f"--from-file={key}={directory / key}")
+    manifest = run(secret)
+    assert manifest.returncode == 0, manifest.stderr
+    applied = run([*base, "apply", "-f", "-"], input=manifest.stdout)
+    assert applied.returncode == 0, applied.stderr
+
+
+@pytest.fixture(scope="module")
+def provided(kubeconfig, helm, kubectl):
+    installed = installed_release(
+        helm, kubeconfig, "certs.mode=provided", "certs.existingSecret=user-tls"
+    )
+    yield installed
+    uninstall(installed, helm, kubectl)
+
+
+def test_provided_mode_job_copies_the_users_ca_and_never_writes_the_secret(
+    provided, render, kubectl, api_client, tmp_path
+):
+    jobs = apply_hook_rbac(provided, render, kubectl, tmp_path)
+    assert sorted(jobs) == [f"{provided.name}-certs-patch"]
+    patch_job = jobs[f"{provided.name}-certs-patch"]
+    account = pod_spec_of(patch_job)["serviceAccountName"]
+    as_job = account_kubeconfig(provided, account, kubectl, tmp_path)
+    core = client.CoreV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+
+    users_tls_secret(provided, kubectl, tmp_path / "good", f"{provided.name}-webhook")
+    before = core.read_namespaced_secret("user-tls", provided.namespace)
+    patched = run_job_command(patch_job, as_job)
+
+    assert patched.returncode == 0, patched.stderr
+    config = admission.read_mutating_webhook_configuration(provided.name)
+    assert {w.client_config.ca_bundle for w in config.webhooks} == {
+        before.data["ca.crt"]
+    }
+    after = core.read_namespaced_secret("user-tls", provided.namespace)
+    assert after.metadata.resource_version == before.metadata.resource_version
+
+    # A certificate for other names: the Job would have to replace it, and may not.
+    users_tls_secret(provided, kubectl, tmp_path / "wrong", "some-other-service")
+    wrong = core.read_namespaced_secret("user-tls", provided.namespace)
+    refused = run_job_command(patch_job, as_job)
+
+    assert refused.returncode != 0
+    assert "403" in refused.stderr or "forbidden" in refused.stderr.lower(), (
+        refused.stderr
+    )
+    kept = core.read_namespaced_secret("user-tls", provided.namespace)
+    assert kept.metadata.resource_version == wrong.metadata.resource_version
