@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -46,13 +47,21 @@ class BenchCluster:
 
     # -- namespace ------------------------------------------------------------------------------
 
-    def create_namespace(self) -> None:
-        """A fresh bench namespace; one left by an aborted run is emptied and reused."""
+    def create_namespace(self, timeout: float = 180) -> None:
+        """A fresh bench namespace. One left by an aborted run is emptied and reused;
+        one still being deleted (by the previous run's cleanup) is waited for."""
         path = f"/api/v1/namespaces/{self.namespace}"
-        status, _ = self.api.request("GET", path)
-        if status == 200:
-            self.delete_pods()
-            return
+        deadline = time.monotonic() + timeout
+        while True:
+            status, data = self.api.request("GET", path)
+            if status == 404:
+                break
+            if json.loads(data).get("status", {}).get("phase") != "Terminating":
+                self.delete_pods()
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"namespace {self.namespace} is still being deleted after {timeout:.0f}s")
+            time.sleep(1)
         self.api.call("POST", "/api/v1/namespaces", {
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": self.namespace, "labels": {BENCH_LABEL: "true"}}})

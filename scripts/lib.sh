@@ -4,7 +4,7 @@
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${CACHE_DIR:-$REPO_ROOT/.cache}"
 BIN_DIR="$CACHE_DIR/bin"
-CLUSTER_DIR="$CACHE_DIR/local-cluster"
+CLUSTER_DIR="${LOCAL_CLUSTER_DIR:-$CACHE_DIR/local-cluster}"
 mkdir -p "$BIN_DIR"
 
 # One source of truth for versions: the tools modules' go.mod files.

@@ -16,12 +16,12 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from .processes import ManagedProcess, free_port
+from .workloads import SCHEDULER_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 GPU_SCHEDULER = VENV_BIN / "gpu-scheduler"
 GPU_SCHEDULER_CHECK = VENV_BIN / "gpu-scheduler-check"
-SCHEDULER_NAME = "gpu-scheduler"
 READY_TIMEOUT = 60.0
 
 
@@ -33,10 +33,13 @@ class Certs:
     ca_bundle: str  # base64 of ca.crt, what a webhook configuration's caBundle holds
 
 
-def make_certs(out_dir: Path, ip: str = "127.0.0.1") -> Certs:
-    """Runs `gpu-scheduler certs --out-dir DIR --ip IP`; its stdout is the caBundle."""
+def make_certs(out_dir: Path) -> Certs:
+    """Runs `gpu-scheduler certs --out-dir DIR --ip 127.0.0.1`; its stdout is the caBundle.
+
+    The API server calls the webhook at https://127.0.0.1:PORT, so the serving
+    certificate must be valid for that IP."""
     result = subprocess.run(
-        [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", ip],
+        [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", "127.0.0.1"],
         check=False,
         capture_output=True,
         text=True,
@@ -50,10 +53,8 @@ def make_certs(out_dir: Path, ip: str = "127.0.0.1") -> Certs:
 class WebhookProcess(ManagedProcess):
     """`gpu-scheduler webhook` serving TLS on 127.0.0.1, where the host's kube-apiserver reaches it."""
 
-    def __init__(
-        self, certs: Certs, log_path: Path, port: int | None = None, scheduler_name: str = SCHEDULER_NAME
-    ) -> None:
-        self.port = port or free_port()
+    def __init__(self, certs: Certs, log_path: Path) -> None:
+        self.port = free_port()
         self.certs = certs
         super().__init__(
             "webhook",
@@ -71,7 +72,7 @@ class WebhookProcess(ManagedProcess):
                 "--workers",
                 "2",
                 "--scheduler-name",
-                scheduler_name,
+                SCHEDULER_NAME,
                 "--log-format",
                 "text",
             ],
@@ -88,6 +89,17 @@ class WebhookProcess(ManagedProcess):
         return self
 
 
+@dataclass(frozen=True)
+class LeaderElection:
+    """The Lease the replicas compete for, and the timing flags (seconds)."""
+
+    lease_name: str
+    lease_namespace: str
+    lease_duration: float = 15
+    renew_deadline: float = 10
+    retry_period: float = 2
+
+
 class SchedulerProcess(ManagedProcess):
     """`gpu-scheduler scheduler` on the host, with its /metrics, /healthz and /readyz on a free port."""
 
@@ -97,15 +109,10 @@ class SchedulerProcess(ManagedProcess):
         log_path: Path,
         *,
         scheduler_name: str = SCHEDULER_NAME,
-        leader_elect: bool = False,
-        lease_name: str = "gpu-scheduler",
-        lease_namespace: str = "default",
-        lease_timing: tuple[float, float, float] = (15, 10, 2),
+        leader_election: LeaderElection | None = None,
         name: str = "scheduler",
     ) -> None:
         self.metrics_port = free_port()
-        self.scheduler_name = scheduler_name
-        self.lease_duration, renew_deadline, retry_period = lease_timing
         argv = [
             str(GPU_SCHEDULER),
             "scheduler",
@@ -119,20 +126,15 @@ class SchedulerProcess(ManagedProcess):
             "127.0.0.1",
             "--log-format",
             "text",
-            f"--leader-elect={'true' if leader_elect else 'false'}",
+            f"--leader-elect={'true' if leader_election else 'false'}",
         ]
-        if leader_elect:
+        if leader_election:
             argv += [
-                "--leader-elect-resource-name",
-                lease_name,
-                "--leader-elect-resource-namespace",
-                lease_namespace,
-                "--leader-elect-lease-duration",
-                f"{self.lease_duration:g}",
-                "--leader-elect-renew-deadline",
-                f"{renew_deadline:g}",
-                "--leader-elect-retry-period",
-                f"{retry_period:g}",
+                f"--leader-elect-resource-name={leader_election.lease_name}",
+                f"--leader-elect-resource-namespace={leader_election.lease_namespace}",
+                f"--leader-elect-lease-duration={leader_election.lease_duration:g}",
+                f"--leader-elect-renew-deadline={leader_election.renew_deadline:g}",
+                f"--leader-elect-retry-period={leader_election.retry_period:g}",
             ]
         # KUBECONFIG in the environment would be the flag's default; the flag
         # is explicit, so drop it to be sure which cluster is used.

@@ -142,7 +142,7 @@ def ns(new_namespace) -> str:
 
 @pytest.fixture
 def start_scheduler(kubeconfig, tmp_path):
-    """Starts extra scheduler processes for one test: start_scheduler(scheduler_name=..., leader_elect=...).
+    """Starts extra scheduler processes for one test: start_scheduler(name, scheduler_name=..., leader_election=...).
 
     Each is stopped (SIGTERM) after the test unless the test killed it already."""
     started: list[SchedulerProcess] = []

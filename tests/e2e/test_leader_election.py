@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from .cluster import create, map_nodes, pod_events, wait_for_pods
+from .components import LeaderElection
 from .waiting import NotYet, wait_for
 from .workloads import bare_pod
 
@@ -43,16 +44,9 @@ def test_two_replicas_bind_each_pod_once_and_the_standby_takes_over_when_the_lea
     api_client, ns, start_scheduler
 ):
     scheduler_name = f"gpu-scheduler-ha-{uuid.uuid4().hex[:6]}"
+    election = LeaderElection(scheduler_name, ns, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
     replicas = [
-        start_scheduler(
-            f"replica-{i}",
-            scheduler_name=scheduler_name,
-            leader_elect=True,
-            lease_name=scheduler_name,
-            lease_namespace=ns,
-            lease_timing=(LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD),
-        )
-        for i in (0, 1)
+        start_scheduler(f"replica-{i}", scheduler_name=scheduler_name, leader_election=election) for i in (0, 1)
     ]
 
     def one_leader():

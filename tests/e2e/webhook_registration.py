@@ -27,16 +27,12 @@ HELM = REPO / ".cache" / "bin" / "helm"
 # The chart excludes its release namespace from the webhooks; nothing runs there locally.
 RELEASE_NAMESPACE = "gpu-scheduler"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+REGISTRATION_TIMEOUT = 30.0
 
 
-def render(
-    release: str,
-    base_url: str,
-    ca_bundle: str,
-    scheduler_name: str = "gpu-scheduler",
-    namespace_label: tuple[str, str] | None = None,
-) -> list[dict]:
-    """The chart's two webhook configurations, addressed to `base_url` (https://127.0.0.1:PORT).
+def render(release: str, base_url: str, ca_bundle: str, namespace_label: tuple[str, str] | None = None) -> list[dict]:
+    """The chart's two webhook configurations (its default values: schedulerName
+    gpu-scheduler), addressed to `base_url` (https://127.0.0.1:PORT).
 
     `namespace_label` (key, value) narrows every webhook further to namespaces
     carrying that label, so the e2e suite's webhook never handles the pods of
@@ -52,8 +48,6 @@ def render(
             RELEASE_NAMESPACE,
             "--show-only",
             "templates/webhook-configurations.yaml",
-            "--set",
-            f"schedulerName={scheduler_name}",
         ],
         check=False,
         capture_output=True,
@@ -121,7 +115,7 @@ def delete(api_client, name: str) -> None:
                 raise
 
 
-def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-scheduler", timeout: float = 30.0) -> None:
+def wait_until_called(api_client, namespace: str) -> None:
     """Waits until the API server sends our pods through the webhook.
 
     The API server picks up a new configuration from its own watch, a moment
@@ -135,7 +129,7 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-sch
         "kind": "Pod",
         "metadata": {"name": "webhook-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0"}},
         "spec": {
-            "schedulerName": scheduler_name,
+            "schedulerName": "gpu-scheduler",
             "containers": [{"name": "probe", "image": "gpu-scheduler-check:dev"}],
         },
     }
@@ -149,4 +143,4 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = "gpu-sch
         if env.get("CUDA_VISIBLE_DEVICES") != "0":
             raise NotYet(f"the pod came back without CUDA_VISIBLE_DEVICES=0 (env {env})")
 
-    wait_for(f"the API server to call the webhook for pods in namespace {namespace}", probe, timeout)
+    wait_for(f"the API server to call the webhook for pods in namespace {namespace}", probe, REGISTRATION_TIMEOUT)

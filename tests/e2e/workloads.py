@@ -17,19 +17,11 @@ CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
 HELM = REPO / ".cache" / "bin" / "helm"
 MAP_ANNOTATION = "gpu-scheduling-map"
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
+SCHEDULER_NAME = "gpu-scheduler"
 # Every pod the suite creates runs the check image under this tag, the one
 # `make e2e` loads into KinD (scripts/kind.sh); KWOK never pulls it.
 IMAGE_TAG = "dev"
 IMAGE = f"gpu-scheduler-check:{IMAGE_TAG}"
-
-# The task, verbatim: pod <index> on <node> with CUDA_VISIBLE_DEVICES=<devices>.
-TASK_MAP = """\
-0=node1:0,1
-1=node2:2
-2=node3:0,1,2
-3=node4:3
-4=node4:3
-"""
 
 
 @dataclass(frozen=True)
@@ -38,6 +30,8 @@ class Expected:
     devices: str
 
 
+# The task's map (the check chart's default schedulingMap): pod <index> on
+# <node> with CUDA_VISIBLE_DEVICES=<devices>.
 TASK_EXPECTED = {
     0: Expected("node1", "0,1"),
     1: Expected("node2", "2"),
@@ -47,19 +41,20 @@ TASK_EXPECTED = {
 }
 
 
-def check_chart(
-    namespace: str,
-    release: str = "gpu-scheduler-check",
-    scheduling_map: str = TASK_MAP,
-    scheduler_name: str = "gpu-scheduler",
-) -> list[dict]:
-    """The objects of charts/gpu-scheduler-check (a headless Service and the StatefulSet)."""
-    values = yaml.safe_dump(
-        {"schedulingMap": scheduling_map, "schedulerName": scheduler_name, "image": {"tag": IMAGE_TAG}}
-    )
+def check_chart(namespace: str) -> list[dict]:
+    """The objects of charts/gpu-scheduler-check with its default values, the task's map
+    among them (a headless Service and the StatefulSet); only the image tag is ours."""
     rendered = subprocess.run(
-        [str(HELM), "template", release, str(CHECK_CHART), "--namespace", namespace, "--values", "-"],
-        input=values,
+        [
+            str(HELM),
+            "template",
+            "gpu-scheduler-check",
+            str(CHECK_CHART),
+            "--namespace",
+            namespace,
+            "--set-string",
+            f"image.tag={IMAGE_TAG}",
+        ],
         check=False,
         capture_output=True,
         text=True,
@@ -84,21 +79,17 @@ def container(name: str, command: list[str] | None = None) -> dict:
 
 
 def bare_pod(
-    name: str, scheduling_map: str | None, scheduler_name: str | None = "gpu-scheduler", labels: dict | None = None
+    name: str, scheduling_map: str, scheduler_name: str | None = SCHEDULER_NAME, labels: dict | None = None
 ) -> dict:
     """A pod without a controller; its index is the number its name ends with."""
-    metadata: dict = {"name": name, "labels": labels or {"app": "e2e"}}
-    if scheduling_map is not None:
-        metadata["annotations"] = {MAP_ANNOTATION: scheduling_map}
+    metadata = {"name": name, "labels": labels or {"app": "e2e"}, "annotations": {MAP_ANNOTATION: scheduling_map}}
     spec: dict = {"containers": [container("main")], "terminationGracePeriodSeconds": 0}
     if scheduler_name is not None:
         spec["schedulerName"] = scheduler_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def indexed_job(
-    name: str, scheduling_map: str, completions: int, parallelism: int, scheduler_name: str = "gpu-scheduler"
-) -> dict:
+def indexed_job(name: str, scheduling_map: str, completions: int, parallelism: int) -> dict:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -110,13 +101,13 @@ def indexed_job(
             "backoffLimit": 0,
             "template": {
                 "metadata": {"annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": scheduler_name, "restartPolicy": "Never", "containers": [container("train")]},
+                "spec": {"schedulerName": SCHEDULER_NAME, "restartPolicy": "Never", "containers": [container("train")]},
             },
         },
     }
 
 
-def deployment(name: str, scheduling_map: str, scheduler_name: str = "gpu-scheduler") -> dict:
+def deployment(name: str, scheduling_map: str) -> dict:
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -127,13 +118,13 @@ def deployment(name: str, scheduling_map: str, scheduler_name: str = "gpu-schedu
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": scheduler_name, "containers": [container("main")]},
+                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
             },
         },
     }
 
 
-def statefulset(name: str, scheduling_map: str, replicas: int, scheduler_name: str = "gpu-scheduler") -> dict:
+def statefulset(name: str, scheduling_map: str, replicas: int) -> dict:
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -146,7 +137,7 @@ def statefulset(name: str, scheduling_map: str, replicas: int, scheduler_name: s
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": scheduler_name, "containers": [container("main")]},
+                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
             },
         },
     }
