@@ -6,6 +6,7 @@ OURS = "ours"
 KUBE_DEFAULTS = "kube_defaults"
 KUBE_MATCHED = "kube_matched"
 CEILING = "ceiling"
+PYTHON_BINDER = "python_binder"
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
 # kube-scheduler uses): every binding and every event is paced by them.
@@ -14,14 +15,15 @@ KUBE_DEFAULT_BURST = 100
 # gpu-scheduler's defaults (--kube-api-qps/--kube-api-burst), given to kube-scheduler for the matched run.
 OUR_QPS = 500
 OUR_BURST = 1000
-# Bind concurrency: gpu-scheduler's --workers default; the ceiling posts as many bindings at once.
+# Bind concurrency: gpu-scheduler's --workers default; the bare binders post as many bindings at once.
 BIND_WORKERS = 16
 
 LABELS = {
     OURS: "gpu-scheduler",
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST})",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST})",
-    CEILING: f"ceiling: bare binder ({BIND_WORKERS} threads)",
+    CEILING: f"ceiling: bare binder in Go ({BIND_WORKERS} workers, HTTP/2)",
+    PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
 }
 
 # Ratio name -> (numerator, denominator); each is taken per round, between runs made side by side.
@@ -29,4 +31,5 @@ RATIOS = {
     "ours_over_kube_matched": (OURS, KUBE_MATCHED),
     "ours_over_kube_defaults": (OURS, KUBE_DEFAULTS),
     "ours_over_ceiling": (OURS, CEILING),
+    "ours_over_python_binder": (OURS, PYTHON_BINDER),
 }

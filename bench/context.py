@@ -15,6 +15,7 @@ NAMESPACE = "gpu-bench"
 OUR_SCHEDULER = "bench-gpu-scheduler"
 KUBE_SCHEDULER = "bench-kube-scheduler"
 CEILING_SCHEDULER = "bench-ceiling"
+PYTHON_BINDER_SCHEDULER = "bench-python-binder"
 
 
 @dataclass(frozen=True)

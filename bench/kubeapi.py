@@ -35,6 +35,7 @@ class KubeApi:
     def __init__(self, kubeconfig: str) -> None:
         configuration = Configuration()
         kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        self.configuration = configuration  # for processes that need the same credentials as flags
         url = urlsplit(configuration.host)
         self.host = url.hostname or "127.0.0.1"
         self.port = url.port or 443

@@ -47,5 +47,5 @@ def describe() -> dict:
         "kube_scheduler": _first_line([str(BIN / "kube-scheduler"), "--version"]),
         "kwok": _first_line([str(BIN / "kwok"), "--version"]),
         "etcd": _first_line([str(BIN / "etcd"), "--version"]),
-        "vegeta": "v12.12.0 (bench/tools/go.mod)",
+        "vegeta": _first_line([str(BIN / "vegeta"), "-version"]).removeprefix("Version: "),
     }

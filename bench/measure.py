@@ -14,7 +14,7 @@ import time
 import urllib.request
 
 from . import contenders, runners
-from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, Bench
+from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
 from .prometheus import sample
 from .runners import Runner
@@ -25,7 +25,9 @@ def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.OURS:
         return runners.ours(bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
     if key == contenders.CEILING:
-        return runners.ceiling(bench.kubeconfig, bench.namespace, bench.logs, CEILING_SCHEDULER)
+        return runners.ceiling(bench.api, bench.namespace, bench.logs, CEILING_SCHEDULER)
+    if key == contenders.PYTHON_BINDER:
+        return runners.python_binder(bench.kubeconfig, bench.namespace, bench.logs, PYTHON_BINDER_SCHEDULER)
     return runners.kube(key, bench.kubeconfig, bench.logs, KUBE_SCHEDULER)
 
 

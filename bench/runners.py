@@ -18,9 +18,14 @@ from pathlib import Path
 import yaml
 
 from . import kube_scheduler
-from .contenders import BIND_WORKERS, CEILING, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS
+from .contenders import BIND_WORKERS, CEILING, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS, PYTHON_BINDER
+from .kubeapi import KubeApi
 from .processes import Process, http_ok, insecure_context, peak_rss_mib
 from .webhook import GPU_SCHEDULER, REPO
+
+
+# What bench/tools/ceiling prints once its first list is done.
+CEILING_READY_LINE = "ceiling binder ready"
 
 
 def free_port() -> int:
@@ -98,11 +103,29 @@ def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
                   clean_exits=(0, 1, -15))
 
 
-def ceiling(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
-    from .ceiling import READY_LINE
+def python_binder(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
+    from .bare_binder import READY_LINE
 
-    process = Process("ceiling", [
-        sys.executable, "-m", "bench.ceiling", "--kubeconfig", kubeconfig, "--namespace", namespace,
+    process = Process("python binder", [
+        sys.executable, "-m", "bench.bare_binder", "--kubeconfig", kubeconfig, "--namespace", namespace,
         "--scheduler-name", scheduler_name, "--threads", str(BIND_WORKERS),
-    ], logs / "ceiling.log", env={**os.environ, "PYTHONPATH": str(REPO)})
-    return Runner(CEILING, scheduler_name, process, lambda: READY_LINE in process.output())
+    ], logs / "python-binder.log", env={**os.environ, "PYTHONPATH": str(REPO)})
+    return Runner(PYTHON_BINDER, scheduler_name, process, lambda: READY_LINE in process.output())
+
+
+def ceiling(api: KubeApi, namespace: str, logs: Path, scheduler_name: str) -> Runner:
+    """The Go bare binder (bench/tools/ceiling), given the kubeconfig's credentials as flags."""
+    config = api.configuration
+    argv = [str(REPO / ".cache" / "bin" / "bench-ceiling"), "--server", config.host, "--namespace", namespace,
+            "--scheduler-name", scheduler_name, "--workers", str(BIND_WORKERS)]
+    for flag, value in (("--ca-file", config.ssl_ca_cert), ("--client-cert-file", config.cert_file),
+                        ("--client-key-file", config.key_file)):
+        if value:
+            argv += [flag, value]
+    token = config.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
+    if token.startswith("Bearer "):
+        argv += ["--token", token.removeprefix("Bearer ")]
+    if not config.verify_ssl:
+        argv.append("--insecure-skip-tls-verify")
+    process = Process("ceiling", argv, logs / "ceiling.log")
+    return Runner(CEILING, scheduler_name, process, lambda: CEILING_READY_LINE in process.output())

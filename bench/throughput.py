@@ -12,7 +12,8 @@ from .measure import measure_burst, measure_drain
 from .summary import summarize_throughput
 
 # Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
-ORDER = (contenders.OURS, contenders.KUBE_DEFAULTS, contenders.KUBE_MATCHED, contenders.CEILING)
+ORDER = (contenders.OURS, contenders.KUBE_DEFAULTS, contenders.KUBE_MATCHED, contenders.CEILING,
+         contenders.PYTHON_BINDER)
 
 
 def run(bench: Bench) -> dict:

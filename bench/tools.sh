@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Build vegeta, the constant-rate load tool of the admission benchmark, into
-# .cache/bin at the version bench/tools/go.mod pins. Idempotent: a vegeta of
-# that version already there is kept. Needs Go and the Go module proxy.
+# Build the benchmark's Go tools into .cache/bin from bench/tools/go.mod:
+#   vegeta         the constant-rate load tool of the admission benchmark, at the pinned version
+#                  (kept when .cache/bin already has that version);
+#   bench-ceiling  the bare Go binder, the throughput ceiling (standard library only;
+#                  go build's cache makes an unchanged rebuild take a moment).
+# Needs Go and the Go module proxy (the first time).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 MODULE_DIR="$REPO_ROOT/bench/tools"
 VERSION="$(awk '$1 == "github.com/tsenart/vegeta/v12" {print $2; exit}' "$MODULE_DIR/go.mod")"
 [[ -n "$VERSION" ]] || die "no github.com/tsenart/vegeta/v12 version in $MODULE_DIR/go.mod"
-
-if [[ -x "$BIN_DIR/vegeta" ]] && "$BIN_DIR/vegeta" -version 2>/dev/null | grep -qx "Version: $VERSION"; then
-  exit 0
-fi
-command -v go >/dev/null || die "go not found: the admission benchmark builds vegeta $VERSION with it"
+command -v go >/dev/null || die "go not found: the benchmark builds vegeta $VERSION and its ceiling binder with it"
 export GOMODCACHE="$CACHE_DIR/go/mod" GOCACHE="$CACHE_DIR/go/build"
 export GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
-log "building vegeta $VERSION into $BIN_DIR"
-(cd "$MODULE_DIR" && go build -trimpath -ldflags "-X main.Version=$VERSION" -o "$BIN_DIR/vegeta" \
-  github.com/tsenart/vegeta/v12)
+cd "$MODULE_DIR"
+
+if ! "$BIN_DIR/vegeta" -version 2>/dev/null | grep -qx "Version: $VERSION"; then
+  log "building vegeta $VERSION into $BIN_DIR"
+  go build -trimpath -ldflags "-X main.Version=$VERSION" -o "$BIN_DIR/vegeta" github.com/tsenart/vegeta/v12
+fi
+go build -trimpath -o "$BIN_DIR/bench-ceiling" ./ceiling

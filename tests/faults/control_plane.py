@@ -1,13 +1,11 @@
-"""The local control plane's own processes (kube-apiserver, etcd, kwok-controller), stopped,
-paused and started again by PID, exactly as kwokctl started them.
+"""The local control plane's own processes (etcd, kube-apiserver, kube-controller-manager,
+kwok-controller): crashed, stopped, paused and started again by PID, as kwokctl starts them.
 
-The processes belong to the cluster the kubeconfig names: its CA file is
-<cluster dir>/pki/ca.crt, and kwokctl keeps each component's PID in
-<cluster dir>/pids/<component>.pid and its output in <cluster dir>/logs/<component>.log.
-A restart reads the running process's argv, environment and working directory
-from /proc, stops it, and starts the same command again, appending to the
-same log and writing the new PID to the same pid file, so `make local-down`
-(and kwokctl) still find it.
+Everything is found from the kubeconfig: its CA file is <cluster dir>/pki/ca.crt,
+and in <cluster dir> kwokctl keeps each component's command (kwok.yaml), PID
+(pids/<component>.pid) and output (logs/<component>.log). A start runs that
+command again, appends to the same log and writes the new PID to the same pid
+file, so `make local-down` (and kwokctl) still find the process.
 """
 
 from __future__ import annotations
@@ -47,23 +45,9 @@ def cluster_dir(kubeconfig: str) -> Path:
     return directory
 
 
-@dataclass(frozen=True)
-class Launch:
-    """How a process was started: enough to start it again the same way."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-
-
 def _proc_strings(pid: int, name: str) -> list[str]:
     raw = Path(f"/proc/{pid}/{name}").read_bytes()
     return [item.decode(errors="surrogateescape") for item in raw.split(b"\0") if item]
-
-
-def _launch_of(pid: int) -> Launch:
-    env = dict(item.split("=", 1) for item in _proc_strings(pid, "environ") if "=" in item)
-    return Launch(_proc_strings(pid, "cmdline"), env, os.readlink(f"/proc/{pid}/cwd"))
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +55,7 @@ def _alive(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
         return False
-    return state != "Z"
+    return state != "Z"  # a zombie has exited; only its parent has not collected it yet
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
@@ -80,7 +64,7 @@ def _wait_exit(pid: int, timeout: float) -> bool:
         if not _alive(pid):
             return True
         time.sleep(0.1)
-    return not _alive(pid)
+    return False
 
 
 def raw_get(api_client, path: str, timeout: float = 5) -> tuple[int, str]:
@@ -91,44 +75,71 @@ def raw_get(api_client, path: str, timeout: float = 5) -> tuple[int, str]:
     return response.status, response.data.decode(errors="replace")
 
 
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok-controller")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How kwokctl starts a component: its binary and arguments, in the cluster directory."""
+
+    argv: list[str]
+    cwd: str
+
+
 class LocalControlPlane:
     def __init__(self, kubeconfig: str) -> None:
         self.kubeconfig = kubeconfig
         self.directory = cluster_dir(kubeconfig)
+        self.launches = self._read_launches()
+
+    def _read_launches(self) -> dict[str, Launch]:
+        """Each component's command, from the KwokctlConfiguration kwokctl wrote for this cluster."""
+        path = self.directory / "kwok.yaml"
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document.get("kind") == "KwokctlConfiguration":
+                return {
+                    c["name"]: Launch([c["binary"], *c.get("args", [])], c.get("workDir") or str(self.directory))
+                    for c in document["components"]
+                }
+        raise NotALocalCluster(f"{path} has no KwokctlConfiguration")
 
     def pid_file(self, component: str) -> Path:
-        path = self.directory / "pids" / f"{component}.pid"
-        if not path.is_file():
-            raise NotALocalCluster(f"no pid file {path}")
-        return path
+        return self.directory / "pids" / f"{component}.pid"
 
     def log_file(self, component: str) -> Path:
         return self.directory / "logs" / f"{component}.log"
 
-    def pid(self, component: str) -> int:
-        """The component's PID, checked against /proc: its argv must name the component's binary."""
-        pid = int(self.pid_file(component).read_text().strip())
-        argv = _proc_strings(pid, "cmdline") if _alive(pid) else []
-        if not argv or not Path(argv[0]).name.startswith(component.split("-controller")[0]):
-            raise AssertionError(f"{component}: pid {pid} from {self.pid_file(component)} is not running it: {argv}")
-        return pid
+    def pid(self, component: str) -> int | None:
+        """The component's PID if it runs: the pid file's, checked against /proc (a reused PID runs
+        another program)."""
+        try:
+            pid = int(self.pid_file(component).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not _alive(pid):
+            return None
+        argv = _proc_strings(pid, "cmdline")
+        return pid if argv and argv[0] == self.launches[component].argv[0] else None
 
-    def stop(self, component: str) -> Launch:
-        """SIGTERM (SIGKILL after STOP_TIMEOUT); returns how to start it again."""
+    def running(self, component: str) -> bool:
+        return self.pid(component) is not None
+
+    def kill(self, component: str, signum: int = signal.SIGKILL) -> None:
+        """Sends `signum` (a crash by default) and waits for the exit; SIGKILL after STOP_TIMEOUT."""
         pid = self.pid(component)
-        launch = _launch_of(pid)
-        os.kill(pid, signal.SIGTERM)
+        if pid is None:
+            raise AssertionError(f"{component} is not running (pid file {self.pid_file(component)})")
+        os.kill(pid, signum)
         if not _wait_exit(pid, STOP_TIMEOUT):
             os.kill(pid, signal.SIGKILL)
             _wait_exit(pid, 10)
-        return launch
 
-    def start(self, component: str, launch: Launch) -> int:
+    def start(self, component: str) -> int:
+        launch = self.launches[component]
         with open(self.log_file(component), "ab") as log:
             process = subprocess.Popen(
                 launch.argv,
                 cwd=launch.cwd,
-                env=launch.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -137,12 +148,29 @@ class LocalControlPlane:
         self.pid_file(component).write_text(str(process.pid))
         return process.pid
 
+    def revive(self) -> list[str]:
+        """Starts, in dependency order, every component that is not running; returns their names.
+
+        kwokctl supervises nothing, and kube-controller-manager exits when it
+        cannot renew its leader lease for 10 s, as it may while the API
+        server or etcd is down (in a real cluster the kubelet restarts it)."""
+        revived = [name for name in ORDER if name in self.launches and not self.running(name)]
+        for name in revived:
+            self.start(name)
+        return revived
+
     def pause(self, component: str) -> None:
         """SIGSTOP: the process keeps its connections open and does nothing until resume()."""
-        os.kill(self.pid(component), signal.SIGSTOP)
+        os.kill(self._running_pid(component), signal.SIGSTOP)
 
     def resume(self, component: str) -> None:
-        os.kill(self.pid(component), signal.SIGCONT)
+        os.kill(self._running_pid(component), signal.SIGCONT)
+
+    def _running_pid(self, component: str) -> int:
+        pid = self.pid(component)
+        if pid is None:
+            raise AssertionError(f"{component} is not running (pid file {self.pid_file(component)})")
+        return pid
 
     def wait_healthy(self, timeout: float = READY_TIMEOUT) -> float:
         """Waits until /readyz answers ok and every node is Ready; returns the seconds it took."""

@@ -1,7 +1,6 @@
 """The scheduling queue: order, backoff, wake-ups by node events and pod changes."""
 
 import pytest
-
 from gpu_scheduler.scheduler.queue import (
     ACTIVE,
     BACKOFF,
@@ -16,8 +15,15 @@ MAP = "0=node1:0\n1=node2:1\n"
 
 
 def pod(name, uid="u1", map_text=MAP, rv="1"):
-    return {"metadata": {"namespace": "ml", "name": name, "uid": uid, "resourceVersion": rv,
-                         "annotations": {"gpu-scheduling-map": map_text}}}
+    return {
+        "metadata": {
+            "namespace": "ml",
+            "name": name,
+            "uid": uid,
+            "resourceVersion": rv,
+            "annotations": {"gpu-scheduling-map": map_text},
+        }
+    }
 
 
 def test_backoff_doubles_from_one_second_and_caps_at_sixty():

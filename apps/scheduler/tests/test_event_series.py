@@ -51,14 +51,33 @@ def test_a_series_unseen_for_its_ttl_starts_over():
 
 def test_event_body_is_an_events_v1_event_about_the_pod():
     pod = {"metadata": {"namespace": "ml", "name": "a-0", "uid": "u1", "resourceVersion": "7"}}
-    body = event_body(pod, name="a-0.17", event_type="Normal", reason="Scheduled", action="Binding",
-                      note="x" * 5000, controller="gpu-scheduler", instance="i" * 300, now=0.0)
+    body = event_body(
+        pod,
+        name="a-0.17",
+        event_type="Normal",
+        reason="Scheduled",
+        action="Binding",
+        note="x" * 5000,
+        controller="gpu-scheduler",
+        instance="i" * 300,
+        now=0.0,
+    )
     assert body["apiVersion"] == "events.k8s.io/v1"
     assert body["metadata"] == {"name": "a-0.17", "namespace": "ml"}
-    assert body["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "ml", "name": "a-0",
-                                 "uid": "u1", "resourceVersion": "7"}
+    assert body["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ml",
+        "name": "a-0",
+        "uid": "u1",
+        "resourceVersion": "7",
+    }
     assert body["eventTime"] == "1970-01-01T00:00:00.000000Z"
     assert (body["reportingController"], body["reason"], body["type"], body["action"]) == (
-        "gpu-scheduler", "Scheduled", "Normal", "Binding")
+        "gpu-scheduler",
+        "Scheduled",
+        "Normal",
+        "Binding",
+    )
     assert len(body["note"]) == 1024
     assert len(body["reportingInstance"]) == 128

@@ -60,13 +60,23 @@ def test_release_empties_the_holder_and_expires_in_a_second():
     observer = LeaseObserver(ME, 15)
     released = observer.release(record(ME, transitions=3), wall_time=5.0)
     assert released.to_spec() == {
-        "holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 3,
-        "acquireTime": "1970-01-01T00:00:05.000000Z", "renewTime": "1970-01-01T00:00:05.000000Z",
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "leaseTransitions": 3,
+        "acquireTime": "1970-01-01T00:00:05.000000Z",
+        "renewTime": "1970-01-01T00:00:05.000000Z",
     }
 
 
 def test_a_lease_round_trips_through_its_api_form():
-    lease = {"spec": {"holderIdentity": OTHER, "leaseDurationSeconds": 15, "leaseTransitions": 2,
-                      "acquireTime": "a", "renewTime": "r"}}
+    lease = {
+        "spec": {
+            "holderIdentity": OTHER,
+            "leaseDurationSeconds": 15,
+            "leaseTransitions": 2,
+            "acquireTime": "a",
+            "renewTime": "r",
+        }
+    }
     assert LeaseRecord.from_lease(lease).to_spec() == lease["spec"]
     assert LeaseRecord.from_lease({}) == LeaseRecord("", 0, None, None, 0)

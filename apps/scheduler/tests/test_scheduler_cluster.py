@@ -20,12 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
 from gpu_scheduler.kube.client import new_client
 from gpu_scheduler.kube.informer import Informer, ResourceGone
 from gpu_scheduler.kube.objects import trim_pod
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 pytestmark = pytest.mark.cluster
 
@@ -68,17 +67,32 @@ class SchedulerProcess:
         self.port = free_port()
         self.log_path = log_dir / f"scheduler-{uuid.uuid4().hex[:6]}.log"
         self._log = self.log_path.open("w")
-        command = [sys.executable, "-m", "gpu_scheduler", "scheduler", "--kubeconfig", kubeconfig,
-                   "--scheduler-name", name, "--metrics-port", str(self.port),
-                   "--bind-address", "127.0.0.1", *args]
+        command = [
+            sys.executable,
+            "-m",
+            "gpu_scheduler",
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig,
+            "--scheduler-name",
+            name,
+            "--metrics-port",
+            str(self.port),
+            "--bind-address",
+            "127.0.0.1",
+            *args,
+        ]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def wait_ready(self, timeout: float = 15) -> None:
-        wait_until(lambda: self.process.poll() is not None or http_status(self.url("/readyz")) == 200,
-                   timeout, "/readyz to answer 200")
+        wait_until(
+            lambda: self.process.poll() is not None or http_status(self.url("/readyz")) == 200,
+            timeout,
+            "/readyz to answer 200",
+        )
         assert self.process.poll() is None, f"scheduler exited early:\n{self.log()}"
 
     def metrics(self) -> str:
@@ -128,11 +142,13 @@ def core(api_client):
 
 
 def make_pod(core, namespace: str, name: str, scheduler_name: str, map_text: str = MAP) -> None:
-    core.create_namespaced_pod(namespace, {
-        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": map_text}},
-        "spec": {"schedulerName": scheduler_name,
-                 "containers": [{"name": "main", "image": "busybox"}]},
-    })
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name, "annotations": {"gpu-scheduling-map": map_text}},
+            "spec": {"schedulerName": scheduler_name, "containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
 
 
 def node_of(core, namespace: str, name: str) -> str | None:
@@ -151,13 +167,22 @@ def kwok_node(core):
 
     def create(name: str, alias: str) -> None:
         resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
-        core.create_node({
-            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                         "labels": {"type": "kwok-test", "gpu-node-name": alias}},
-            "status": {"capacity": resources, "allocatable": resources,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "kwok node"}]},
-        })
+        core.create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    "labels": {"type": "kwok-test", "gpu-node-name": alias},
+                },
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok node"}
+                    ],
+                },
+            }
+        )
         created.append(name)
 
     yield create
@@ -167,8 +192,7 @@ def kwok_node(core):
         core.delete_node(name)
 
 
-def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(
-        start_scheduler, core, api_client, namespace):
+def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(start_scheduler, core, api_client, namespace):
     scheduler = start_scheduler("--leader-elect=false")
     assert http_status(scheduler.url("/healthz")) == 200
     for name in EXPECTED_NODES:
@@ -178,12 +202,12 @@ def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(
         wait_until(lambda name=name: node_of(core, namespace, name), 10, f"{name} to be bound")
         assert node_of(core, namespace, name) == node
     for name, node in EXPECTED_NODES.items():
-        events = wait_until(lambda name=name: events_of(api_client, namespace, name, "Scheduled"), 10,
-                            f"the Scheduled event of {name}")
+        events = wait_until(
+            lambda name=name: events_of(api_client, namespace, name, "Scheduled"), 10, f"the Scheduled event of {name}"
+        )
         assert len(events) == 1
         assert events[0].type == "Normal"
-        assert events[0].note == (f"Successfully assigned {namespace}/{name} to {node} "
-                                  f"with GPUs {EXPECTED_GPUS[name]}")
+        assert events[0].note == (f"Successfully assigned {namespace}/{name} to {node} with GPUs {EXPECTED_GPUS[name]}")
         assert events[0].reporting_controller == start_scheduler.scheduler_name
     metrics = scheduler.metrics()
     assert 'gpu_scheduler_schedule_attempts_total{result="scheduled"} 4.0' in metrics
@@ -192,19 +216,20 @@ def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(
 
 
 def test_a_pod_waiting_for_a_missing_node_is_bound_as_soon_as_the_node_appears(
-        start_scheduler, core, api_client, namespace, kwok_node):
+    start_scheduler, core, api_client, namespace, kwok_node
+):
     alias = f"late-{uuid.uuid4().hex[:6]}"
     scheduler = start_scheduler("--leader-elect=false")
     make_pod(core, namespace, "late-0", start_scheduler.scheduler_name, f"0={alias}:1\n")
 
-    failed = wait_until(lambda: events_of(api_client, namespace, "late-0", "FailedScheduling"), 10,
-                        "a FailedScheduling event")
+    failed = wait_until(
+        lambda: events_of(api_client, namespace, "late-0", "FailedScheduling"), 10, "a FailedScheduling event"
+    )
     assert failed[0].type == "Warning"
     assert f"node {alias} not found" in failed[0].note
     # Retries come 1, 2, 4, 8 s apart: after the 4th the next is ~8 s off, so
     # only the node event can explain a bind within 3 s of the node's creation.
-    wait_until(lambda: 'result="unschedulable"} 4.0' in scheduler.metrics(), 15, "4 failed attempts",
-               interval=0.05)
+    wait_until(lambda: 'result="unschedulable"} 4.0' in scheduler.metrics(), 15, "4 failed attempts", interval=0.05)
     assert node_of(core, namespace, "late-0") is None
 
     created = time.monotonic()
@@ -216,15 +241,15 @@ def test_a_pod_waiting_for_a_missing_node_is_bound_as_soon_as_the_node_appears(
     assert len(events_of(api_client, namespace, "late-0", "FailedScheduling")) == 1
 
 
-def test_deny_policy_refuses_a_held_gpu_until_its_holder_is_gone(
-        start_scheduler, core, api_client, namespace):
+def test_deny_policy_refuses_a_held_gpu_until_its_holder_is_gone(start_scheduler, core, api_client, namespace):
     start_scheduler("--leader-elect=false", "--gpu-sharing=deny")
     make_pod(core, namespace, "first-0", start_scheduler.scheduler_name, "0=node1:3\n")
     wait_until(lambda: node_of(core, namespace, "first-0"), 10, "first-0 to be bound")
     make_pod(core, namespace, "second-0", start_scheduler.scheduler_name, "0=node1:3\n")
 
-    refused = wait_until(lambda: events_of(api_client, namespace, "second-0", "FailedScheduling"), 10,
-                         "second-0 to be refused")
+    refused = wait_until(
+        lambda: events_of(api_client, namespace, "second-0", "FailedScheduling"), 10, "second-0 to be refused"
+    )
     assert f"GPU 3 by {namespace}/first-0" in refused[0].note
     assert "--gpu-sharing=deny" in refused[0].note
     assert node_of(core, namespace, "second-0") is None
@@ -255,14 +280,17 @@ def lease_holder(api_client, namespace: str, name: str) -> str | None:
     return lease.spec.holder_identity or ""
 
 
-FAST_LEASE = ("--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
-              "--leader-elect-retry-period=0.5")
+FAST_LEASE = ("--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3", "--leader-elect-retry-period=0.5")
 
 
 def test_sigterm_hands_the_lease_back_and_exits_zero(start_scheduler, api_client, namespace):
     lease = f"lease-{uuid.uuid4().hex[:6]}"
-    scheduler = start_scheduler("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
-                                f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    scheduler = start_scheduler(
+        "--leader-elect=true",
+        f"--leader-elect-resource-namespace={namespace}",
+        f"--leader-elect-resource-name={lease}",
+        *FAST_LEASE,
+    )
     holder = wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
     assert holder.startswith(socket.gethostname() + "_")
     wait_until(lambda: "gpu_scheduler_leader 1.0" in scheduler.metrics(), 5, "the leader gauge")
@@ -272,10 +300,15 @@ def test_sigterm_hands_the_lease_back_and_exits_zero(start_scheduler, api_client
 
 
 def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
-        start_scheduler, core, api_client, namespace):
+    start_scheduler, core, api_client, namespace
+):
     lease = f"lease-{uuid.uuid4().hex[:6]}"
-    flags = ("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
-             f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    flags = (
+        "--leader-elect=true",
+        f"--leader-elect-resource-namespace={namespace}",
+        f"--leader-elect-resource-name={lease}",
+        *FAST_LEASE,
+    )
     first = start_scheduler(*flags)
     wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "a leader")
     second = start_scheduler(*flags)
@@ -285,8 +318,9 @@ def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
         make_pod(core, namespace, name, start_scheduler.scheduler_name, map_text)
     for name in names:
         wait_until(lambda name=name: node_of(core, namespace, name), 15, f"{name} to be bound")
-    scheduled = [e for e in client.EventsV1Api(api_client).list_namespaced_event(namespace).items
-                 if e.reason == "Scheduled"]
+    scheduled = [
+        e for e in client.EventsV1Api(api_client).list_namespaced_event(namespace).items if e.reason == "Scheduled"
+    ]
     assert sorted(e.regarding.name for e in scheduled) == sorted(names)
 
     leader, standby = (first, second) if "gpu_scheduler_leader 1.0" in first.metrics() else (second, first)
@@ -327,12 +361,17 @@ def test_a_watch_from_a_compacted_version_asks_for_a_relist(kubeconfig, core, na
 
 def test_a_leader_that_cannot_renew_exits_non_zero(start_scheduler, api_client, namespace):
     lease = f"lease-{uuid.uuid4().hex[:6]}"
-    scheduler = start_scheduler("--leader-elect=true", f"--leader-elect-resource-namespace={namespace}",
-                                f"--leader-elect-resource-name={lease}", *FAST_LEASE)
+    scheduler = start_scheduler(
+        "--leader-elect=true",
+        f"--leader-elect-resource-namespace={namespace}",
+        f"--leader-elect-resource-name={lease}",
+        *FAST_LEASE,
+    )
     wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
     # Another replica "takes" the lease (as after a network partition): the
     # leader sees a live foreign holder at every renewal until its deadline.
     client.CoordinationV1Api(api_client).patch_namespaced_lease(
-        lease, namespace, {"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 60}})
+        lease, namespace, {"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 60}}
+    )
     assert scheduler.process.wait(10) == 1
     assert "lost leadership" in scheduler.log()

@@ -59,8 +59,9 @@ def bind(client: KubeClient, namespace: str, name: str, uid: str, node: str) -> 
     """
     path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
     try:
-        status, data = client.request("POST", path, body=binding_body(namespace, name, uid, node),
-                                      timeout=BIND_TIMEOUT_SECONDS)
+        status, data = client.request(
+            "POST", path, body=binding_body(namespace, name, uid, node), timeout=BIND_TIMEOUT_SECONDS
+        )
     except ApiError as err:
         return BindResult(BindOutcome.FAILED, 0, err.message)
     if status in (200, 201):

@@ -113,8 +113,7 @@ class KubeClient:
     requests.
     """
 
-    def __init__(self, configuration: Configuration, *, pool_size: int = 32,
-                 qps: float = 0, burst: int = 1) -> None:
+    def __init__(self, configuration: Configuration, *, pool_size: int = 32, qps: float = 0, burst: int = 1) -> None:
         configuration.connection_pool_maxsize = pool_size
         self._configuration = configuration
         self._pool = RESTClientObject(configuration).pool_manager
@@ -137,19 +136,29 @@ class KubeClient:
     def _url(self, path: str, query: dict[str, str] | None) -> str:
         return self._base + path + ("?" + urlencode(query) if query else "")
 
-    def request(self, method: str, path: str, *, query: dict[str, str] | None = None,
-                body: object = None, content_type: str = "application/json",
-                timeout: float = 30.0) -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> tuple[int, bytes]:
         """One request; returns (HTTP status, body). Raises ApiError(status 0)
         only when no answer came back at all."""
         self._limiter.acquire()
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         try:
             response = self._pool.request(
-                method, self._url(path, query), body=payload,
+                method,
+                self._url(path, query),
+                body=payload,
                 headers=self._headers(content_type if payload is not None else None),
                 timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
-                retries=_CONNECTION_RETRIES, preload_content=True,
+                retries=_CONNECTION_RETRIES,
+                preload_content=True,
             )
         except urllib3.exceptions.HTTPError as err:
             raise ApiError(method, path, 0, str(err)) from err
@@ -175,9 +184,12 @@ class KubeClient:
         """
         try:
             response = self._pool.request(
-                "GET", self._url(path, query), headers=self._headers(None),
+                "GET",
+                self._url(path, query),
+                headers=self._headers(None),
                 timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-                retries=False, preload_content=False,
+                retries=False,
+                preload_content=False,
             )
         except urllib3.exceptions.HTTPError as err:
             raise ApiError("GET", path, 0, str(err)) from err

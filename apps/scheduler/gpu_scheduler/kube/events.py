@@ -23,10 +23,12 @@ log = logging.getLogger(__name__)
 
 NORMAL = "Normal"
 WARNING = "Warning"
-NOTE_MAX = 1024          # events.k8s.io/v1 validation limit for note
-INSTANCE_MAX = 128       # ... and for reportingInstance
-SERIES_WINDOW_SECONDS = 30.0
-SERIES_TTL_SECONDS = 600.0
+NOTE_MAX = 1024  # events.k8s.io/v1 validation limit for note
+INSTANCE_MAX = 128  # ... and for reportingInstance
+# A pod stuck for good is retried every minute (the backoff cap): one write
+# per pod per five minutes keeps 10,000 stuck pods from loading etcd.
+SERIES_WINDOW_SECONDS = 300.0
+SERIES_TTL_SECONDS = 1800.0
 
 
 @dataclass
@@ -41,6 +43,7 @@ class _Series:
 class SeriesStep:
     """What to do with one occurrence: "create" a new Event, "patch" the
     existing one's series count, or "skip" (counted, written later)."""
+
     action: str
     name: str
     count: int
@@ -81,11 +84,20 @@ class EventCoalescer:
         return len(self._series)
 
 
-def event_body(pod: dict, *, name: str, event_type: str, reason: str, action: str, note: str,
-               controller: str, instance: str, now: float) -> dict:
+def event_body(
+    pod: dict,
+    *,
+    name: str,
+    event_type: str,
+    reason: str,
+    action: str,
+    note: str,
+    controller: str,
+    instance: str,
+    now: float,
+) -> dict:
     metadata = pod["metadata"]
-    regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": metadata["namespace"],
-                 "name": metadata["name"]}
+    regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": metadata["namespace"], "name": metadata["name"]}
     if metadata.get("uid"):
         regarding["uid"] = metadata["uid"]
     if metadata.get("resourceVersion"):
@@ -108,9 +120,16 @@ def event_body(pod: dict, *, name: str, event_type: str, reason: str, action: st
 class EventRecorder:
     """Queues Events and posts them from background threads; never blocks."""
 
-    def __init__(self, client: KubeClient, *, controller: str, instance: str,
-                 senders: int = 2, queue_size: int = 4096,
-                 window: float = SERIES_WINDOW_SECONDS) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        controller: str,
+        instance: str,
+        senders: int = 2,
+        queue_size: int = 4096,
+        window: float = SERIES_WINDOW_SECONDS,
+    ) -> None:
         self._client = client
         self._controller = controller
         self._instance = instance
@@ -119,27 +138,37 @@ class EventRecorder:
         self._lock = threading.Lock()
         self.dropped = 0
         self.failed = 0
-        self._threads = [threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True)
-                         for i in range(senders)]
+        self._threads = [
+            threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True) for i in range(senders)
+        ]
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
 
-    def record(self, pod: dict, event_type: str, reason: str, action: str, note: str,
-               *, coalesce: bool = False) -> None:
+    def record(
+        self, pod: dict, event_type: str, reason: str, action: str, note: str, *, coalesce: bool = False
+    ) -> None:
         now = time.time()
         metadata = pod["metadata"]
         name = f"{metadata['name']}.{time.time_ns():x}"
         step = SeriesStep("create", name, 1)
         if coalesce:
             with self._lock:
-                step = self._coalescer.observe(f"{metadata['namespace']}/{metadata['name']}",
-                                               reason, note, now, name)
+                step = self._coalescer.observe(f"{metadata['namespace']}/{metadata['name']}", reason, note, now, name)
             if step.action == "skip":
                 return
-        body = event_body(pod, name=step.name, event_type=event_type, reason=reason, action=action,
-                          note=note, controller=self._controller, instance=self._instance, now=now)
+        body = event_body(
+            pod,
+            name=step.name,
+            event_type=event_type,
+            reason=reason,
+            action=action,
+            note=note,
+            controller=self._controller,
+            instance=self._instance,
+            now=now,
+        )
         try:
             self._queue.put_nowait((step, body, now))
         except queue.Full:
@@ -150,8 +179,12 @@ class EventRecorder:
         with self._lock:
             self._coalescer.forget(pod_key)
 
-    def pending(self) -> int:
-        return self._queue.qsize()
+    def flush(self, timeout: float) -> bool:
+        """Waits up to timeout for queued Events to be sent; True if all were."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._queue.unfinished_tasks
 
     def _send_loop(self) -> None:
         while True:
@@ -160,19 +193,21 @@ class EventRecorder:
                 self._send(step, body, now)
             except ApiError as err:
                 self.failed += 1
-                log.debug("event %s/%s not written: %s",
-                          body["metadata"]["namespace"], body["metadata"]["name"], err)
+                log.debug("event %s/%s not written: %s", body["metadata"]["namespace"], body["metadata"]["name"], err)
             except Exception:  # a sender thread must outlive any single bad event
                 self.failed += 1
                 log.exception("writing event failed")
+            finally:
+                self._queue.task_done()
 
     def _send(self, step: SeriesStep, body: dict, now: float) -> None:
         namespace = body["metadata"]["namespace"]
         collection = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
         if step.action == "patch":
             patch = {"series": {"count": step.count, "lastObservedTime": micro_time(now)}}
-            status, _ = self._client.request("PATCH", f"{collection}/{step.name}", body=patch,
-                                             content_type="application/merge-patch+json")
+            status, _ = self._client.request(
+                "PATCH", f"{collection}/{step.name}", body=patch, content_type="application/merge-patch+json"
+            )
             if status < 300:
                 return
             if status != 404:

@@ -53,8 +53,17 @@ Trim = Callable[[dict], dict]
 class Informer:
     """One resource's list+watch loop on a daemon thread."""
 
-    def __init__(self, client: KubeClient, path: str, handler: WatchHandler, trim: Trim, *,
-                 name: str, field_selector: str = "", label_selector: str = "") -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        handler: WatchHandler,
+        trim: Trim,
+        *,
+        name: str,
+        field_selector: str = "",
+        label_selector: str = "",
+    ) -> None:
         self._client = client
         self._path = path
         self._handler = handler
@@ -128,8 +137,13 @@ class Informer:
         Raises ResourceGone when resource_version is too old to resume from.
         """
         seconds = seconds or random.randint(WATCH_SECONDS_MIN, WATCH_SECONDS_MAX)
-        query = dict(self._selectors, watch="1", resourceVersion=resource_version,
-                     allowWatchBookmarks="true", timeoutSeconds=str(seconds))
+        query = dict(
+            self._selectors,
+            watch="1",
+            resourceVersion=resource_version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(seconds),
+        )
         try:
             with self._client.stream(self._path, query, seconds + WATCH_READ_GRACE) as lines:
                 for line in lines:

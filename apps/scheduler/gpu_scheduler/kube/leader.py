@@ -55,8 +55,11 @@ class LeaseRecord:
         )
 
     def to_spec(self) -> dict:
-        spec = {"holderIdentity": self.holder, "leaseDurationSeconds": self.duration_seconds,
-                "leaseTransitions": self.transitions}
+        spec = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration_seconds,
+            "leaseTransitions": self.transitions,
+        }
         if self.acquire_time:
             spec["acquireTime"] = self.acquire_time
         if self.renew_time:
@@ -111,10 +114,19 @@ class LeaderElector:
     if this thread is stuck in a slow request, so work stops in time.
     """
 
-    def __init__(self, client: KubeClient, *, namespace: str, name: str, identity: str,
-                 lease_duration: float, renew_deadline: float, retry_period: float,
-                 on_started_leading: Callable[[], None],
-                 on_stopped_leading: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float,
+        renew_deadline: float,
+        retry_period: float,
+        on_started_leading: Callable[[], None],
+        on_stopped_leading: Callable[[], None],
+    ) -> None:
         self._client = client
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self._name = name
@@ -149,8 +161,7 @@ class LeaderElector:
         while not self._stop.is_set():
             if not self._leader:
                 if self._try_acquire_or_renew():
-                    log.info("became leader with lease %s/%s as %s",
-                             self._namespace, self._name, self.identity)
+                    log.info("became leader with lease %s/%s as %s", self._namespace, self._name, self.identity)
                     self._leader = True
                     self._on_started()
                     continue
@@ -162,8 +173,12 @@ class LeaderElector:
             if self._try_acquire_or_renew():
                 continue
             if time.monotonic() - self._last_renew >= self._renew_deadline:
-                log.error("lost leadership: lease %s/%s not renewed within %.0fs",
-                          self._namespace, self._name, self._renew_deadline)
+                log.error(
+                    "lost leadership: lease %s/%s not renewed within %.0fs",
+                    self._namespace,
+                    self._name,
+                    self._renew_deadline,
+                )
                 self._leader = False
                 self._stop.set()
                 self._on_stopped()
@@ -179,13 +194,15 @@ class LeaderElector:
             return False
 
     def _acquire_or_renew(self, started: float) -> bool:
-        status, data = self._client.request("GET", f"{self._path}/{self._name}",
-                                            timeout=self._request_timeout)
+        status, data = self._client.request("GET", f"{self._path}/{self._name}", timeout=self._request_timeout)
         if status == 404:
             record = self._observer.claim(None, time.time())
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                     "metadata": {"name": self._name, "namespace": self._namespace},
-                     "spec": record.to_spec()}
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self._name, "namespace": self._namespace},
+                "spec": record.to_spec(),
+            }
             return self._write("POST", self._path, lease, started)
         if status >= 300:
             raise ApiError("GET", f"{self._path}/{self._name}", status, data)
@@ -225,8 +242,9 @@ class LeaderElector:
                 return
             lease = dict(lease, spec=self._observer.release(current, time.time()).to_spec())
             try:
-                status, _ = self._client.request("PUT", f"{self._path}/{self._name}", body=lease,
-                                                    timeout=self._request_timeout)
+                status, _ = self._client.request(
+                    "PUT", f"{self._path}/{self._name}", body=lease, timeout=self._request_timeout
+                )
             except ApiError as err:
                 log.warning("releasing lease %s/%s failed: %s", self._namespace, self._name, err)
                 return

@@ -44,8 +44,11 @@ def trim_pod(pod: dict) -> dict:
     labels = _kept(metadata.get("labels"), KEPT_LABELS)
     if labels:
         trimmed_meta["labels"] = labels
-    owners = [{"kind": ref.get("kind"), "controller": ref.get("controller")}
-              for ref in metadata.get("ownerReferences") or () if ref.get("controller")]
+    owners = [
+        {"kind": ref.get("kind"), "controller": ref.get("controller")}
+        for ref in metadata.get("ownerReferences") or ()
+        if ref.get("controller")
+    ]
     if owners:
         trimmed_meta["ownerReferences"] = owners
     if metadata.get("deletionTimestamp"):

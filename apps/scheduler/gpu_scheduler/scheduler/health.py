@@ -18,13 +18,11 @@ Check = Callable[[], str | None]
 class HealthServer:
     """Serves on a daemon thread; the checks run on each request."""
 
-    def __init__(self, address: str, port: int, registry: CollectorRegistry,
-                 healthy: Check, ready: Check) -> None:
+    def __init__(self, address: str, port: int, registry: CollectorRegistry, healthy: Check, ready: Check) -> None:
         handler = _handler_class(registry, healthy, ready)
         self._server = ThreadingHTTPServer((address, port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health-http",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="health-http", daemon=True)
 
     @property
     def port(self) -> int:

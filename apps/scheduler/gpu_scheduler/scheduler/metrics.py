@@ -34,31 +34,41 @@ ERROR = "error"
 class _StateCollector(Collector):
     """Gauges read from live state when Prometheus scrapes."""
 
-    def __init__(self, queue_counts: Callable[[], dict[str, int]],
-                 gpus_held: Callable[[], dict[str, int]],
-                 events_dropped: Callable[[], int], relists: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        queue_counts: Callable[[], dict[str, int]],
+        gpus_held: Callable[[], dict[str, int]],
+        events_dropped: Callable[[], int],
+        relists: Callable[[], dict[str, int]],
+    ) -> None:
         self._queue_counts = queue_counts
         self._gpus_held = gpus_held
         self._events_dropped = events_dropped
         self._relists = relists
 
     def collect(self):
-        pending = GaugeMetricFamily("gpu_scheduler_pending_pods",
-                                    "Pending pods of this scheduler by queue.", labels=["queue"])
+        pending = GaugeMetricFamily(
+            "gpu_scheduler_pending_pods", "Pending pods of this scheduler by queue.", labels=["queue"]
+        )
         for queue, count in sorted(self._queue_counts().items()):
             pending.add_metric([queue], count)
         yield pending
-        held = GaugeMetricFamily("gpu_scheduler_gpus_held",
-                                 "GPUs held by bound, unfinished pods, per node.", labels=["node"])
+        held = GaugeMetricFamily(
+            "gpu_scheduler_gpus_held", "GPUs held by bound, unfinished pods, per node.", labels=["node"]
+        )
         for node, count in sorted(self._gpus_held().items()):
             held.add_metric([node], count)
         yield held
-        yield CounterMetricFamily("gpu_scheduler_events_dropped",
-                                  "Events not sent because the event queue was full.",
-                                  value=self._events_dropped())
-        relists = CounterMetricFamily("gpu_scheduler_watch_relists",
-                                      "Re-lists after a watch's resourceVersion expired (410 Gone).",
-                                      labels=["cache"])
+        yield CounterMetricFamily(
+            "gpu_scheduler_events_dropped",
+            "Events not sent because the event queue was full.",
+            value=self._events_dropped(),
+        )
+        relists = CounterMetricFamily(
+            "gpu_scheduler_watch_relists",
+            "Re-lists after a watch's resourceVersion expired (410 Gone).",
+            labels=["cache"],
+        )
         for cache, count in sorted(self._relists().items()):
             relists.add_metric([cache], count)
         yield relists
@@ -73,18 +83,26 @@ class SchedulerMetrics:
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.registry.register(collector)
         self.attempts = Counter(
-            "gpu_scheduler_schedule_attempts", "Scheduling attempts by result.",
-            ["result"], registry=self.registry)
+            "gpu_scheduler_schedule_attempts", "Scheduling attempts by result.", ["result"], registry=self.registry
+        )
         self.attempt_duration = Histogram(
             "gpu_scheduler_scheduling_attempt_duration_seconds",
             "Time from taking a pod off the queue to the end of its attempt (bind included).",
-            ["result"], buckets=DURATION_BUCKETS, registry=self.registry)
+            ["result"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
         self.binding_duration = Histogram(
-            "gpu_scheduler_binding_duration_seconds", "Duration of the binding API call.",
-            buckets=DURATION_BUCKETS, registry=self.registry)
+            "gpu_scheduler_binding_duration_seconds",
+            "Duration of the binding API call.",
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
         self.leader = Gauge(
-            "gpu_scheduler_leader", "1 while this replica holds the leader lease (or runs without election).",
-            registry=self.registry)
+            "gpu_scheduler_leader",
+            "1 while this replica holds the leader lease (or runs without election).",
+            registry=self.registry,
+        )
         for result in (SCHEDULED, UNSCHEDULABLE, ERROR):
             self.attempts.labels(result)  # present at 0 before the first attempt
 
@@ -92,7 +110,11 @@ class SchedulerMetrics:
         self.attempts.labels(result).inc()
         self.attempt_duration.labels(result).observe(seconds)
 
-    def watch_state(self, queue_counts: Callable[[], dict[str, int]],
-                    gpus_held: Callable[[], dict[str, int]],
-                    events_dropped: Callable[[], int], relists: Callable[[], dict[str, int]]) -> None:
+    def watch_state(
+        self,
+        queue_counts: Callable[[], dict[str, int]],
+        gpus_held: Callable[[], dict[str, int]],
+        events_dropped: Callable[[], int],
+        relists: Callable[[], dict[str, int]],
+    ) -> None:
         self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists))

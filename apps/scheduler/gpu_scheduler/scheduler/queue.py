@@ -33,8 +33,9 @@ MAX_BACKOFF_SECONDS = 60.0
 JITTER = 0.2  # delays spread over +-10%, so pods that failed together don't retry in step
 
 
-def backoff_delay(attempts: int, jitter: float, initial: float = INITIAL_BACKOFF_SECONDS,
-                  maximum: float = MAX_BACKOFF_SECONDS) -> float:
+def backoff_delay(
+    attempts: int, jitter: float, initial: float = INITIAL_BACKOFF_SECONDS, maximum: float = MAX_BACKOFF_SECONDS
+) -> float:
     """Delay before retry number `attempts` (1-based): doubling, capped, jittered.
 
     jitter is a number in [0, 1) (a random draw) that scales the delay within

@@ -78,8 +78,14 @@ def _became_usable(before: NodeInfo | None, after: NodeInfo) -> bool:
 
 
 class Scheduler:
-    def __init__(self, client: KubeClient, config: SchedulerConfig, recorder: EventRecorder,
-                 metrics: SchedulerMetrics, may_bind: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        config: SchedulerConfig,
+        recorder: EventRecorder,
+        metrics: SchedulerMetrics,
+        may_bind: Callable[[], bool],
+    ) -> None:
         self._client = client
         self._config = config
         self._recorder = recorder
@@ -90,27 +96,43 @@ class Scheduler:
         self.queue = SchedulingQueue()
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
-        self._assumed: dict[str, str] = {}   # pod key -> uid: held before the watch saw it bound
-        self._bound: set[str] = set()        # pod keys held because the watch saw them bound
-        self._held_on: dict[str, str] = {}   # pod key -> node of its ledger hold, to wake waiters
+        self._assumed: dict[str, str] = {}  # pod key -> uid: held before the watch saw it bound
+        self._bound: set[str] = set()  # pod keys held because the watch saw them bound
+        self._held_on: dict[str, str] = {}  # pod key -> node of its ledger hold, to wake waiters
         self._leading = False
         self._stopping = False
         self._in_flight = 0
 
-        pods_path = (f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace
-                     else "/api/v1/pods")
+        pods_path = f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace else "/api/v1/pods"
         name = config.scheduler_name
         self.informers = [
-            Informer(client, pods_path, _PendingPods(self), trim_pod, name="pending-pods",
-                     field_selector=f"spec.schedulerName={name},spec.nodeName="),
-            Informer(client, pods_path, _BoundPods(self), trim_pod, name="bound-pods",
-                     field_selector=f"spec.schedulerName={name},spec.nodeName!="),
+            Informer(
+                client,
+                pods_path,
+                _PendingPods(self),
+                trim_pod,
+                name="pending-pods",
+                field_selector=f"spec.schedulerName={name},spec.nodeName=",
+            ),
+            Informer(
+                client,
+                pods_path,
+                _BoundPods(self),
+                trim_pod,
+                name="bound-pods",
+                field_selector=f"spec.schedulerName={name},spec.nodeName!=",
+            ),
             Informer(client, "/api/v1/nodes", _Nodes(self), dict, name="nodes"),
         ]
-        self._workers = [threading.Thread(target=self._work_loop, name=f"bind-{i}", daemon=True)
-                         for i in range(config.workers)]
-        metrics.watch_state(self.queue_counts, self.gpus_held, lambda: recorder.dropped,
-                            lambda: {i.name: i.relists for i in self.informers})
+        self._workers = [
+            threading.Thread(target=self._work_loop, name=f"bind-{i}", daemon=True) for i in range(config.workers)
+        ]
+        metrics.watch_state(
+            self.queue_counts,
+            self.gpus_held,
+            lambda: recorder.dropped,
+            lambda: {i.name: i.relists for i in self.informers},
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -208,7 +230,8 @@ class Scheduler:
             decision = decide(pod, self.nodes, self.ledger, self._config.policy)
             if decision.bind:
                 shares = self._config.policy is SharingPolicy.WARN and bool(
-                    self.ledger.conflicts(key, decision.node, decision.entry.devices))
+                    self.ledger.conflicts(key, decision.node, decision.entry.devices)
+                )
                 self._hold(key, decision.node, decision.entry.devices)
                 self._assumed[key] = uid
         if not decision.bind:
@@ -222,8 +245,7 @@ class Scheduler:
             return
 
         bind_started = time.perf_counter()
-        result = bind(self._client, pod["metadata"]["namespace"], pod["metadata"]["name"], uid,
-                      decision.node)
+        result = bind(self._client, pod["metadata"]["namespace"], pod["metadata"]["name"], uid, decision.node)
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
 
         if result.outcome in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND):
@@ -243,11 +265,17 @@ class Scheduler:
             else:
                 self.queue.retry_later(key, time.monotonic(), random.random())
         if result.outcome is BindOutcome.FAILED:
-            self._recorder.record(pod, WARNING, "FailedScheduling", "Binding",
-                                  f"binding to node {decision.node} failed: {result.message or result.status}",
-                                  coalesce=True)
-        self._finish(ERROR, decision, started, outcome=result.outcome.value,
-                     reason=result.message or str(result.status))
+            self._recorder.record(
+                pod,
+                WARNING,
+                "FailedScheduling",
+                "Binding",
+                f"binding to node {decision.node} failed: {result.message or result.status}",
+                coalesce=True,
+            )
+        self._finish(
+            ERROR, decision, started, outcome=result.outcome.value, reason=result.message or str(result.status)
+        )
 
     def _refuse(self, key: str, pod: dict, decision: Decision, started: float) -> None:
         with self._work:
@@ -256,16 +284,19 @@ class Scheduler:
                 self.queue.retry_later(key, time.monotonic(), random.random(), waiting_on)
             else:
                 self.queue.give_up_until_changed(key)
-        self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", decision.reason or "",
-                              coalesce=True)
+        self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", decision.reason or "", coalesce=True)
         self._finish(UNSCHEDULABLE, decision, started, reason=decision.reason)
 
     def _announce(self, pod: dict, decision: Decision, shares: bool) -> None:
         metadata = pod["metadata"]
         self._recorder.record(
-            pod, NORMAL, "Scheduled", "Binding",
+            pod,
+            NORMAL,
+            "Scheduled",
+            "Binding",
             f"Successfully assigned {metadata['namespace']}/{metadata['name']} to {decision.node} "
-            f"with GPUs {decision.devices}")
+            f"with GPUs {decision.devices}",
+        )
         if decision.warning:
             # decide() joins its warnings into one text; the reason says
             # whether GPU sharing is among them.
@@ -275,10 +306,20 @@ class Scheduler:
     def _finish(self, result: str, decision: Decision, started: float, **fields: object) -> None:
         seconds = time.perf_counter() - started
         self._metrics.observe_attempt(result, seconds)
-        log.info(result, extra={"fields": {
-            "pod": decision.pod_key, "index": decision.index, "node": decision.node,
-            "devices": decision.devices, "result": result, "duration_ms": round(seconds * 1000, 2),
-            **{k: v for k, v in fields.items() if v is not None}}})
+        log.info(
+            result,
+            extra={
+                "fields": {
+                    "pod": decision.pod_key,
+                    "index": decision.index,
+                    "node": decision.node,
+                    "devices": decision.devices,
+                    "result": result,
+                    "duration_ms": round(seconds * 1000, 2),
+                    **{k: v for k, v in fields.items() if v is not None},
+                }
+            },
+        )
 
     def _forget_assumed(self, key: str, uid: str) -> None:
         """Drops a hold taken for a bind that did not happen (lock held)."""

@@ -1,9 +1,10 @@
-"""The ceiling: bind pending pods as fast as this machine allows, with no decision at all.
+"""A bare binder in Python: bind pending pods with no decision at all.
 
-Run as its own process (`python -m bench.ceiling`), like a scheduler: it
+Run as its own process (`python -m bench.bare_binder`), like a scheduler: it
 watches the pending pods of one schedulerName and posts each one's binding to
-the node its affinity pins it to. Whatever throughput it reaches is what the
-apiserver, etcd and a Python client on this machine can give any scheduler.
+the node its affinity pins it to. Beside the Go ceiling (bench/tools/ceiling)
+it separates what Python's HTTP client costs from what gpu-scheduler's own
+logic costs: gpu-scheduler can at best match this one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import quote
 from .kubeapi import ApiError, KubeApi
 from .workload import pinned_node
 
-READY_LINE = "ceiling binder ready"
+READY_LINE = "bare binder ready"
 
 
 def binding(name: str, uid: str, node: str) -> bytes:
@@ -28,7 +29,7 @@ def binding(name: str, uid: str, node: str) -> bytes:
                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}).encode()
 
 
-class CeilingBinder:
+class BareBinder:
     def __init__(self, api: KubeApi, namespace: str, scheduler_name: str, threads: int) -> None:
         self._api = api
         self._pods_path = f"/api/v1/namespaces/{namespace}/pods"
@@ -77,14 +78,14 @@ class CeilingBinder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.bare_binder", description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--scheduler-name", required=True)
     parser.add_argument("--threads", type=int, default=16, help="bindings posted at once")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    CeilingBinder(KubeApi(args.kubeconfig), args.namespace, args.scheduler_name, args.threads).run()
+    BareBinder(KubeApi(args.kubeconfig), args.namespace, args.scheduler_name, args.threads).run()
     return 0
 
 

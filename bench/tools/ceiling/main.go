@@ -1,0 +1,228 @@
+// Command bench-ceiling binds the pending pods of one schedulerName to the
+// node their required node affinity names, with no decision at all. It is the
+// throughput ceiling of `make bench`: what the apiserver and etcd of this
+// machine allow any scheduler, reached with Go's HTTP/2 client (the one
+// kube-scheduler uses) and no client-side rate limit. Only the standard
+// library is used, so it builds in seconds.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// ReadyLine is printed once the first list is done: from then on no pod is missed.
+const ReadyLine = "ceiling binder ready"
+
+type pod struct {
+	Metadata struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+		Affinity struct {
+			NodeAffinity struct {
+				Required struct {
+					Terms []struct {
+						MatchFields []struct {
+							Values []string `json:"values"`
+						} `json:"matchFields"`
+					} `json:"nodeSelectorTerms"`
+				} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+			} `json:"nodeAffinity"`
+		} `json:"affinity"`
+	} `json:"spec"`
+}
+
+// pinnedNode is the node of the pod's first matchFields term (how the bench pins its pods).
+func (p *pod) pinnedNode() string {
+	for _, term := range p.Spec.Affinity.NodeAffinity.Required.Terms {
+		for _, field := range term.MatchFields {
+			if len(field.Values) > 0 {
+				return field.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+type binder struct {
+	client    *http.Client
+	server    string
+	token     string
+	namespace string
+	selector  string
+	queue     chan *pod
+	queued    map[string]bool // uids; touched by the watch goroutine only
+}
+
+func (b *binder) do(method, path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequest(method, b.server+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Content-Type", "application/json")
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.client.Do(req)
+}
+
+func (b *binder) offer(p *pod) {
+	if p.Spec.NodeName != "" || b.queued[p.Metadata.UID] {
+		return
+	}
+	node := p.pinnedNode()
+	if node == "" {
+		log.Printf("pod %s has no matchFields node affinity; skipped", p.Metadata.Name)
+		return
+	}
+	b.queued[p.Metadata.UID] = true
+	b.queue <- p
+}
+
+func (b *binder) bindLoop() {
+	for p := range b.queue {
+		body, _ := json.Marshal(map[string]any{
+			"apiVersion": "v1", "kind": "Binding",
+			"metadata": map[string]string{"name": p.Metadata.Name, "uid": p.Metadata.UID},
+			"target":   map[string]string{"apiVersion": "v1", "kind": "Node", "name": p.pinnedNode()},
+		})
+		resp, err := b.do("POST", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/binding", b.namespace, p.Metadata.Name), body)
+		if err != nil {
+			log.Printf("bind %s: %v", p.Metadata.Name, err)
+			continue
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case 200, 201, 404, 409:
+		default:
+			log.Printf("bind %s: HTTP %d %.200s", p.Metadata.Name, resp.StatusCode, msg)
+		}
+	}
+}
+
+// listAndWatch offers every pending pod, then every one the watch reports, until the watch ends.
+func (b *binder) listAndWatch(announce func()) error {
+	path := fmt.Sprintf("/api/v1/namespaces/%s/pods", b.namespace)
+	resp, err := b.do("GET", path+"?"+url.Values{"fieldSelector": {b.selector}}.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Items []pod `json:"items"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("list: HTTP %d: %w", resp.StatusCode, err)
+	}
+	for i := range list.Items {
+		b.offer(&list.Items[i])
+	}
+	announce()
+	query := url.Values{"fieldSelector": {b.selector}, "watch": {"1"}, "allowWatchBookmarks": {"true"},
+		"resourceVersion": {list.Metadata.ResourceVersion}, "timeoutSeconds": {"300"}}
+	resp, err = b.do("GET", path+"?"+query.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	decoder := json.NewDecoder(resp.Body)
+	for {
+		var event struct {
+			Type   string `json:"type"`
+			Object pod    `json:"object"`
+		}
+		if err := decoder.Decode(&event); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		if event.Type == "ADDED" || event.Type == "MODIFIED" {
+			b.offer(&event.Object)
+		}
+	}
+}
+
+func tlsConfig(caFile, certFile, keyFile string, insecure bool) (*tls.Config, error) {
+	config := &tls.Config{InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		config.RootCAs = x509.NewCertPool()
+		config.RootCAs.AppendCertsFromPEM(pem)
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return config, nil
+}
+
+func main() {
+	server := flag.String("server", "", "apiserver URL, e.g. https://127.0.0.1:16443")
+	caFile := flag.String("ca-file", "", "CA bundle that signed the apiserver's certificate")
+	certFile := flag.String("client-cert-file", "", "client certificate (PEM)")
+	keyFile := flag.String("client-key-file", "", "client key (PEM)")
+	token := flag.String("token", "", "bearer token, when the kubeconfig has one")
+	insecure := flag.Bool("insecure-skip-tls-verify", false, "do not verify the apiserver's certificate")
+	namespace := flag.String("namespace", "", "namespace of the pods")
+	schedulerName := flag.String("scheduler-name", "", "bind the pods whose spec.schedulerName is this")
+	workers := flag.Int("workers", 16, "bindings posted at once")
+	flag.Parse()
+	if *server == "" || *namespace == "" || *schedulerName == "" {
+		log.Fatal("--server, --namespace and --scheduler-name are required")
+	}
+	config, err := tlsConfig(*caFile, *certFile, *keyFile, *insecure)
+	if err != nil {
+		log.Fatalf("TLS: %v", err)
+	}
+	b := &binder{
+		client: &http.Client{Transport: &http.Transport{
+			TLSClientConfig: config, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: *workers,
+		}},
+		server: *server, token: *token, namespace: *namespace,
+		selector: "spec.schedulerName=" + *schedulerName + ",spec.nodeName=",
+		queue:    make(chan *pod, 100000), queued: map[string]bool{},
+	}
+	for i := 0; i < *workers; i++ {
+		go b.bindLoop()
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	go func() { <-stop; os.Exit(0) }()
+
+	announced := false
+	announce := func() {
+		if !announced {
+			fmt.Println(ReadyLine)
+			announced = true
+		}
+	}
+	for {
+		log.Printf("listing again: %v", b.listAndWatch(announce))
+		time.Sleep(200 * time.Millisecond)
+	}
+}

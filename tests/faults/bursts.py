@@ -1,0 +1,199 @@
+"""Bursts of pods created while something breaks, and the checks that nothing was lost or misplaced.
+
+The creator behaves like a controller: a create that fails because the API
+server, etcd or the webhook is away is retried until it succeeds, and a 409
+on a retry means the earlier attempt was stored after all (its answer was
+lost). So every pod of a burst exists in the end; the faults under test are
+the scheduler's and the webhook's, not the creator's.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
+
+from e2e.cluster import describe_pods, get_json, list_pods
+from e2e.waiting import NotYet, wait_for
+from e2e.workloads import bare_pod
+
+NODES = 4
+CREATE_THREADS = 8
+RETRY_PAUSE = 0.25
+# Longer than any outage a test causes (a restart takes 5-20 s here).
+CREATE_DEADLINE = 120.0
+
+
+def burst_map(count: int) -> str:
+    """The map of a burst: index i on node(i % 4 + 1), GPU i % 4."""
+    return "".join(f"{i}={expected_node(i)}:{i % NODES}\n" for i in range(count))
+
+
+def expected_node(index: int) -> str:
+    return f"node{index % NODES + 1}"
+
+
+def pod_names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(count)]
+
+
+def index_of(pod_name: str) -> int:
+    return int(pod_name.rsplit("-", 1)[1])
+
+
+@dataclass
+class BurstReport:
+    """What the creator saw: pods stored, and the failed attempts it retried."""
+
+    created: list[str] = field(default_factory=list)
+    failed_attempts: int = 0
+    errors: Counter = field(default_factory=Counter)  # "503 ServiceUnavailable" -> count
+    unfinished: list[str] = field(default_factory=list)  # gave up at the deadline
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def note_failure(self, what: str) -> None:
+        with self.lock:
+            self.failed_attempts += 1
+            self.errors[what] += 1
+
+
+def _describe(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}"
+    return err.__class__.__name__
+
+
+def create_with_retries(core: client.CoreV1Api, namespace: str, pod: dict, report: BurstReport,
+                        deadline: float) -> None:
+    retried = False
+    name = pod["metadata"]["name"]
+    while True:
+        try:
+            core.create_namespaced_pod(namespace, pod, _request_timeout=15)
+            break
+        except ApiException as err:
+            if err.status == 409 and retried:
+                break  # an earlier attempt was stored; its answer was lost
+            report.note_failure(_describe(err))
+        except (HTTPError, OSError) as err:
+            report.note_failure(_describe(err))
+        if time.monotonic() > deadline:
+            with report.lock:
+                report.unfinished.append(name)
+            return
+        retried = True
+        time.sleep(RETRY_PAUSE)
+    with report.lock:
+        report.created.append(name)
+
+
+class Burst:
+    """Creates pods on CREATE_THREADS threads in the background; wait() joins them."""
+
+    def __init__(self, api_client, namespace: str, pods: Iterable[dict], threads: int = CREATE_THREADS) -> None:
+        self.report = BurstReport()
+        self._pods = list(pods)
+        self._core = client.CoreV1Api(api_client)
+        self._namespace = namespace
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="burst")
+        self._futures = []
+        self.started = self.finished = 0.0
+
+    def start(self) -> Burst:
+        self.started = time.monotonic()
+        deadline = self.started + CREATE_DEADLINE
+        self._futures = [
+            self._pool.submit(create_with_retries, self._core, self._namespace, pod, self.report, deadline)
+            for pod in self._pods
+        ]
+        return self
+
+    def done(self) -> bool:
+        return all(f.done() for f in self._futures)
+
+    def wait(self) -> BurstReport:
+        for future in self._futures:
+            future.result()
+        self._pool.shutdown()
+        self.finished = time.monotonic()
+        return self.report
+
+
+def burst_pods(prefix: str, count: int, scheduler_name: str, scheduling_map: str | None = None) -> list[dict]:
+    scheduling_map = scheduling_map or burst_map(count)
+    return [bare_pod(name, scheduling_map, scheduler_name=scheduler_name, labels={"burst": prefix})
+            for name in pod_names(prefix, count)]
+
+
+def count_bound(api_client, namespace: str) -> int:
+    return sum(1 for pod in list_pods(api_client, namespace) if pod["spec"].get("nodeName"))
+
+
+def wait_all_bound(api_client, namespace: str, count: int, timeout: float) -> list[dict]:
+    """Waits until `count` pods exist in `namespace` and every one has a node."""
+
+    def probe() -> list[dict]:
+        pods = list_pods(api_client, namespace)
+        unbound = [p for p in pods if not p["spec"].get("nodeName")]
+        if len(pods) != count or unbound:
+            raise NotYet(f"{len(pods)} pods, {len(unbound)} unbound: {describe_pods(unbound[:10])}")
+        return pods
+
+    return wait_for(f"{count} pods in {namespace} to be bound", probe, timeout, interval=0.5)
+
+
+def misplaced(pods: list[dict]) -> dict[str, str]:
+    """pod -> "on X, map says Y" for every pod not on the node its map names."""
+    wrong = {}
+    for pod in pods:
+        name, node = pod["metadata"]["name"], pod["spec"].get("nodeName") or "<unbound>"
+        if node != expected_node(index_of(name)):
+            wrong[name] = f"on {node}, map says {expected_node(index_of(name))}"
+    return wrong
+
+
+def scheduled_events(api_client, namespace: str) -> Counter:
+    """pod name -> how many times a Scheduled event reports it (a series counts each occurrence)."""
+    events = get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
+                      {"fieldSelector": "reason=Scheduled,involvedObject.kind=Pod"})["items"]
+    counts: Counter = Counter()
+    for event in events:
+        series = (event.get("series") or {}).get("count")
+        counts[event["involvedObject"]["name"]] += int(series or event.get("count") or 1)
+    return counts
+
+
+# The scheduler logs one line per attempt; in text format, e.g.
+# "... gpu_scheduler.scheduler: scheduled pod=ns/p-3 index=3 node=node4 ... outcome=bound".
+_ATTEMPT = re.compile(r"gpu_scheduler\.scheduler: (?P<result>\w+) pod=(?P<pod>\S+) .*?\boutcome=(?P<outcome>[\w-]+)")
+
+
+def bind_outcomes(log_path: Path, namespace: str) -> Counter:
+    """(pod name, outcome) -> count, from a scheduler's log: outcome is bound, already-bound
+    (409: the pod had a node when the bind arrived), pod-gone or failed."""
+    found: Counter = Counter()
+    text = Path(log_path).read_text(errors="replace") if Path(log_path).exists() else ""
+    for match in _ATTEMPT.finditer(text):
+        pod_namespace, _, name = match["pod"].partition("/")
+        if pod_namespace == namespace:
+            found[(name, match["outcome"])] += 1
+    return found
+
+
+def binds_per_pod(*outcome_counts: Counter) -> Counter:
+    """pod name -> successful binds (outcome bound) over all the schedulers' logs given."""
+    total: Counter = Counter()
+    for counts in outcome_counts:
+        for (name, outcome), count in counts.items():
+            if outcome == "bound":
+                total[name] += count
+    return total

@@ -1,0 +1,157 @@
+"""Fixtures of the fault suite: the product's real processes, the control plane's processes, namespaces.
+
+The product runs as in the e2e suite (whose helpers are imported, not copied):
+`gpu-scheduler certs`, `gpu-scheduler webhook` under gunicorn over TLS on
+127.0.0.1, registered with the chart's own webhook configurations, and
+`gpu-scheduler scheduler` processes that tests start, kill and restart.
+
+Tests that crash or restart kube-apiserver, etcd or kwok-controller carry the
+marker `restarts_control_plane`: they run after every other test of the
+session (so a slow recovery can never fail someone else's test), and each
+leaves the cluster healthy: every component running, /readyz ok, every node Ready.
+
+When a test fails, the last lines of every process it started are added to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from e2e import webhook_registration
+from e2e.components import SchedulerProcess, WebhookProcess, make_certs
+from e2e.isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
+from e2e.processes import ManagedProcess
+
+from .control_plane import LocalControlPlane, NotALocalCluster
+
+RESTARTS = "restarts_control_plane"
+
+_processes: list[ManagedProcess] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{RESTARTS}: crashes or restarts a process of the local control plane; runs last in the session",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A stable sort: everything else keeps its order, these go to the end.
+    items.sort(key=lambda item: item.get_closest_marker(RESTARTS) is not None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.failed:
+        for process in _processes:
+            report.sections.append((f"last lines of {process.name} log ({process.log_path})", process.log_tail()))
+    return report
+
+
+def track(process: ManagedProcess) -> ManagedProcess:
+    _processes.append(process)
+    return process
+
+
+def untrack(process: ManagedProcess) -> None:
+    if process in _processes:
+        _processes.remove(process)
+
+
+@pytest.fixture(scope="package")
+def faults_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="package")
+def certs(faults_dir):
+    return make_certs(faults_dir / "certs")
+
+
+@pytest.fixture(scope="package")
+def webhook(api_client, certs, faults_dir):
+    """The webhook, registered as the chart renders it but only for namespaces labelled
+    RUN_LABEL=RUN_ID (what `ns` creates), so other suites sharing the cluster never meet it."""
+    process = track(WebhookProcess(certs, faults_dir / "webhook.log"))
+    name = f"gpu-scheduler-faults-{RUN_ID}"
+    try:
+        process.start_and_wait()
+        configurations = webhook_registration.render(
+            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)
+        )
+        webhook_registration.apply(api_client, configurations)
+        probe = create_namespace(api_client, "faults-probe")
+        try:
+            webhook_registration.wait_until_called(api_client, probe)
+        finally:
+            delete_namespace(api_client, probe)
+        yield process
+    finally:
+        webhook_registration.delete(api_client, name)
+        process.stop()
+        untrack(process)
+
+
+@pytest.fixture
+def ns(api_client):
+    """A fresh namespace under the webhook's reach, deleted after the test."""
+    name = create_namespace(api_client, "faults")
+    yield name
+    delete_namespace(api_client, name)
+
+
+@pytest.fixture
+def scheduler_name() -> str:
+    """A schedulerName of this test only: its scheduler sees no other test's pods."""
+    return f"faults-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def start_scheduler(kubeconfig, tmp_path):
+    """Starts scheduler processes for one test:
+    start_scheduler(name, *extra_flags, scheduler_name=..., leader_election=...).
+
+    Extra flags go after the e2e suite's ones (argparse keeps the last value).
+    Each is stopped after the test unless the test killed it already."""
+    started: list[SchedulerProcess] = []
+
+    def start(name: str, *extra_flags: str, **options) -> SchedulerProcess:
+        process = SchedulerProcess(kubeconfig, tmp_path / f"{name}.log", name=name, **options)
+        process.argv += list(extra_flags)
+        started.append(track(process))
+        return process.start_and_wait()
+
+    yield start
+    for process in started:
+        process.stop()
+        untrack(process)
+
+
+@pytest.fixture(scope="session")
+def control_plane(kubeconfig):
+    """The local control plane's processes; the restart tests need them on this host."""
+    try:
+        plane = LocalControlPlane(kubeconfig)
+    except NotALocalCluster as err:
+        message = f"fault tests that restart the control plane need the local cluster (make local-up): {err}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return plane
+
+
+@pytest.fixture
+def healthy_afterwards(control_plane):
+    """Whatever the test did to the control plane, it is whole again when the test ends."""
+    yield control_plane
+    for component in control_plane.launches:
+        if control_plane.running(component):
+            control_plane.resume(component)  # in case the test stopped with it paused
+    revived = control_plane.revive()
+    seconds = control_plane.wait_healthy()
+    print(f"\ncontrol plane healthy {seconds:.1f}s after the test" + (f"; restarted {revived}" if revived else ""))
