@@ -15,7 +15,8 @@ from .kubeapi import KubeApi
 from .workload import BENCH_LABEL, kwok_node, node_name
 
 REPO = Path(__file__).resolve().parents[1]
-LOCAL_KUBECONFIG = REPO / ".cache" / "local-cluster" / "kubeconfig"
+LOCAL_CLUSTER_DIR = REPO / ".cache" / "local-cluster"
+LOCAL_KUBECONFIG = LOCAL_CLUSTER_DIR / "kubeconfig"
 API_THREADS = 16
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .cluster import BenchCluster
 from .kubeapi import KubeApi
+from .settle import wait_quiet
 from .webhook import Webhook
 
 NAMESPACE = "gpu-bench"
@@ -51,6 +52,7 @@ class Bench:
     cluster: BenchCluster
     webhook: Webhook
     started: float = field(default_factory=time.monotonic)
+    control_plane: list[int] = field(default_factory=list)  # pids whose CPU settle() watches
 
     @property
     def namespace(self) -> str:
@@ -59,6 +61,13 @@ class Bench:
     @property
     def logs(self) -> Path:
         return self.settings.out / "logs"
+
+    def settle(self) -> dict:
+        """Waits for the control plane to be quiet (see settle.py); what it found goes with the run."""
+        waited, cores = wait_quiet(self.control_plane)
+        if waited > 2:
+            self.phase(f"  waited {waited:.0f}s for the control plane to settle ({cores:.2f} cores busy)")
+        return {"settle_waited_s": round(waited, 1), "control_plane_cores_at_start": round(cores, 2)}
 
     def phase(self, text: str) -> None:
         """A progress line with the time since the benchmark started."""

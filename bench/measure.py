@@ -50,6 +50,7 @@ def attempt_seconds(runner: Runner) -> float | None:
 def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> dict:
     """The burst's figures (pods.BurstResult.to_json) plus the runner's startup time and peak RSS."""
     settings = bench.settings
+    settled = bench.settle()
     runner = make_runner(bench, key)
     ready_seconds = runner.start()
     try:
@@ -57,6 +58,7 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
                            bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
                            settings.threads, settings.burst_timeout(pods))
         figures = result.to_json()
+        figures.update(settled)
         figures.update(key=key, label=runner.label, mode="burst", nodes=nodes, ready_seconds=ready_seconds,
                        peak_rss_mib=runner.peak_rss_mib(), attempt_seconds=attempt_seconds(runner))
     finally:
@@ -72,6 +74,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     creator.start(bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace))
     creator.done.wait(settings.burst_timeout(pods))
     names = creator.succeeded()
+    settled = bench.settle()
     watcher = BindWatcher(bench.api, bench.namespace)
     watcher.start()
     try:
@@ -84,6 +87,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         runner.stop()
     binds = sorted(watcher.bound_at[n] for n in names if n in watcher.bound_at)
     span = binds[-1] - binds[0] if len(binds) > 1 else float("nan")
+    figures.update(settled)
     figures.update(
         key=key, label=runner.label, mode="drain", pods=pods, nodes=nodes, created=len(names), bound=len(binds),
         seconds=span, pods_per_second=(len(binds) - 1) / span if span > 0 else float("nan"),

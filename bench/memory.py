@@ -22,6 +22,7 @@ def run(bench: Bench) -> dict:
     settings = bench.settings
     bench.phase(f"memory: {settings.mem_nodes} nodes (creating the missing ones)")
     bench.cluster.ensure_nodes(settings.mem_nodes)
+    settled = bench.settle()
     runner = make_runner(bench, contenders.OURS)
     runner.start()
     bench.phase(f"memory: {settings.mem_pods} pods bound by a fresh gpu-scheduler")
@@ -43,5 +44,5 @@ def run(bench: Bench) -> dict:
         "pods": settings.mem_pods, "nodes": settings.mem_nodes, "bound": burst.bound,
         "pods_per_second": burst.pods_per_second, "latency_s": burst.latency, "complete": burst.complete,
         "scheduler_peak_rss_mib": scheduler_peak, "scheduler_rss_after_mib": scheduler_now,
-        "webhook": webhook,
+        "webhook": webhook, **settled,
     }

@@ -22,10 +22,11 @@ from pathlib import Path
 from kubernetes import config as kube_config
 
 from . import admission, machine, memory, report, statefulset, throughput
-from .cluster import LOCAL_KUBECONFIG, REPO, BenchCluster, cluster_answers, local_script
+from .cluster import LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG, REPO, BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
 from .runners import free_port
+from .settle import control_plane_pids
 from .webhook import Webhook
 from .workload import BENCH_LABEL
 
@@ -34,8 +35,8 @@ PHASES = {"throughput": throughput.run, "statefulset": statefulset.run, "admissi
 
 # (full, quick) defaults; quick mode finishes in a few minutes on 2 cores.
 DEFAULTS = {
-    "pods": (1000, 300), "nodes": (100, 30), "runs": (3, 1), "sts_replicas": (500, 100),
-    "admission_seconds": (15.0, 4.0), "mem_pods": (10000, 1000), "mem_nodes": (1000, 100),
+    "pods": (1000, 200), "nodes": (100, 20), "runs": (3, 1), "sts_replicas": (500, 60),
+    "admission_seconds": (15.0, 3.0), "mem_pods": (10000, 500), "mem_nodes": (1000, 50),
 }
 
 
@@ -113,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     api = KubeApi(kubeconfig)
     api_client = kube_config.new_client_from_config(config_file=kubeconfig)
     bench = Bench(settings, kubeconfig, api, api_client, BenchCluster(api, NAMESPACE),
-                  Webhook(settings.out, OUR_SCHEDULER, free_port()), started)
+                  Webhook(settings.out, OUR_SCHEDULER, free_port()), started,
+                  control_plane=control_plane_pids(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else [])
     try:
         bench.phase(f"setup: namespace {NAMESPACE}, {settings.nodes} KWOK nodes, webhook")
         bench.cluster.create_namespace()
         bench.cluster.ensure_nodes(settings.nodes)
         bench.webhook.start()
-        bench.webhook.register(api_client, NAMESPACE, (BENCH_LABEL, "true"))
+        bench.webhook.register(api_client, api, NAMESPACE, (BENCH_LABEL, "true"))
         for name in settings.phases:
             try:
                 results[name] = PHASES[name](bench)

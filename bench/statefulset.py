@@ -24,6 +24,7 @@ NAME = "ss"
 def measure_once(bench: Bench) -> dict:
     settings = bench.settings
     replicas = settings.sts_replicas
+    settled = bench.settle()
     runner = make_runner(bench, contenders.OURS)
     runner.start()
     watcher = BindWatcher(bench.api, bench.namespace)
@@ -49,7 +50,7 @@ def measure_once(bench: Bench) -> dict:
         "pods_per_second": len(bound) / (last_bound - first) if last_bound > first else float("nan"),
         "created_per_second": len(seen) / (last_seen - first) if last_seen > first else float("nan"),
         "seen_to_bound_s": latency_summary([t - seen[n] for n, t in bound.items()]),
-        "attempt_seconds": attempt,
+        "attempt_seconds": attempt, **settled,
     }
 
 

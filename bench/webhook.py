@@ -1,23 +1,77 @@
-"""gpu-scheduler's webhook as deployed (gunicorn, TLS, 2 workers), registered as the chart registers it."""
+"""gpu-scheduler's webhook as deployed (gunicorn, TLS, 2 workers), registered as the chart registers it.
+
+The configurations are the chart's own (`helm template`: rules,
+matchConditions, failurePolicy, timeouts), rendered for the benchmark's
+schedulerName and pointed at a URL on this host, as the e2e suite does. The
+e2e helper renders them for schedulerName gpu-scheduler only, which the e2e
+suite's own scheduler uses in every namespace of the shared cluster; so the
+benchmark renders its own and reuses the helper's apply/delete.
+"""
 
 from __future__ import annotations
 
+import json
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import yaml
+
+from .kubeapi import KubeApi
 from .processes import Process, http_ok
+from .workload import MAP_ANNOTATION, PAUSE_IMAGE
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
+HELM = REPO / ".cache" / "bin" / "helm"
+CHART = REPO / "charts" / "gpu-scheduler"
 RELEASE = "gpu-bench"
+REGISTRATION_TIMEOUT = 60.0
 
-# The e2e suite's registration renders the chart's own webhook configurations
-# (rules, matchConditions, failurePolicy, timeouts) and points them at a URL
-# on this host; the benchmark registers the webhook the same way.
 sys.path.insert(0, str(REPO / "tests"))
 from e2e import webhook_registration  # noqa: E402
+
+
+def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: tuple[str, str]) -> list[dict]:
+    """The chart's webhook configurations for scheduler_name, calling base_url, limited to
+    namespaces with namespace_label."""
+    rendered = subprocess.run(
+        [str(HELM), "template", RELEASE, str(CHART), "--namespace", "gpu-scheduler",
+         "--show-only", "templates/webhook-configurations.yaml", "--set", f"schedulerName={scheduler_name}"],
+        capture_output=True, text=True, timeout=60)
+    if rendered.returncode != 0:
+        raise RuntimeError(f"helm template {CHART} failed: {rendered.stderr}")
+    configurations = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    key, value = namespace_label
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            webhook["clientConfig"] = {"url": base_url + webhook["clientConfig"]["service"]["path"],
+                                       "caBundle": ca_bundle}
+            webhook.setdefault("namespaceSelector", {}).setdefault("matchExpressions", []).append(
+                {"key": key, "operator": "In", "values": [value]})
+    return configurations
+
+
+def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None:
+    """Waits until the apiserver sends the namespace's pods of scheduler_name through the webhook:
+    a server-side dry run of such a pod comes back with CUDA_VISIBLE_DEVICES injected."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "webhook-probe-0", "annotations": {MAP_ANNOTATION: "0=bn-0:0"}},
+           "spec": {"schedulerName": scheduler_name, "containers": [{"name": "probe", "image": PAUSE_IMAGE}]}}
+    deadline = time.monotonic() + REGISTRATION_TIMEOUT
+    answer = b""
+    while time.monotonic() < deadline:
+        status, answer = api.request("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All",
+                                     json.dumps(pod).encode())
+        if status == 201:
+            env = json.loads(answer)["spec"]["containers"][0].get("env") or []
+            if {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"the apiserver did not call the webhook within {REGISTRATION_TIMEOUT:.0f}s; "
+                       f"last dry-run answer: {answer[:300]!r}")
 
 
 class Webhook:
@@ -53,14 +107,12 @@ class Webhook:
         context = self.tls_context()
         return self.process.wait_ready(lambda: http_ok(f"{self.url}/readyz", context), timeout=60)
 
-    def register(self, api_client, namespace: str, namespace_label: tuple[str, str]) -> None:
+    def register(self, api_client, api: KubeApi, namespace: str, namespace_label: tuple[str, str]) -> None:
         """Mutating and validating configurations as the chart has them, limited to
         namespaces with namespace_label; returns once the apiserver calls the webhook."""
-        self._configurations = webhook_registration.render(
-            RELEASE, self.url, self.ca_bundle, scheduler_name=self.scheduler_name,
-            namespace_label=namespace_label)
+        self._configurations = render(self.url, self.ca_bundle, self.scheduler_name, namespace_label)
         webhook_registration.apply(api_client, self._configurations)
-        webhook_registration.wait_until_called(api_client, namespace, self.scheduler_name)
+        wait_until_called(api, namespace, self.scheduler_name)
 
     def unregister(self, api_client) -> None:
         for name in {c["metadata"]["name"] for c in self._configurations}:

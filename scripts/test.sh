@@ -7,6 +7,9 @@ PYTEST=.venv/bin/pytest
 started=$SECONDS
 step() { printf '\n==> %s (%ds)\n' "$*" $((SECONDS - started)); }
 
+step "tools: kubectl and helm, lint tools (fetched once into .cache)"
+make --no-print-directory tools lint-tools
+
 step "lint"
 make --no-print-directory lint
 

@@ -138,11 +138,19 @@ def count_bound(api_client, namespace: str) -> int:
     return sum(1 for pod in list_pods(api_client, namespace) if pod["spec"].get("nodeName"))
 
 
+def listed_pods(api_client, namespace: str) -> list[dict]:
+    """The namespace's pods; NotYet while the API server does not answer (it may be restarting)."""
+    try:
+        return list_pods(api_client, namespace)
+    except (ApiException, HTTPError, OSError, AssertionError) as err:
+        raise NotYet(f"listing pods failed: {err.__class__.__name__}: {str(err)[:200]}") from None
+
+
 def wait_all_bound(api_client, namespace: str, count: int, timeout: float) -> list[dict]:
     """Waits until `count` pods exist in `namespace` and every one has a node."""
 
     def probe() -> list[dict]:
-        pods = list_pods(api_client, namespace)
+        pods = listed_pods(api_client, namespace)
         unbound = [p for p in pods if not p["spec"].get("nodeName")]
         if len(pods) != count or unbound:
             raise NotYet(f"{len(pods)} pods, {len(unbound)} unbound: {describe_pods(unbound[:10])}")

@@ -152,38 +152,50 @@ def _not_utf8(data: bytes) -> bool:
     return False
 
 
-def deep_nesting() -> st.SearchStrategy[bytes]:
-    """[[[...]]] or {"a":{"a":...}} nested up to far past any parser's recursion limit: as the
-    whole body, and in a field the webhook never reads (request.userInfo) of the base review."""
-
-    def nest(depth: int, kind: str) -> bytes:
-        if kind == "array":
-            return b"[" * depth + b"]" * depth
-        return b'{"a":' * depth + b"1" + b"}" * depth
-
-    def in_review(inner: bytes) -> bytes:
-        document = base_review()
-        document["request"]["userInfo"] = "NESTED"
-        return json.dumps(document).encode().replace(b'"NESTED"', inner)
-
-    plain = st.builds(nest, st.integers(500, 200_000), st.sampled_from(["array", "object"]))
-    return plain | st.builds(in_review, plain)
+def nested(depth: int, kind: str, in_review: bool) -> bytes:
+    """[[[...]]] or {"a":{"a":...}} `depth` deep: the whole body, or a field the webhook never
+    reads (request.userInfo) of the base review."""
+    if kind == "array":
+        inner = b"[" * depth + b"]" * depth
+    else:
+        inner = b'{"a":' * depth + b"1" + b"}" * depth
+    if not in_review:
+        return inner
+    document = base_review()
+    document["request"]["userInfo"] = "NESTED"
+    return json.dumps(document).encode().replace(b'"NESTED"', inner)
 
 
-def huge_bodies() -> st.SearchStrategy[bytes]:
-    """Reviews whose map annotation is megabytes of garbage, up to just past the 3 MiB limit."""
+# Up to far past any JSON parser's recursion limit (Python's is about 1,000).
+NESTINGS = st.tuples(st.integers(500, 200_000), st.sampled_from(["array", "object"]), st.booleans())
 
-    def body(size: int, filler: str) -> bytes:
-        document = base_review()
-        document["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = ""
-        overhead = len(json.dumps(document).encode())
-        text = "=:\n" + (filler * (max(0, size - overhead) // len(filler) + 1))[: max(0, size - overhead - 3)]
-        document["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = text
-        return json.dumps(document).encode()
 
-    sizes = st.integers(100_000, MAX_BODY - 64) | st.integers(MAX_BODY + 1, MAX_BODY + 600_000)
-    fillers = st.sampled_from(["x", "0=node1:0\n", "9=no:de:x\n", "#" * 100 + "\n", "\t"])
-    return st.builds(body, sizes, fillers)
+def with_huge_map(size: int, filler: str) -> bytes:
+    """The base review whose map is a broken first line and then `filler` repeated, the
+    whole body `size` bytes (give or take a line)."""
+    document = base_review()
+    document["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = ""
+    overhead = len(json.dumps(document).encode())
+    escaped = len(json.dumps(filler)) - 2  # "\n" takes two bytes in the body
+    text = "=:\n" + filler * max(0, (size - overhead) // escaped)
+    document["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = text
+    return json.dumps(document).encode()
+
+
+# Megabytes of map: one long line, comments, duplicate indexes, bad devices. Up to just
+# past the 3 MiB body limit.
+HUGE_MAPS = st.tuples(
+    st.integers(100_000, MAX_BODY) | st.integers(MAX_BODY + 1, MAX_BODY + 500_000),
+    st.sampled_from(["x", "#" * 100 + "\n", "0=node1:0\n", "9=no:de:x\n"]),
+)
+
+
+def with_valid_map(lines: int, variant: int) -> bytes:
+    """Our pod with a valid map of `lines` lines, distinct per `variant`: allowed (patched)."""
+    text = "".join(f"{i}=node{i % 4 + 1}:{i % 4}\n" for i in range(lines)) + f"# variant {variant}\n"
+    document = base_review(f"valid-{variant}")
+    document["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = text
+    return json.dumps(document).encode()
 
 
 def check_refused(status: int, body: bytes, sent_uid: str | None) -> str:

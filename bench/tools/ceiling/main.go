@@ -146,6 +146,10 @@ func (b *binder) listAndWatch(announce func()) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("watch: HTTP %d %.300s", resp.StatusCode, msg)
+	}
 	decoder := json.NewDecoder(resp.Body)
 	for {
 		var event struct {
@@ -181,6 +185,15 @@ func tlsConfig(caFile, certFile, keyFile string, insecure bool) (*tls.Config, er
 	return config, nil
 }
 
+func transport(config *tls.Config, http2 bool, workers int) *http.Transport {
+	t := &http.Transport{TLSClientConfig: config, ForceAttemptHTTP2: http2, MaxIdleConnsPerHost: workers + 2}
+	if !http2 {
+		// A non-nil empty map is how net/http is told not to negotiate HTTP/2.
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return t
+}
+
 func main() {
 	server := flag.String("server", "", "apiserver URL, e.g. https://127.0.0.1:16443")
 	caFile := flag.String("ca-file", "", "CA bundle that signed the apiserver's certificate")
@@ -191,6 +204,7 @@ func main() {
 	namespace := flag.String("namespace", "", "namespace of the pods")
 	schedulerName := flag.String("scheduler-name", "", "bind the pods whose spec.schedulerName is this")
 	workers := flag.Int("workers", 16, "bindings posted at once")
+	http2 := flag.Bool("http2", false, "one multiplexed HTTP/2 connection instead of one HTTP/1.1 connection per worker")
 	flag.Parse()
 	if *server == "" || *namespace == "" || *schedulerName == "" {
 		log.Fatal("--server, --namespace and --scheduler-name are required")
@@ -200,9 +214,7 @@ func main() {
 		log.Fatalf("TLS: %v", err)
 	}
 	b := &binder{
-		client: &http.Client{Transport: &http.Transport{
-			TLSClientConfig: config, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: *workers,
-		}},
+		client: &http.Client{Transport: transport(config, *http2, *workers)},
 		server: *server, token: *token, namespace: *namespace,
 		selector: "spec.schedulerName=" + *schedulerName + ",spec.nodeName=",
 		queue:    make(chan *pod, 100000), queued: map[string]bool{},

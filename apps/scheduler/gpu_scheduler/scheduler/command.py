@@ -18,7 +18,9 @@ from gpu_scheduler.config import boolean, env, env_help, positive_float, positiv
 
 log = logging.getLogger("gpu_scheduler.scheduler")
 
-EVENT_SENDERS = 2
+# One sender, like client-go's event sink: Events go out one at a time, so
+# in a burst the apiserver's attention goes to the binds.
+EVENT_SENDERS = 1
 # Connections beyond the bind workers and event senders: three watches, the
 # lease, and slack for retries.
 EXTRA_CONNECTIONS = 8

@@ -1,0 +1,139 @@
+"""kube-apiserver or etcd crashes (kill -9) and comes back during a burst, and a watch
+expires (410 Gone) while the scheduler cannot see it: the scheduler and the webhook carry on
+by themselves, and no pod is lost, misplaced or bound twice.
+
+These crash the shared local control plane's own processes (found from the kubeconfig, see
+control_plane.py), so they run last in the session and leave it healthy. The creator retries
+creates that fail while the API server or etcd is away, as a controller would; the pods
+counted are those that exist.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from e2e.cluster import container_env
+from e2e.waiting import NotYet, wait_for
+
+from .bursts import (
+    Burst,
+    bind_outcomes,
+    binds_per_pod,
+    burst_pods,
+    expected_node,
+    index_of,
+    misplaced,
+    scheduled_events,
+    wait_all_bound,
+)
+from .conftest import RESTARTS
+
+pytestmark = [pytest.mark.faults, getattr(pytest.mark, RESTARTS)]
+
+BURST = 200
+OUTAGE_SECONDS = 3.0
+SCHEDULER_NAME = "gpu-scheduler"  # the webhook's: these pods go through it too
+
+
+def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: int, timeout: float) -> list[dict]:
+    pods = wait_all_bound(api_client, namespace, count, timeout)
+    assert misplaced(pods) == {}
+    wrong_env = {
+        p["metadata"]["name"]: container_env(p)
+        for p in pods
+        if container_env(p) != {"main": str(index_of(p["metadata"]["name"]) % 4)}
+    }
+    assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
+    binds = binds_per_pod(bind_outcomes(scheduler.log_path, namespace))
+    assert max(binds.values()) == 1
+    assert set(binds) == {p["metadata"]["name"] for p in pods}
+    return pods
+
+
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_nothing(
+    component, api_client, webhook, ns, start_scheduler, healthy_afterwards
+):
+    plane = healthy_afterwards
+    scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=SCHEDULER_NAME)
+    burst = Burst(api_client, ns, burst_pods("restart", BURST, SCHEDULER_NAME)).start()
+    wait_for("a quarter of the burst to be created", lambda: _at_least(burst, BURST // 4), 60, interval=0.05)
+
+    plane.kill(component, signal.SIGKILL)
+    down = time.monotonic()
+    created_before = len(burst.report.created)
+    time.sleep(OUTAGE_SECONDS)  # the creator keeps trying meanwhile
+    plane.start(component)
+    revived = plane.revive()  # kube-controller-manager exits if it could not renew its lease
+    back = plane.wait_healthy()
+    report = burst.wait()
+
+    assert report.unfinished == [] and len(report.created) == BURST
+    pods = assert_every_pod_placed_once(api_client, ns, scheduler, BURST, timeout=120)
+    assert scheduler.alive() and webhook.alive()
+    events = scheduled_events(api_client, ns)
+    assert max(events.values()) == 1
+    print(
+        f"\n{component} killed after {created_before} of {BURST} pods were created; back and ready "
+        f"{OUTAGE_SECONDS + back:.1f}s after the kill{f' (also restarted {revived})' if revived else ''}; "
+        f"creator retried {report.failed_attempts} failed creates ({dict(report.errors)}); all {len(pods)} "
+        f"bound {time.monotonic() - down:.1f}s after the kill, each once, with CUDA_VISIBLE_DEVICES; "
+        f"{BURST - len(events)} Scheduled events lost while the API was away; misplaced 0; lost 0"
+    )
+
+
+def _at_least(burst: Burst, count: int) -> None:
+    if len(burst.report.created) < count:
+        raise NotYet(f"{len(burst.report.created)} created")
+
+
+RELIST = re.compile(r"pending-pods: resourceVersion \S+ expired, listing again")
+
+
+def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_misses_nothing(
+    api_client, ns, scheduler_name, start_scheduler, healthy_afterwards
+):
+    """The scheduler is frozen (SIGSTOP) with its pod watch open; pods are created it never
+    hears of; kube-apiserver crashes and restarts, so its watch cache starts past the
+    scheduler's resourceVersion; the scheduler thawed (SIGCONT) resumes its watch from that
+    old version, gets 410 Gone, and must list again: the pods created while it was frozen are
+    bound, and so are the ones created after."""
+    plane = healthy_afterwards
+    scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=scheduler_name)
+    pods = burst_pods("expiry", 90, scheduler_name)
+    before, unseen, after = pods[:30], pods[30:60], pods[60:]
+    Burst(api_client, ns, before).start().wait()
+    wait_all_bound(api_client, ns, 30, timeout=30)
+    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods")
+
+    scheduler.signal(signal.SIGSTOP)
+    try:
+        Burst(api_client, ns, unseen).start().wait()
+        plane.kill("kube-apiserver", signal.SIGKILL)
+        plane.start("kube-apiserver")
+        plane.revive()
+        plane.wait_healthy()
+    finally:
+        scheduler.signal(signal.SIGCONT)
+    thawed = time.monotonic()
+    wait_all_bound(api_client, ns, 60, timeout=60)
+    relisted_after = time.monotonic() - thawed
+    Burst(api_client, ns, after).start().wait()
+    placed = wait_all_bound(api_client, ns, 90, timeout=60)
+
+    assert misplaced(placed) == {}
+    assert max(binds_per_pod(bind_outcomes(scheduler.log_path, ns)).values()) == 1
+    # The path this test claims: a 410 and a new list, not a resumed watch.
+    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods") > relists
+    assert RELIST.search(scheduler.log_path.read_text()), scheduler.log_tail()
+    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed} == {
+        p["metadata"]["name"]: expected_node(index_of(p["metadata"]["name"])) for p in pods
+    }
+    print(
+        f"\nwatch expired (410) across an API server crash; the 30 pods created while the scheduler was "
+        f"frozen were bound {relisted_after:.1f}s after it thawed; 30 more after; misplaced 0; lost 0"
+    )
