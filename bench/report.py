@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from . import targets
-from .contenders import LABELS, RATIOS
+from .contenders import LABELS, RATIOS, SHORT_LABELS
 from .summary import headline_metrics
 
 NOTE_SHARED = ("The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -177,7 +177,7 @@ def plot(results: dict, path: Path) -> None:
                       [summary[k]["pods_per_second_max"] - m if k in summary else 0 for k, m in zip(keys, medians, strict=True)]]
             left.bar([i + (offset - (len(modes) - 1) / 2) * width for i in range(len(keys))], medians, width,
                      yerr=errors, capsize=3, label=mode)
-        left.set_xticks(range(len(keys)), [LABELS[k].replace(", ", "\n", 1).replace(": ", ":\n", 1) for k in keys])
+        left.set_xticks(range(len(keys)), [SHORT_LABELS[k] for k in keys])
         left.set_ylabel("pods bound per second (median, min–max)")
         left.set_title(f"Throughput: {tp['pods']} pods, {tp['nodes']} nodes")
         left.tick_params(axis="x", labelsize=8)

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from . import kube_scheduler
-from .contenders import BIND_WORKERS, CEILING, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS, PYTHON_BINDER
+from .contenders import BIND_WORKERS, CEILING, CEILING_WORKERS, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS, PYTHON_BINDER
 from .kubeapi import KubeApi
 from .processes import Process, http_ok, insecure_context, peak_rss_mib
 from .webhook import GPU_SCHEDULER, REPO
@@ -117,7 +117,7 @@ def ceiling(api: KubeApi, namespace: str, logs: Path, scheduler_name: str) -> Ru
     """The Go bare binder (bench/tools/ceiling), given the kubeconfig's credentials as flags."""
     config = api.configuration
     argv = [str(REPO / ".cache" / "bin" / "bench-ceiling"), "--server", config.host, "--namespace", namespace,
-            "--scheduler-name", scheduler_name, "--workers", str(BIND_WORKERS)]
+            "--scheduler-name", scheduler_name, "--workers", str(CEILING_WORKERS)]
     for flag, value in (("--ca-file", config.ssl_ca_cert), ("--client-cert-file", config.cert_file),
                         ("--client-key-file", config.key_file)):
         if value:

@@ -318,10 +318,15 @@ def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
         make_pod(core, namespace, name, start_scheduler.scheduler_name, map_text)
     for name in names:
         wait_until(lambda name=name: node_of(core, namespace, name), 15, f"{name} to be bound")
-    scheduled = [
-        e for e in client.EventsV1Api(api_client).list_namespaced_event(namespace).items if e.reason == "Scheduled"
-    ]
-    assert sorted(e.regarding.name for e in scheduled) == sorted(names)
+
+    def scheduled_events():
+        events = client.EventsV1Api(api_client).list_namespaced_event(namespace).items
+        return [e.regarding.name for e in events if e.reason == "Scheduled"]
+
+    # Events are sent after binding, off the hot path: wait for them, then
+    # check there is exactly one per pod.
+    wait_until(lambda: len(scheduled_events()) >= len(names), 15, "a Scheduled event per pod")
+    assert sorted(scheduled_events()) == sorted(names)
 
     leader, standby = (first, second) if "gpu_scheduler_leader 1.0" in first.metrics() else (second, first)
     assert "gpu_scheduler_leader 0.0" in standby.metrics()

@@ -71,7 +71,7 @@ def test_relabel_and_delete_keep_the_alias_index_current(nodes):
 def test_binds_to_the_resolved_node(nodes):
     decision = decide(pod("check-1", "1=node2:2", injected="2"), nodes, GpuLedger())
     assert (decision.bind, decision.node, decision.index, decision.devices) == (True, "kind-worker", 1, "2")
-    assert decision.warning is None
+    assert decision.warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,9 @@ def test_map_changed_after_injection_is_refused(nodes):
 
 def test_pod_without_injected_env_binds_with_a_warning(nodes):
     decision = decide(pod("check-0", "0=node1:0"), nodes, GpuLedger())
-    assert decision.bind and "webhook installed" in decision.warning
+    assert decision.bind
+    assert [w.reason for w in decision.warnings] == ["CUDAEnvNotInjected"]
+    assert "webhook installed" in decision.warnings[0].message
 
 
 @pytest.mark.parametrize(
@@ -113,8 +115,9 @@ def test_sharing_policy(nodes, policy, bind, mentions_holder):
     ledger.hold("ml/check-3", "node1", ("3",))
     decision = decide(pod("check-4", "4=node1:3,1", injected="3,1"), nodes, ledger, policy)
     assert decision.bind is bind
-    text = (decision.warning or "") + (decision.reason or "")
+    text = " ".join(w.message for w in decision.warnings) + (decision.reason or "")
     assert ("GPU 3 by ml/check-3" in text) is mentions_holder
+    assert ("GPUShared" in [w.reason for w in decision.warnings]) is (policy is SharingPolicy.WARN)
 
 
 def test_ledger_release_frees_gpus_and_counts_per_node():
@@ -125,6 +128,7 @@ def test_ledger_release_frees_gpus_and_counts_per_node():
     assert ledger.held_per_node() == {"node1": 2, "node2": 1}
     assert ledger.conflicts("a/p-9", "node1", ("1",)) == [("a/p-0", "1"), ("a/p-1", "1")]
     assert ledger.conflicts("a/p-0", "node1", ("0",)) == []  # a pod never conflicts with itself
+    assert ledger.node_of("a/p-2") == "node2" and ledger.node_of("a/p-9") is None
     assert ledger.release("a/p-0") and not ledger.release("a/p-0")
     assert ledger.held_per_node() == {"node1": 1, "node2": 1}
 

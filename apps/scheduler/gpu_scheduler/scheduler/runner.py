@@ -98,7 +98,6 @@ class Scheduler:
         self._work = threading.Condition(self._lock)
         self._assumed: dict[str, str] = {}  # pod key -> uid: held before the watch saw it bound
         self._bound: set[str] = set()  # pod keys held because the watch saw them bound
-        self._held_on: dict[str, str] = {}  # pod key -> node of its ledger hold, to wake waiters
         self._leading = False
         self._stopping = False
         self._in_flight = 0
@@ -229,9 +228,6 @@ class Scheduler:
         with self._work:
             decision = decide(pod, self.nodes, self.ledger, self._config.policy)
             if decision.bind:
-                shares = self._config.policy is SharingPolicy.WARN and bool(
-                    self.ledger.conflicts(key, decision.node, decision.entry.devices)
-                )
                 self._hold(key, decision.node, decision.entry.devices)
                 self._assumed[key] = uid
         if not decision.bind:
@@ -255,7 +251,7 @@ class Scheduler:
                 self.queue.done(key, uid)
             self._recorder.forget(key)
             if result.outcome is BindOutcome.BOUND:
-                self._announce(pod, decision, shares)
+                self._announce(pod, decision)
             self._finish(SCHEDULED, decision, started, outcome=result.outcome.value)
             return
         with self._work:
@@ -287,7 +283,7 @@ class Scheduler:
         self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", decision.reason or "", coalesce=True)
         self._finish(UNSCHEDULABLE, decision, started, reason=decision.reason)
 
-    def _announce(self, pod: dict, decision: Decision, shares: bool) -> None:
+    def _announce(self, pod: dict, decision: Decision) -> None:
         metadata = pod["metadata"]
         self._recorder.record(
             pod,
@@ -297,11 +293,8 @@ class Scheduler:
             f"Successfully assigned {metadata['namespace']}/{metadata['name']} to {decision.node} "
             f"with GPUs {decision.devices}",
         )
-        if decision.warning:
-            # decide() joins its warnings into one text; the reason says
-            # whether GPU sharing is among them.
-            reason = "GPUShared" if shares else "CUDAEnvNotInjected"
-            self._recorder.record(pod, WARNING, reason, "Binding", decision.warning)
+        for warning in decision.warnings:
+            self._recorder.record(pod, WARNING, warning.reason, "Binding", warning.message)
 
     def _finish(self, result: str, decision: Decision, started: float, **fields: object) -> None:
         seconds = time.perf_counter() - started
@@ -330,11 +323,10 @@ class Scheduler:
 
     def _hold(self, key: str, node: str, devices: tuple[str, ...]) -> None:
         self.ledger.hold(key, node, devices)
-        self._held_on[key] = node
 
     def _release(self, key: str) -> None:
         """Frees a pod's GPUs and retries pods waiting on that node (lock held)."""
-        node = self._held_on.pop(key, None)
+        node = self.ledger.node_of(key)
         if self.ledger.release(key) and node is not None and self.queue.wake([node]):
             self._work.notify_all()
 

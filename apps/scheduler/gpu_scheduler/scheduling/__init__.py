@@ -1,6 +1,6 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
-from .decide import Decision, decide, injected_devices
+from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Decision, decide, injected_devices
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
     DEFAULT_ALIAS_LABEL,
@@ -14,6 +14,9 @@ from .nodes import (
 
 __all__ = [
     "DEFAULT_ALIAS_LABEL",
+    "ENV_NOT_INJECTED",
+    "GPU_SHARED",
+    "BindWarning",
     "AmbiguousAliasError",
     "Decision",
     "GpuLedger",

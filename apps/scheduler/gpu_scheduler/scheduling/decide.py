@@ -16,13 +16,25 @@ from .nodes import NodeIndex, NodeResolutionError, unschedulable_reason
 
 
 @dataclass(frozen=True, slots=True)
+class BindWarning:
+    """Something the user should know about a pod that is bound anyway; one Warning Event each."""
+
+    reason: str  # the Event's reason, CamelCase like kube-scheduler's
+    message: str
+
+
+GPU_SHARED = "GPUShared"
+ENV_NOT_INJECTED = "CUDAEnvNotInjected"
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     pod_key: str
     entry: MapEntry | None
     node: str | None  # the resolved node's real name
     bind: bool
     reason: str | None = None  # why not, for a FailedScheduling event
-    warning: str | None = None  # bind, but tell the user (GPU shared, env not injected)
+    warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
     retryable: bool = False  # True: time or a node change can help; False: only a change to the pod can
 
     @property
@@ -89,8 +101,11 @@ def decide(
     warnings = []
     if injected is None:
         warnings.append(
-            f"CUDA_VISIBLE_DEVICES was not injected at creation (annotation {PLACEMENT_ANNOTATION} missing); "
-            "is the gpu-scheduler webhook installed?"
+            BindWarning(
+                ENV_NOT_INJECTED,
+                f"CUDA_VISIBLE_DEVICES was not injected at creation (annotation {PLACEMENT_ANNOTATION} missing); "
+                "is the gpu-scheduler webhook installed?",
+            )
         )
     conflicts = ledger.conflicts(key, node.name, entry.devices)
     if conflicts and policy is SharingPolicy.DENY:
@@ -103,5 +118,7 @@ def decide(
             reason=f"GPUs already held ({_sharing_message(conflicts, node.name)}) and --gpu-sharing=deny",
         )
     if conflicts and policy is SharingPolicy.WARN:
-        warnings.append(f"sharing GPUs with running pods: {_sharing_message(conflicts, node.name)}")
-    return Decision(key, entry, node.name, bind=True, warning="; ".join(warnings) or None)
+        warnings.append(
+            BindWarning(GPU_SHARED, f"sharing GPUs with running pods: {_sharing_message(conflicts, node.name)}")
+        )
+    return Decision(key, entry, node.name, bind=True, warnings=tuple(warnings))

@@ -50,6 +50,11 @@ class GpuLedger:
     def holds(self, pod_key: str) -> bool:
         return pod_key in self._by_pod
 
+    def node_of(self, pod_key: str) -> str | None:
+        """The node on which the pod holds GPUs, or None."""
+        held = self._by_pod.get(pod_key)
+        return held[0] if held else None
+
     def conflicts(self, pod_key: str, node: str, devices: Iterable[str]) -> list[tuple[str, str]]:
         """(other pod, device) for each requested device another pod holds on that node."""
         found = []
