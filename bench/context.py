@@ -34,6 +34,7 @@ class Settings:
     mem_nodes: int
     out: Path
     phases: tuple[str, ...]
+    profile: bool = False   # sample gpu-scheduler with py-spy during its runs (profile.py)
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.

@@ -16,6 +16,7 @@ import urllib.request
 from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
+from .profile import Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
 from .workload import bench_pods
@@ -47,12 +48,23 @@ def attempt_seconds(runner: Runner) -> float | None:
     return total / count if total is not None and count else None
 
 
+def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
+    if not (bench.settings.profile and runner.key == contenders.OURS):
+        return None
+    return Profiler(runner.process.pid, bench.settings.out / "profiles" / f"{label.replace(' ', '-')}.txt")
+
+
+def profile_figures(profiler: Profiler | None) -> dict:
+    return {"profile": top_functions(profiler.finish(), 12)} if profiler else {}
+
+
 def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> dict:
     """The burst's figures (pods.BurstResult.to_json) plus the runner's startup time and peak RSS."""
     settings = bench.settings
     settled = bench.settle()
     runner = make_runner(bench, key)
     ready_seconds = runner.start()
+    profiler = start_profiler(bench, runner, label)
     try:
         result = run_burst(bench.api, bench.namespace, label,
                            bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
@@ -63,6 +75,7 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
                        peak_rss_mib=runner.peak_rss_mib(), attempt_seconds=attempt_seconds(runner))
     finally:
         runner.stop()
+    figures.update(profile_figures(profiler))
     figures["cleanup_seconds"] = bench.cluster.delete_pods()
     return figures
 
@@ -79,7 +92,10 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     watcher.start()
     try:
         launched = time.monotonic()
-        runner.start()
+        runner.process.start()
+        # Sampled from launch: on a backlog it binds before it is seen ready.
+        profiler = start_profiler(bench, runner, label)
+        runner.wait_ready()
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
         figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
     finally:
@@ -88,6 +104,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     binds = sorted(watcher.bound_at[n] for n in names if n in watcher.bound_at)
     span = binds[-1] - binds[0] if len(binds) > 1 else float("nan")
     figures.update(settled)
+    figures.update(profile_figures(profiler))
     figures.update(
         key=key, label=runner.label, mode="drain", pods=pods, nodes=nodes, created=len(names), bound=len(binds),
         seconds=span, pods_per_second=(len(binds) - 1) / span if span > 0 else float("nan"),

@@ -142,10 +142,31 @@ def memory_lines(mem: dict) -> list[str]:
             *table(["process", "peak RSS", "RSS after the burst"], rows)]
 
 
+def profile_lines(tp: dict) -> list[str]:
+    """gpu-scheduler's top functions in its last profiled run of each mode (BENCH_PROFILE=1)."""
+    lines = []
+    for mode in ("burst", "drain"):
+        profiled = [r for r in (tp.get(mode) or {}).get("runs", []) if r.get("profile", {}).get("samples")]
+        if not profiled:
+            continue
+        run = profiled[-1]
+        prof = run["profile"]
+        rows = [[f"{num(own['share'] * 100, 1)}% {own['function']}" if own else "",
+                 f"{num(inc['share'] * 100, 1)}% {inc['function']}" if inc else ""]
+                for own, inc in zip(prof["self"], prof["inclusive"], strict=False)]
+        lines += ["", f"{mode}, round {run['round']} ({prof['samples']:,} samples at 100/s over all threads, "
+                  "py-spy leaves idle threads out):", "", *table(["self (the function itself)", "inclusive (with callees)"],
+                                                        rows)]
+    return lines
+
+
 def render_markdown(results: dict, checked: list[dict]) -> str:
     lines = ["# gpu-scheduler benchmark", "", *machine_lines(results), "", "## Targets", "", *targets_lines(checked)]
     if results.get("throughput"):
         lines += ["", "## 1. Scheduling throughput and latency", "", *throughput_lines(results["throughput"])]
+        profiled = profile_lines(results["throughput"])
+        if profiled:
+            lines += ["", "### Where gpu-scheduler's time goes (py-spy)", *profiled]
     if results.get("statefulset"):
         lines += ["", "## 2. A big map: StatefulSet", "",
                   *statefulset_lines(results["statefulset"], results.get("throughput"))]

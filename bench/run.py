@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kubernetes import config as kube_config
 
-from . import admission, machine, memory, report, statefulset, throughput
+from . import admission, machine, memory, profile, report, statefulset, throughput
 from .cluster import LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG, REPO, BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
@@ -78,11 +78,16 @@ def parse_settings(argv: list[str] | None) -> Settings:
         help="where the report goes (env BENCH_OUT)")
     add("--phases", default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
         help=f"comma-separated subset of {','.join(PHASES)} (env BENCH_PHASES)")
+    add("--profile", action="store_true", default=os.environ.get("BENCH_PROFILE", "") not in ("", "0"),
+        help="sample gpu-scheduler with py-spy during its throughput runs; top functions go into the "
+             "report (env BENCH_PROFILE=1; needs `.venv/bin/pip install py-spy`)")
     args = parser.parse_args(argv)
     phases = tuple(p for p in args.phases.split(",") if p)
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    if args.profile and not profile.available():
+        parser.error("--profile/BENCH_PROFILE needs py-spy: .venv/bin/pip install py-spy")
     if not 1 <= args.pods <= 10000:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
     return Settings(
@@ -90,7 +95,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         threads=args.threads, sts_replicas=args.sts_replicas,
         admission_rates=tuple(int(r) for r in args.admission_rates.split(",") if r),
         admission_seconds=args.admission_seconds, mem_pods=args.mem_pods,
-        mem_nodes=max(args.mem_nodes, args.nodes), out=args.out.resolve(), phases=phases)
+        mem_nodes=max(args.mem_nodes, args.nodes), out=args.out.resolve(), phases=phases, profile=args.profile)
 
 
 def main(argv: list[str] | None = None) -> int:

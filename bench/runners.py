@@ -49,7 +49,11 @@ class Runner:
         return LABELS[self.key]
 
     def start(self) -> float:
+        """Starts the process and waits until it is ready; returns the seconds that took."""
         self.process.start()
+        return self.wait_ready()
+
+    def wait_ready(self) -> float:
         return self.process.wait_ready(self.ready, timeout=90)
 
     def peak_rss_mib(self) -> float | None:
