@@ -23,8 +23,9 @@ WARMUP = (50, 2)  # rate/s, seconds: both gunicorn workers answer at least once 
 
 
 def check_answer(bench: Bench, body: bytes) -> None:
-    request = urllib.request.Request(f"{bench.webhook.url}/mutate", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{bench.webhook.url}/mutate", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10, context=bench.webhook.tls_context()) as response:
         review = json.loads(response.read())
     answer = review.get("response") or {}
@@ -36,11 +37,23 @@ def attack(bench: Bench, targets: str, rate: int, seconds: float) -> dict:
     """One constant-rate run; vegeta's JSON report."""
     out = bench.settings.out / "admission"
     results = out / f"{rate}.bin"
-    subprocess.run([VEGETA, "attack", f"-targets={targets}", f"-rate={rate}/1s", f"-duration={seconds}s",
-                    f"-root-certs={bench.webhook.certs / 'ca.crt'}", "-timeout=10s", f"-output={results}"],
-                   check=True, timeout=seconds + 60)
-    report = subprocess.run([VEGETA, "report", "-type=json", str(results)], check=True, capture_output=True,
-                            text=True, timeout=60)
+    subprocess.run(
+        [
+            VEGETA,
+            "attack",
+            f"-targets={targets}",
+            f"-rate={rate}/1s",
+            f"-duration={seconds}s",
+            f"-root-certs={bench.webhook.certs / 'ca.crt'}",
+            "-timeout=10s",
+            f"-output={results}",
+        ],
+        check=True,
+        timeout=seconds + 60,
+    )
+    report = subprocess.run(
+        [VEGETA, "report", "-type=json", str(results)], check=True, capture_output=True, text=True, timeout=60
+    )
     return json.loads(report.stdout)
 
 
@@ -49,10 +62,16 @@ def row(rate: int, seconds: float, report: dict) -> dict:
     latencies = report["latencies"]
     ok = report.get("status_codes", {}).get("200", 0)
     return {
-        "rate": rate, "duration_s": seconds, "requests": report["requests"],
-        "achieved_rate": report["rate"], "throughput": report["throughput"],
-        "p50_ms": latencies["50th"] / 1e6, "p99_ms": latencies["99th"] / 1e6, "max_ms": latencies["max"] / 1e6,
-        "mean_ms": latencies["mean"] / 1e6, "errors": report["requests"] - ok,
+        "rate": rate,
+        "duration_s": seconds,
+        "requests": report["requests"],
+        "achieved_rate": report["rate"],
+        "throughput": report["throughput"],
+        "p50_ms": latencies["50th"] / 1e6,
+        "p99_ms": latencies["99th"] / 1e6,
+        "max_ms": latencies["max"] / 1e6,
+        "mean_ms": latencies["mean"] / 1e6,
+        "errors": report["requests"] - ok,
         "error_samples": (report.get("errors") or [])[:3],
     }
 
@@ -74,7 +93,9 @@ def run(bench: Bench) -> dict:
     for rate in settings.admission_rates:
         bench.phase(f"admission: {rate} requests/s for {settings.admission_seconds:g}s")
         figures = row(rate, settings.admission_seconds, attack(bench, str(targets), rate, settings.admission_seconds))
-        bench.phase(f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, "
-                    f"max {figures['max_ms']:.1f}ms, errors {figures['errors']}")
+        bench.phase(
+            f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, "
+            f"max {figures['max_ms']:.1f}ms, errors {figures['errors']}"
+        )
         rows.append(figures)
     return {"endpoint": "/mutate", "map_lines": settings.group, "workers": 2, "rates": rows}

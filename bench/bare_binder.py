@@ -25,8 +25,14 @@ READY_LINE = "bare binder ready"
 
 
 def binding(name: str, uid: str, node: str) -> bytes:
-    return json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
-                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+    ).encode()
 
 
 class BareBinder:
@@ -48,8 +54,9 @@ class BareBinder:
     def _bind_loop(self) -> None:
         while True:
             name, uid, node = self._queue.get()
-            status, data = self._api.request("POST", f"{self._pods_path}/{quote(name)}/binding",
-                                             binding(name, uid, node))
+            status, data = self._api.request(
+                "POST", f"{self._pods_path}/{quote(name)}/binding", binding(name, uid, node)
+            )
             if status not in (200, 201, 409, 404):
                 self.failures += 1
                 print(f"bind {name} -> {node}: HTTP {status} {data[:200]!r}", file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ def cluster_answers(kubeconfig: Path) -> bool:
         return False
     try:
         status, _ = KubeApi(str(kubeconfig)).request("GET", "/readyz")
-    except Exception:  # no config, no certificate, no answer: all mean "not up"
+    except Exception:  # noqa: BLE001 - no config, no certificate, no answer: all mean "not up"
         return False
     return status == 200
 
@@ -63,9 +63,15 @@ class BenchCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"namespace {self.namespace} is still being deleted after {timeout:.0f}s")
             time.sleep(1)
-        self.api.call("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": self.namespace, "labels": {BENCH_LABEL: "true"}}})
+        self.api.call(
+            "POST",
+            "/api/v1/namespaces",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": self.namespace, "labels": {BENCH_LABEL: "true"}},
+            },
+        )
 
     def delete_namespace(self) -> None:
         self.api.call("DELETE", f"/api/v1/namespaces/{self.namespace}", ok=(404,))
@@ -79,27 +85,38 @@ class BenchCluster:
         wanted = {node_name(j) for j in range(count)}
         deadline = time.monotonic() + timeout
         while True:
-            nodes = [n for n in self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]
-                     if n["metadata"]["name"] in wanted and _is_ready(n)]
+            nodes = [
+                n
+                for n in self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]
+                if n["metadata"]["name"] in wanted and _is_ready(n)
+            ]
             # The apiserver taints every new node not-ready; the node lifecycle
             # controller lifts it at its own pace (minutes for 1,000 nodes at its
             # client rate), so lift it here: these nodes are Ready.
             tainted = [n for n in nodes if n["spec"].get("taints")]
-            _parallel(lambda n: self.api.call("PATCH", f"/api/v1/nodes/{quote(n['metadata']['name'])}",
-                                              {"spec": {"taints": None}}, ok=(404, 409),
-                                              content_type="application/merge-patch+json"), tainted)
+            _parallel(
+                lambda n: self.api.call(
+                    "PATCH",
+                    f"/api/v1/nodes/{quote(n['metadata']['name'])}",
+                    {"spec": {"taints": None}},
+                    ok=(404, 409),
+                    content_type="application/merge-patch+json",
+                ),
+                tainted,
+            )
             if len(nodes) == len(wanted) and not tainted:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(nodes) - len(tainted)} of {len(wanted)} bench nodes Ready and "
-                                   f"untainted after {timeout:.0f}s; are kwok and kube-controller-manager running? "
-                                   "See .cache/local-cluster/clusters/*/logs/")
+                raise TimeoutError(
+                    f"only {len(nodes) - len(tainted)} of {len(wanted)} bench nodes Ready and "
+                    f"untainted after {timeout:.0f}s; are kwok and kube-controller-manager running? "
+                    "See .cache/local-cluster/clusters/*/logs/"
+                )
             time.sleep(0.5)
 
     def delete_nodes(self) -> None:
         nodes = self.api.get("/api/v1/nodes", labelSelector=f"{BENCH_LABEL}=true")["items"]
-        _parallel(lambda n: self.api.call("DELETE", f"/api/v1/nodes/{quote(n['metadata']['name'])}", ok=(404,)),
-                  nodes)
+        _parallel(lambda n: self.api.call("DELETE", f"/api/v1/nodes/{quote(n['metadata']['name'])}", ok=(404,)), nodes)
 
     # -- pods and workloads ----------------------------------------------------------------
 
@@ -114,18 +131,25 @@ class BenchCluster:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout:
                 raise TimeoutError(f"{len(pods)} pods still in {self.namespace} after {timeout:.0f}s")
-            _parallel(lambda p: self.api.call("DELETE", f"{path}/{quote(p['metadata']['name'])}?gracePeriodSeconds=0",
-                                              ok=(404, 409)), pods)
+            _parallel(
+                lambda p: self.api.call(
+                    "DELETE", f"{path}/{quote(p['metadata']['name'])}?gracePeriodSeconds=0", ok=(404, 409)
+                ),
+                pods,
+            )
             time.sleep(0.5)
 
     def delete_statefulset(self, name: str) -> None:
         # Background: the StatefulSet goes at once (its controller stops making
         # pods); delete_pods() then removes the pods without waiting on the GC.
-        self.api.call("DELETE", f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets/{name}"
-                      "?propagationPolicy=Background", ok=(404,))
+        self.api.call(
+            "DELETE",
+            f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets/{name}?propagationPolicy=Background",
+            ok=(404,),
+        )
 
 
 def _is_ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in node.get("status", {}).get("conditions") or ())
-
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions") or ()
+    )

@@ -22,19 +22,19 @@ PYTHON_BINDER_SCHEDULER = "bench-python-binder"
 @dataclass(frozen=True)
 class Settings:
     quick: bool
-    pods: int               # pods per burst
-    nodes: int              # KWOK nodes for the bursts
-    group: int              # pods sharing one map text
-    runs: int               # rounds of the interleaved runners
-    threads: int            # concurrent create requests
-    sts_replicas: int       # StatefulSet replicas = lines of its map
+    pods: int  # pods per burst
+    nodes: int  # KWOK nodes for the bursts
+    group: int  # pods sharing one map text
+    runs: int  # rounds of the interleaved runners
+    threads: int  # concurrent create requests
+    sts_replicas: int  # StatefulSet replicas = lines of its map
     admission_rates: tuple[int, ...]
     admission_seconds: float
     mem_pods: int
     mem_nodes: int
     out: Path
     phases: tuple[str, ...]
-    profile: bool = False   # sample gpu-scheduler with py-spy during its runs (profile.py)
+    profile: bool = False  # sample gpu-scheduler with py-spy during its runs (profile.py)
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.

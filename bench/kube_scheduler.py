@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def scheduler_configuration(kubeconfig: str, scheduler_name: str, qps: int | None = None,
-                            burst: int | None = None) -> dict:
+def scheduler_configuration(
+    kubeconfig: str, scheduler_name: str, qps: int | None = None, burst: int | None = None
+) -> dict:
     """One default profile answering to scheduler_name, no leader election.
 
     qps/burst None leaves clientConnection at kube-scheduler's own defaults,

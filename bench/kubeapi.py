@@ -19,8 +19,13 @@ from urllib.parse import urlencode, urlsplit
 from kubernetes import config as kube_config
 from kubernetes.client import Configuration
 
-_RECONNECT_ERRORS = (http.client.RemoteDisconnected, http.client.CannotSendRequest,
-                     http.client.BadStatusLine, ConnectionError, BrokenPipeError)
+_RECONNECT_ERRORS = (
+    http.client.RemoteDisconnected,
+    http.client.CannotSendRequest,
+    http.client.BadStatusLine,
+    ConnectionError,
+    BrokenPipeError,
+)
 
 
 class ApiError(Exception):
@@ -60,8 +65,9 @@ class KubeApi:
             conn = self._local.conn = self.connect()
         return conn
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                content_type: str = "application/json") -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
         """One request on this thread's connection; reconnects once if the server closed it."""
         headers = self.headers if content_type == "application/json" else {**self.headers, "Content-Type": content_type}
         for attempt in (1, 2):
@@ -77,8 +83,14 @@ class KubeApi:
                     raise
         raise AssertionError("unreachable")
 
-    def call(self, method: str, path: str, body: object = None, ok: tuple[int, ...] = (),
-             content_type: str = "application/json") -> dict:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        ok: tuple[int, ...] = (),
+        content_type: str = "application/json",
+    ) -> dict:
         """A JSON request whose answer must be 2xx (or one of `ok`); returns the JSON body."""
         payload = None if body is None else json.dumps(body).encode()
         status, data = self.request(method, path, payload, content_type)
@@ -89,13 +101,19 @@ class KubeApi:
     def get(self, path: str, **query: str) -> dict:
         return self.call("GET", path + ("?" + urlencode(query) if query else ""))
 
-    def watch(self, conn: http.client.HTTPSConnection, path: str, resource_version: str,
-              **query: str) -> Iterator[dict]:
+    def watch(
+        self, conn: http.client.HTTPSConnection, path: str, resource_version: str, **query: str
+    ) -> Iterator[dict]:
         """Watch events (each a dict with type and object) from resource_version
         until the server ends the watch; the caller re-lists on 410 Gone. conn
         is the caller's (from connect()), so that another thread can cut it."""
-        query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                 "timeoutSeconds": "300", **query}
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "300",
+            **query,
+        }
         try:
             conn.request("GET", f"{path}?{urlencode(query)}", headers=self.headers)
             response = conn.getresponse()

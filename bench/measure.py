@@ -16,6 +16,7 @@ import urllib.request
 from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
+from .processes import CpuMeter
 from .profile import Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
@@ -58,6 +59,16 @@ def profile_figures(profiler: Profiler | None) -> dict:
     return {"profile": top_functions(profiler.finish(), 12)} if profiler else {}
 
 
+def cpu_meter(bench: Bench, runner: Runner) -> CpuMeter:
+    """CPU of the runner, the webhook (gunicorn and workers) and the control plane during a run.
+
+    On two shared cores, CPU per pod says what a throughput figure costs and
+    who pays it: gpu-scheduler's pods also pay for two admission webhooks.
+    """
+    webhook = [bench.webhook.process.pid] if bench.webhook.process.running() else []
+    return CpuMeter({"runner": [runner.process.pid], "webhook": webhook, "control_plane": bench.control_plane})
+
+
 def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> dict:
     """The burst's figures (pods.BurstResult.to_json) plus the runner's startup time and peak RSS."""
     settings = bench.settings
@@ -66,13 +77,27 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     ready_seconds = runner.start()
     profiler = start_profiler(bench, runner, label)
     try:
-        result = run_burst(bench.api, bench.namespace, label,
-                           bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
-                           settings.threads, settings.burst_timeout(pods))
+        cpu = cpu_meter(bench, runner)
+        result = run_burst(
+            bench.api,
+            bench.namespace,
+            label,
+            bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
+            settings.threads,
+            settings.burst_timeout(pods),
+        )
         figures = result.to_json()
+        figures["cpu_s"] = cpu.used()
         figures.update(settled)
-        figures.update(key=key, label=runner.label, mode="burst", nodes=nodes, ready_seconds=ready_seconds,
-                       peak_rss_mib=runner.peak_rss_mib(), attempt_seconds=attempt_seconds(runner))
+        figures.update(
+            key=key,
+            label=runner.label,
+            mode="burst",
+            nodes=nodes,
+            ready_seconds=ready_seconds,
+            peak_rss_mib=runner.peak_rss_mib(),
+            attempt_seconds=attempt_seconds(runner),
+        )
     finally:
         runner.stop()
     figures.update(profile_figures(profiler))
@@ -93,11 +118,16 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     try:
         launched = time.monotonic()
         runner.process.start()
+        cpu = cpu_meter(bench, runner)  # from launch: startup is part of draining a backlog
         # Sampled from launch: on a backlog it binds before it is seen ready.
         profiler = start_profiler(bench, runner, label)
         runner.wait_ready()
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
-        figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
+        figures = {
+            "peak_rss_mib": runner.peak_rss_mib(),
+            "attempt_seconds": attempt_seconds(runner),
+            "cpu_s": cpu.used(),
+        }
     finally:
         watcher.stop()
         runner.stop()
@@ -106,9 +136,19 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     figures.update(settled)
     figures.update(profile_figures(profiler))
     figures.update(
-        key=key, label=runner.label, mode="drain", pods=pods, nodes=nodes, created=len(names), bound=len(binds),
-        seconds=span, pods_per_second=(len(binds) - 1) / span if span > 0 else float("nan"),
+        key=key,
+        label=runner.label,
+        mode="drain",
+        pods=pods,
+        nodes=nodes,
+        created=len(names),
+        bound=len(binds),
+        seconds=span,
+        pods_per_second=(len(binds) - 1) / span if span > 0 else float("nan"),
         launch_to_first_bind_s=binds[0] - launched if binds else float("nan"),
-        create_errors=len(creator.failures()), create_retries=len(creator.retry_reasons), complete=complete)
+        create_errors=len(creator.failures()),
+        create_retries=len(creator.retry_reasons),
+        complete=complete,
+    )
     figures["cleanup_seconds"] = bench.cluster.delete_pods()
     return figures

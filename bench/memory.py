@@ -27,22 +27,30 @@ def run(bench: Bench) -> dict:
     runner.start()
     bench.phase(f"memory: {settings.mem_pods} pods bound by a fresh gpu-scheduler")
     try:
-        pods = bench_pods(settings.mem_pods, settings.mem_nodes, settings.group, runner.scheduler_name,
-                          bench.namespace)
-        burst = run_burst(bench.api, bench.namespace, "memory", pods, settings.threads,
-                          settings.burst_timeout(settings.mem_pods))
+        pods = bench_pods(settings.mem_pods, settings.mem_nodes, settings.group, runner.scheduler_name, bench.namespace)
+        burst = run_burst(
+            bench.api, bench.namespace, "memory", pods, settings.threads, settings.burst_timeout(settings.mem_pods)
+        )
         scheduler_peak = runner.peak_rss_mib()
         scheduler_now = (status_kib(runner.process.pid, "VmRSS") or 0) / 1024
     finally:
         runner.stop()
     webhook = tree_peak_rss_mib(bench.webhook.process.pid)
-    bench.phase(f"  gpu-scheduler peak RSS {scheduler_peak:.0f} MiB; webhook max {webhook['max_mib']:.0f} MiB "
-                f"per process, {webhook['sum_mib']:.0f} MiB over {webhook['processes']} processes")
+    bench.phase(
+        f"  gpu-scheduler peak RSS {scheduler_peak:.0f} MiB; webhook max {webhook['max_mib']:.0f} MiB "
+        f"per process, {webhook['sum_mib']:.0f} MiB over {webhook['processes']} processes"
+    )
     bench.phase("memory: deleting the pods")
     bench.cluster.delete_pods()
     return {
-        "pods": settings.mem_pods, "nodes": settings.mem_nodes, "bound": burst.bound,
-        "pods_per_second": burst.pods_per_second, "latency_s": burst.latency, "complete": burst.complete,
-        "scheduler_peak_rss_mib": scheduler_peak, "scheduler_rss_after_mib": scheduler_now,
-        "webhook": webhook, **settled,
+        "pods": settings.mem_pods,
+        "nodes": settings.mem_nodes,
+        "bound": burst.bound,
+        "pods_per_second": burst.pods_per_second,
+        "latency_s": burst.latency,
+        "complete": burst.complete,
+        "scheduler_peak_rss_mib": scheduler_peak,
+        "scheduler_rss_after_mib": scheduler_now,
+        "webhook": webhook,
+        **settled,
     }

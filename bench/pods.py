@@ -137,8 +137,11 @@ class Creator:
         return [name for name, c in self.created.items() if c.status == 201]
 
     def failures(self) -> list[str]:
-        return [f"{name}: HTTP {c.status} {c.message}" for name, c in self.created.items()
-                if c.answered_at and c.status != 201]
+        return [
+            f"{name}: HTTP {c.status} {c.message}"
+            for name, c in self.created.items()
+            if c.answered_at and c.status != 201
+        ]
 
 
 @dataclass
@@ -147,11 +150,11 @@ class BurstResult:
     pods: int
     created: int
     bound: int
-    seconds: float        # first create sent -> last bind seen
+    seconds: float  # first create sent -> last bind seen
     create_seconds: float  # first create sent -> last create answered
-    latency: dict[str, float]         # create sent -> bind seen, seconds
+    latency: dict[str, float]  # create sent -> bind seen, seconds
     create_latency: dict[str, float]  # create sent -> create answered (admission included), seconds
-    seen_latency: dict[str, float]    # pod first seen by the watch -> bind seen, seconds
+    seen_latency: dict[str, float]  # pod first seen by the watch -> bind seen, seconds
     create_errors: list[str]
     create_retries: list[str]  # why create requests were sent again (429/5xx, e.g. a webhook timeout)
     complete: bool
@@ -161,22 +164,32 @@ class BurstResult:
         return self.bound / self.seconds if self.seconds > 0 else float("nan")
 
     def to_json(self) -> dict:
-        return {"runner": self.runner, "pods": self.pods, "created": self.created, "bound": self.bound,
-                "seconds": self.seconds, "create_seconds": self.create_seconds,
-                "pods_per_second": self.pods_per_second, "latency_s": self.latency,
-                "create_latency_s": self.create_latency, "seen_to_bound_s": self.seen_latency,
-                "create_errors": len(self.create_errors),
-                "create_error_samples": self.create_errors[:3],
-                "create_retries": len(self.create_retries), "create_retry_samples": self.create_retries[:3],
-                "complete": self.complete}
+        return {
+            "runner": self.runner,
+            "pods": self.pods,
+            "created": self.created,
+            "bound": self.bound,
+            "seconds": self.seconds,
+            "create_seconds": self.create_seconds,
+            "pods_per_second": self.pods_per_second,
+            "latency_s": self.latency,
+            "create_latency_s": self.create_latency,
+            "seen_to_bound_s": self.seen_latency,
+            "create_errors": len(self.create_errors),
+            "create_error_samples": self.create_errors[:3],
+            "create_retries": len(self.create_retries),
+            "create_retry_samples": self.create_retries[:3],
+            "complete": self.complete,
+        }
 
 
 def progress(label: str, text: str) -> None:
     print(f"    {label}: {text}", file=sys.stderr, flush=True)
 
 
-def wait_until_bound(watcher: BindWatcher, names: Iterable[str], timeout: float, label: str,
-                     creator: Creator | None = None) -> bool:
+def wait_until_bound(
+    watcher: BindWatcher, names: Iterable[str], timeout: float, label: str, creator: Creator | None = None
+) -> bool:
     """Waits until every named pod is seen bound; prints a counter meanwhile.
 
     With a creator, waits for the pods it did create once it is done (a pod
@@ -205,8 +218,7 @@ def wait_until_bound(watcher: BindWatcher, names: Iterable[str], timeout: float,
         time.sleep(0.05)
 
 
-def run_burst(api: KubeApi, namespace: str, runner: str, pods: list[dict], threads: int,
-              timeout: float) -> BurstResult:
+def run_burst(api: KubeApi, namespace: str, runner: str, pods: list[dict], threads: int, timeout: float) -> BurstResult:
     """Creates the pods concurrently and waits until they are all bound (or the timeout)."""
     watcher = BindWatcher(api, namespace)
     watcher.start()
@@ -216,23 +228,44 @@ def run_burst(api: KubeApi, namespace: str, runner: str, pods: list[dict], threa
         complete = wait_until_bound(watcher, [p["metadata"]["name"] for p in pods], timeout, runner, creator)
     finally:
         watcher.stop()
-    return burst_result(runner, len(pods), creator.created, watcher.first_seen, watcher.bound_at,
-                        creator.failures(), creator.retry_reasons, complete)
+    return burst_result(
+        runner,
+        len(pods),
+        creator.created,
+        watcher.first_seen,
+        watcher.bound_at,
+        creator.failures(),
+        creator.retry_reasons,
+        complete,
+    )
 
 
-def burst_result(runner: str, pods: int, created: dict[str, Creation], first_seen: dict[str, float],
-                 bound_at: dict[str, float], failures: list[str], retries: list[str],
-                 complete: bool) -> BurstResult:
+def burst_result(
+    runner: str,
+    pods: int,
+    created: dict[str, Creation],
+    first_seen: dict[str, float],
+    bound_at: dict[str, float],
+    failures: list[str],
+    retries: list[str],
+    complete: bool,
+) -> BurstResult:
     ok = {name: c for name, c in created.items() if c.status == 201}
     first_sent = min((c.sent_at for c in created.values()), default=0.0)
     bound = {name: bound_at[name] for name in ok if name in bound_at}
     last_bound = max(bound.values(), default=first_sent)
     last_answer = max((c.answered_at for c in created.values()), default=first_sent)
     return BurstResult(
-        runner=runner, pods=pods, created=len(ok), bound=len(bound),
-        seconds=last_bound - first_sent, create_seconds=last_answer - first_sent,
+        runner=runner,
+        pods=pods,
+        created=len(ok),
+        bound=len(bound),
+        seconds=last_bound - first_sent,
+        create_seconds=last_answer - first_sent,
         latency=latency_summary([t - ok[name].sent_at for name, t in bound.items()]),
         create_latency=latency_summary([c.answered_at - c.sent_at for c in ok.values()]),
         seen_latency=latency_summary([t - first_seen[name] for name, t in bound.items()]),
-        create_errors=failures, create_retries=retries,
-        complete=complete)
+        create_errors=failures,
+        create_retries=retries,
+        complete=complete,
+    )

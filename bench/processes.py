@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 STOP_SECONDS = 20.0
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessError(Exception):
@@ -41,8 +42,9 @@ class Process:
             log.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
             log.flush()
             self._log_start = log.tell()
-            self._popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, env=self.env)
+            self._popen = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+            )
 
     def running(self) -> bool:
         return self._popen is not None and self._popen.poll() is None
@@ -155,3 +157,28 @@ def tree_peak_rss_mib(pid: int) -> dict[str, float | int]:
     """
     peaks = [p for p in (peak_rss_mib(q) for q in [pid, *descendants(pid)]) if p is not None]
     return {"processes": len(peaks), "max_mib": max(peaks, default=0.0), "sum_mib": sum(peaks)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # Fields after the command, counted from state (field 3 of the line): utime is 14, stime 15.
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class CpuMeter:
+    """CPU seconds that groups of processes (each a pid and its descendants) use from now on."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self._groups = {name: [q for p in pids for q in (p, *descendants(p))] for name, pids in groups.items()}
+        self._start = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {name: sum(cpu_seconds(p) for p in pids) for name, pids in self._groups.items()}
+
+    def used(self) -> dict[str, float]:
+        now = self._now()
+        return {name: round(now[name] - self._start[name], 2) for name in now}

@@ -18,11 +18,20 @@ from pathlib import Path
 import yaml
 
 from . import kube_scheduler
-from .contenders import BIND_WORKERS, CEILING, CEILING_WORKERS, KUBE_MATCHED, LABELS, OUR_BURST, OUR_QPS, OURS, PYTHON_BINDER
+from .contenders import (
+    BIND_WORKERS,
+    CEILING,
+    CEILING_WORKERS,
+    KUBE_MATCHED,
+    LABELS,
+    OUR_BURST,
+    OUR_QPS,
+    OURS,
+    PYTHON_BINDER,
+)
 from .kubeapi import KubeApi
 from .processes import Process, http_ok, insecure_context, peak_rss_mib
 from .webhook import GPU_SCHEDULER, REPO
-
 
 # What bench/tools/ceiling prints once its first list is done.
 CEILING_READY_LINE = "ceiling binder ready"
@@ -62,8 +71,7 @@ class Runner:
     def stop(self) -> None:
         code = self.process.stop()
         if code is not None and code not in self.clean_exits:
-            print(f"    warning: {self.process.name} exited with {code}; see {self.process.log_path}",
-                  file=sys.stderr)
+            print(f"    warning: {self.process.name} exited with {code}; see {self.process.log_path}", file=sys.stderr)
 
 
 def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
@@ -75,14 +83,36 @@ def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Ru
     """
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    process = Process("gpu-scheduler", [
-        str(GPU_SCHEDULER), "scheduler", "--kubeconfig", kubeconfig,
-        "--scheduler-name", scheduler_name, "--namespace", namespace, "--gpu-sharing", "allow",
-        "--leader-elect", "true", "--leader-elect-resource-name", scheduler_name,
-        "--leader-elect-resource-namespace", namespace,
-        "--kube-api-qps", str(OUR_QPS), "--kube-api-burst", str(OUR_BURST),
-        "--metrics-port", str(port), "--bind-address", "127.0.0.1",
-    ], logs / "gpu-scheduler.log")
+    process = Process(
+        "gpu-scheduler",
+        [
+            str(GPU_SCHEDULER),
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig,
+            "--scheduler-name",
+            scheduler_name,
+            "--namespace",
+            namespace,
+            "--gpu-sharing",
+            "allow",
+            "--leader-elect",
+            "true",
+            "--leader-elect-resource-name",
+            scheduler_name,
+            "--leader-elect-resource-namespace",
+            namespace,
+            "--kube-api-qps",
+            str(OUR_QPS),
+            "--kube-api-burst",
+            str(OUR_BURST),
+            "--metrics-port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+        ],
+        logs / "gpu-scheduler.log",
+    )
 
     def ready() -> bool:
         # Caches synced, and the lease is ours: it binds from the first pod on.
@@ -98,32 +128,72 @@ def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port()
-    process = Process(f"kube-scheduler ({key})", [
-        str(REPO / ".cache" / "bin" / "kube-scheduler"), "--config", str(config_path),
-        "--bind-address", "127.0.0.1", "--secure-port", str(port),
-    ], logs / f"{key}.log")
+    process = Process(
+        f"kube-scheduler ({key})",
+        [
+            str(REPO / ".cache" / "bin" / "kube-scheduler"),
+            "--config",
+            str(config_path),
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(port),
+        ],
+        logs / f"{key}.log",
+    )
     context = insecure_context()
-    return Runner(key, scheduler_name, process, lambda: http_ok(f"https://127.0.0.1:{port}/readyz", context),
-                  clean_exits=(0, 1, -15))
+    return Runner(
+        key,
+        scheduler_name,
+        process,
+        lambda: http_ok(f"https://127.0.0.1:{port}/readyz", context),
+        clean_exits=(0, 1, -15),
+    )
 
 
 def python_binder(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
     from .bare_binder import READY_LINE
 
-    process = Process("python binder", [
-        sys.executable, "-m", "bench.bare_binder", "--kubeconfig", kubeconfig, "--namespace", namespace,
-        "--scheduler-name", scheduler_name, "--threads", str(BIND_WORKERS),
-    ], logs / "python-binder.log", env={**os.environ, "PYTHONPATH": str(REPO)})
+    process = Process(
+        "python binder",
+        [
+            sys.executable,
+            "-m",
+            "bench.bare_binder",
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            namespace,
+            "--scheduler-name",
+            scheduler_name,
+            "--threads",
+            str(BIND_WORKERS),
+        ],
+        logs / "python-binder.log",
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     return Runner(PYTHON_BINDER, scheduler_name, process, lambda: READY_LINE in process.output())
 
 
 def ceiling(api: KubeApi, namespace: str, logs: Path, scheduler_name: str) -> Runner:
     """The Go bare binder (bench/tools/ceiling), given the kubeconfig's credentials as flags."""
     config = api.configuration
-    argv = [str(REPO / ".cache" / "bin" / "bench-ceiling"), "--server", config.host, "--namespace", namespace,
-            "--scheduler-name", scheduler_name, "--workers", str(CEILING_WORKERS)]
-    for flag, value in (("--ca-file", config.ssl_ca_cert), ("--client-cert-file", config.cert_file),
-                        ("--client-key-file", config.key_file)):
+    argv = [
+        str(REPO / ".cache" / "bin" / "bench-ceiling"),
+        "--server",
+        config.host,
+        "--namespace",
+        namespace,
+        "--scheduler-name",
+        scheduler_name,
+        "--workers",
+        str(CEILING_WORKERS),
+    ]
+    for flag, value in (
+        ("--ca-file", config.ssl_ca_cert),
+        ("--client-cert-file", config.cert_file),
+        ("--client-key-file", config.key_file),
+    ):
         if value:
             argv += [flag, value]
     token = config.get_api_key_with_prefix("BearerToken", alias="authorization") or ""

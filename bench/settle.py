@@ -9,14 +9,14 @@ local cluster use little CPU.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
-QUIET_CORES = 0.5   # total CPU of etcd, apiserver, controller-manager and kwok, in cores
+from .processes import cpu_seconds
+
+QUIET_CORES = 0.5  # total CPU of etcd, apiserver, controller-manager and kwok, in cores
 WINDOW_SECONDS = 1.0
 TIMEOUT_SECONDS = 20.0
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def control_plane_pids(cluster_dir: Path) -> list[int]:
@@ -30,16 +30,6 @@ def control_plane_pids(cluster_dir: Path) -> list[int]:
         if Path(f"/proc/{pid}").exists():
             pids.append(pid)
     return pids
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far; 0 when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # After the command: state is field 3 of the full line, utime 14 and stime 15.
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def cores_used(pids: list[int], window: float = WINDOW_SECONDS) -> float:

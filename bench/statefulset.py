@@ -30,8 +30,11 @@ def measure_once(bench: Bench) -> dict:
     watcher = BindWatcher(bench.api, bench.namespace)
     watcher.start()
     try:
-        bench.api.call("POST", f"/apis/apps/v1/namespaces/{bench.namespace}/statefulsets",
-                       statefulset(NAME, replicas, settings.nodes, OUR_SCHEDULER, bench.namespace))
+        bench.api.call(
+            "POST",
+            f"/apis/apps/v1/namespaces/{bench.namespace}/statefulsets",
+            statefulset(NAME, replicas, settings.nodes, OUR_SCHEDULER, bench.namespace),
+        )
         names = [f"{NAME}-{i}" for i in range(replicas)]
         complete = wait_until_bound(watcher, names, settings.burst_timeout(replicas), "statefulset")
         attempt = attempt_seconds(runner)
@@ -45,27 +48,36 @@ def measure_once(bench: Bench) -> dict:
     bench.cluster.delete_statefulset(NAME)
     bench.cluster.delete_pods()
     return {
-        "replicas": replicas, "map_lines": replicas, "bound": len(bound), "complete": complete,
+        "replicas": replicas,
+        "map_lines": replicas,
+        "bound": len(bound),
+        "complete": complete,
         "seconds": last_bound - first,
         "pods_per_second": len(bound) / (last_bound - first) if last_bound > first else float("nan"),
         "created_per_second": len(seen) / (last_seen - first) if last_seen > first else float("nan"),
         "seen_to_bound_s": latency_summary([t - seen[n] for n, t in bound.items()]),
-        "attempt_seconds": attempt, **settled,
+        "attempt_seconds": attempt,
+        **settled,
     }
 
 
 def run(bench: Bench) -> dict:
     runs = []
     for round_no in range(1, bench.settings.runs + 1):
-        bench.phase(f"statefulset round {round_no}/{bench.settings.runs}: {bench.settings.sts_replicas} "
-                    f"replicas, a {bench.settings.sts_replicas}-line map")
+        bench.phase(
+            f"statefulset round {round_no}/{bench.settings.runs}: {bench.settings.sts_replicas} "
+            f"replicas, a {bench.settings.sts_replicas}-line map"
+        )
         figures = measure_once(bench)
-        bench.phase(f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
-                    f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
-                    f"{figures['seen_to_bound_s']['p99']:.3f}s")
+        bench.phase(
+            f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
+            f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
+            f"{figures['seen_to_bound_s']['p99']:.3f}s"
+        )
         runs.append(figures)
     return {
-        "replicas": bench.settings.sts_replicas, "runs": runs,
+        "replicas": bench.settings.sts_replicas,
+        "runs": runs,
         "pods_per_second": median([r["pods_per_second"] for r in runs]),
         "created_per_second": median([r["created_per_second"] for r in runs]),
         "seen_to_bound_p50_s": median([r["seen_to_bound_s"]["p50"] for r in runs]),

@@ -28,8 +28,11 @@ def median(values: Sequence[float]) -> float:
 
 def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
     """p50, p99 and max of latencies given in seconds, in seconds."""
-    return {"p50": percentile(seconds, 50), "p99": percentile(seconds, 99),
-            "max": max(seconds) if seconds else math.nan}
+    return {
+        "p50": percentile(seconds, 50),
+        "p99": percentile(seconds, 99),
+        "max": max(seconds) if seconds else math.nan,
+    }
 
 
 def ratio(numerator: float, denominator: float) -> float:

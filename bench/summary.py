@@ -25,6 +25,11 @@ def summarize_runner(runs: list[dict]) -> dict:
             values.append(_nan(value))
         return median(values)
 
+    def cpu_per_1000_pods(group: str) -> float:
+        return median(
+            [_nan((r.get("cpu_s") or {}).get(group)) / r["bound"] * 1000 if r.get("bound") else math.nan for r in runs]
+        )
+
     return {
         "label": runs[0]["label"],
         "runs": len(runs),
@@ -40,6 +45,7 @@ def summarize_runner(runs: list[dict]) -> dict:
         "peak_rss_mib": med("peak_rss_mib"),
         "attempt_ms": med("attempt_seconds") * 1000,
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
+        "cpu_s_per_1000_pods": {g: cpu_per_1000_pods(g) for g in ("runner", "webhook", "control_plane")},
         "create_errors": sum(r["create_errors"] for r in runs),
         "create_retries": sum(r["create_retries"] for r in runs),
         "complete": all(r["complete"] for r in runs),
@@ -56,8 +62,9 @@ def summarize_throughput(runs: list[dict]) -> dict:
     ratios = {}
     for name, (numerator, denominator) in RATIOS.items():
         if numerator in by_key and denominator in by_key:
-            per_round = paired_ratios([r["pods_per_second"] for r in by_key[numerator]],
-                                      [r["pods_per_second"] for r in by_key[denominator]])
+            per_round = paired_ratios(
+                [r["pods_per_second"] for r in by_key[numerator]], [r["pods_per_second"] for r in by_key[denominator]]
+            )
             ratios[name] = {"per_round": per_round, "median": median(per_round)}
     return {"summary": {key: summarize_runner(key_runs) for key, key_runs in by_key.items()}, "ratios": ratios}
 

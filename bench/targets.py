@@ -18,8 +18,9 @@ def load(path: Path = CONFIG) -> list[dict]:
     targets = yaml.safe_load(path.read_text())["targets"]
     for target in targets:
         if target["op"] not in OPERATORS:
-            raise ValueError(f"{path}: target {target['metric']}: op {target['op']!r} is not one of "
-                             f"{', '.join(OPERATORS)}")
+            raise ValueError(
+                f"{path}: target {target['metric']}: op {target['op']!r} is not one of {', '.join(OPERATORS)}"
+            )
     return targets
 
 
@@ -33,6 +34,7 @@ def evaluate(targets: list[dict], metrics: dict[str, dict]) -> list[dict]:
             status = NOT_MEASURED
         else:
             status = PASS if OPERATORS[target["op"]](value, target["threshold"]) else MISS
-        checked.append({**target, "value": value, "measured_at": measured["scale"] if measured else None,
-                        "status": status})
+        checked.append(
+            {**target, "value": value, "measured_at": measured["scale"] if measured else None, "status": status}
+        )
     return checked

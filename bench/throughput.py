@@ -12,8 +12,13 @@ from .measure import measure_burst, measure_drain
 from .summary import summarize_throughput
 
 # Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
-ORDER = (contenders.OURS, contenders.KUBE_DEFAULTS, contenders.KUBE_MATCHED, contenders.CEILING,
-         contenders.PYTHON_BINDER)
+ORDER = (
+    contenders.OURS,
+    contenders.KUBE_DEFAULTS,
+    contenders.KUBE_MATCHED,
+    contenders.CEILING,
+    contenders.PYTHON_BINDER,
+)
 
 
 def run(bench: Bench) -> dict:
@@ -22,13 +27,22 @@ def run(bench: Bench) -> dict:
     for round_no in range(1, settings.runs + 1):
         for mode, measure in (("burst", measure_burst), ("drain", measure_drain)):
             for key in ORDER:
-                bench.phase(f"throughput round {round_no}/{settings.runs}, {mode}: {contenders.LABELS[key]}, "
-                            f"{settings.pods} pods on {settings.nodes} nodes")
+                bench.phase(
+                    f"throughput round {round_no}/{settings.runs}, {mode}: {contenders.LABELS[key]}, "
+                    f"{settings.pods} pods on {settings.nodes} nodes"
+                )
                 figures = measure(bench, key, settings.pods, settings.nodes, f"{key} {mode}")
                 figures["round"] = round_no
-                latency = (f", p50 {figures['latency_s']['p50']:.3f}s, p99 {figures['latency_s']['p99']:.3f}s"
-                           if mode == "burst" else "")
+                latency = (
+                    f", p50 {figures['latency_s']['p50']:.3f}s, p99 {figures['latency_s']['p99']:.3f}s"
+                    if mode == "burst"
+                    else ""
+                )
                 bench.phase(f"  {figures['pods_per_second']:.1f} pods/s{latency}")
                 runs[mode].append(figures)
-    return {"pods": settings.pods, "nodes": settings.nodes, "group": settings.group,
-            **{mode: {"runs": mode_runs, **summarize_throughput(mode_runs)} for mode, mode_runs in runs.items()}}
+    return {
+        "pods": settings.pods,
+        "nodes": settings.nodes,
+        "group": settings.group,
+        **{mode: {"runs": mode_runs, **summarize_throughput(mode_runs)} for mode, mode_runs in runs.items()},
+    }

@@ -38,40 +38,62 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
     """The chart's webhook configurations for scheduler_name, calling base_url, limited to
     namespaces with namespace_label."""
     rendered = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", "gpu-scheduler",
-         "--show-only", "templates/webhook-configurations.yaml", "--set", f"schedulerName={scheduler_name}"],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(HELM),
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            "gpu-scheduler",
+            "--show-only",
+            "templates/webhook-configurations.yaml",
+            "--set",
+            f"schedulerName={scheduler_name}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if rendered.returncode != 0:
         raise RuntimeError(f"helm template {CHART} failed: {rendered.stderr}")
     configurations = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
     key, value = namespace_label
     for configuration in configurations:
         for webhook in configuration["webhooks"]:
-            webhook["clientConfig"] = {"url": base_url + webhook["clientConfig"]["service"]["path"],
-                                       "caBundle": ca_bundle}
+            webhook["clientConfig"] = {
+                "url": base_url + webhook["clientConfig"]["service"]["path"],
+                "caBundle": ca_bundle,
+            }
             webhook.setdefault("namespaceSelector", {}).setdefault("matchExpressions", []).append(
-                {"key": key, "operator": "In", "values": [value]})
+                {"key": key, "operator": "In", "values": [value]}
+            )
     return configurations
 
 
 def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None:
     """Waits until the apiserver sends the namespace's pods of scheduler_name through the webhook:
     a server-side dry run of such a pod comes back with CUDA_VISIBLE_DEVICES injected."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "webhook-probe-0", "annotations": {MAP_ANNOTATION: "0=bn-0:0"}},
-           "spec": {"schedulerName": scheduler_name, "containers": [{"name": "probe", "image": PAUSE_IMAGE}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "webhook-probe-0", "annotations": {MAP_ANNOTATION: "0=bn-0:0"}},
+        "spec": {"schedulerName": scheduler_name, "containers": [{"name": "probe", "image": PAUSE_IMAGE}]},
+    }
     deadline = time.monotonic() + REGISTRATION_TIMEOUT
     answer = b""
     while time.monotonic() < deadline:
-        status, answer = api.request("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All",
-                                     json.dumps(pod).encode())
+        status, answer = api.request(
+            "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json.dumps(pod).encode()
+        )
         if status == 201:
             env = json.loads(answer)["spec"]["containers"][0].get("env") or []
             if {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env:
                 return
         time.sleep(0.5)
-    raise TimeoutError(f"the apiserver did not call the webhook within {REGISTRATION_TIMEOUT:.0f}s; "
-                       f"last dry-run answer: {answer[:300]!r}")
+    raise TimeoutError(
+        f"the apiserver did not call the webhook within {REGISTRATION_TIMEOUT:.0f}s; "
+        f"last dry-run answer: {answer[:300]!r}"
+    )
 
 
 class Webhook:
@@ -81,12 +103,26 @@ class Webhook:
         self.port = port
         self.certs = out_dir / "certs"
         self.ca_bundle = ""
-        self.process = Process("webhook", [
-            str(GPU_SCHEDULER), "webhook",
-            "--tls-cert-file", str(self.certs / "tls.crt"), "--tls-private-key-file", str(self.certs / "tls.key"),
-            "--bind", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-            "--scheduler-name", scheduler_name,
-        ], out_dir / "logs" / "webhook.log")
+        self.process = Process(
+            "webhook",
+            [
+                str(GPU_SCHEDULER),
+                "webhook",
+                "--tls-cert-file",
+                str(self.certs / "tls.crt"),
+                "--tls-private-key-file",
+                str(self.certs / "tls.key"),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--scheduler-name",
+                scheduler_name,
+            ],
+            out_dir / "logs" / "webhook.log",
+        )
         self._configurations: list[dict] = []
 
     @property
@@ -98,8 +134,12 @@ class Webhook:
 
     def start(self) -> float:
         """Writes a CA and serving certificate for 127.0.0.1, starts gunicorn, waits for /readyz."""
-        result = subprocess.run([str(GPU_SCHEDULER), "certs", "--out-dir", str(self.certs), "--ip", "127.0.0.1"],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [str(GPU_SCHEDULER), "certs", "--out-dir", str(self.certs), "--ip", "127.0.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if result.returncode != 0:
             raise RuntimeError(f"gpu-scheduler certs failed ({result.returncode}): {result.stderr}")
         self.ca_bundle = result.stdout.strip()

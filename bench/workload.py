@@ -53,8 +53,7 @@ def kwok_node(j: int, now: str) -> dict:
     fresh afterwards. The node lifecycle controller then lifts the
     not-ready taint the apiserver puts on every new node.
     """
-    resources = {"cpu": "64", "memory": "512Gi", "pods": str(PODS_PER_NODE),
-                 "nvidia.com/gpu": str(GPUS_PER_NODE)}
+    resources = {"cpu": "64", "memory": "512Gi", "pods": str(PODS_PER_NODE), "nvidia.com/gpu": str(GPUS_PER_NODE)}
     name = node_name(j)
     return {
         "apiVersion": "v1",
@@ -63,18 +62,39 @@ def kwok_node(j: int, now: str) -> dict:
             "name": name,
             # The ttl annotation keeps kwok from renewing a lease per node.
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"type": "kwok", BENCH_LABEL: "true", "kubernetes.io/hostname": name,
-                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+            "labels": {
+                "type": "kwok",
+                BENCH_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
         },
-        "status": {"capacity": resources, "allocatable": resources, "conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kwok fake node",
-             "lastHeartbeatTime": now, "lastTransitionTime": now}]},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kwok fake node",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        },
     }
 
 
 def node_affinity(node: str) -> dict:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            }
+        }
+    }
 
 
 def pinned_node(pod: dict) -> str:
@@ -102,17 +122,19 @@ def bench_pods(count: int, nodes: int, group_size: int, scheduler_name: str, nam
         members = range(start, min(start + group_size, count))
         text = map_text(members, nodes)
         for i in members:
-            pods.append({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"p-{i}",
-                    "namespace": namespace,
-                    "labels": {BENCH_LABEL: "true", "group": f"g{start // group_size}"},
-                    "annotations": {MAP_ANNOTATION: text},
-                },
-                "spec": pod_spec(scheduler_name, placement(i, nodes)[0]),
-            })
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"p-{i}",
+                        "namespace": namespace,
+                        "labels": {BENCH_LABEL: "true", "group": f"g{start // group_size}"},
+                        "annotations": {MAP_ANNOTATION: text},
+                    },
+                    "spec": pod_spec(scheduler_name, placement(i, nodes)[0]),
+                }
+            )
     return pods
 
 

@@ -54,13 +54,15 @@ def test_ratios_of_unequal_run_counts_are_refused():
 
 
 def test_sample_finds_the_series_with_the_given_labels():
-    text = "\n".join([
-        "# HELP x_seconds A histogram.",
-        'x_seconds_sum{result="error"} 9.5',
-        'x_seconds_sum{result="scheduled"} 1.25',
-        'x_seconds_count{result="scheduled"} 5.0',
-        "plain_total 3",
-    ])
+    text = "\n".join(
+        [
+            "# HELP x_seconds A histogram.",
+            'x_seconds_sum{result="error"} 9.5',
+            'x_seconds_sum{result="scheduled"} 1.25',
+            'x_seconds_count{result="scheduled"} 5.0',
+            "plain_total 3",
+        ]
+    )
     assert sample(text, "x_seconds_sum", result="scheduled") == 1.25
     assert sample(text, "x_seconds_count", result="scheduled") == 5.0
     assert sample(text, "plain_total") == 3.0

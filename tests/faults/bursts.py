@@ -12,19 +12,20 @@ from __future__ import annotations
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from e2e.cluster import describe_pods, get_json, list_pods
+from e2e.waiting import NotYet, WaitTimeout, wait_for
+from e2e.workloads import bare_pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
-
-from e2e.cluster import describe_pods, get_json, list_pods
-from e2e.waiting import NotYet, wait_for
-from e2e.workloads import bare_pod
 
 NODES = 4
 CREATE_THREADS = 8
@@ -72,8 +73,9 @@ def _describe(err: Exception) -> str:
     return err.__class__.__name__
 
 
-def create_with_retries(core: client.CoreV1Api, namespace: str, pod: dict, report: BurstReport,
-                        deadline: float) -> None:
+def create_with_retries(
+    core: client.CoreV1Api, namespace: str, pod: dict, report: BurstReport, deadline: float
+) -> None:
     retried = False
     name = pod["metadata"]["name"]
     while True:
@@ -130,8 +132,10 @@ class Burst:
 
 def burst_pods(prefix: str, count: int, scheduler_name: str, scheduling_map: str | None = None) -> list[dict]:
     scheduling_map = scheduling_map or burst_map(count)
-    return [bare_pod(name, scheduling_map, scheduler_name=scheduler_name, labels={"burst": prefix})
-            for name in pod_names(prefix, count)]
+    return [
+        bare_pod(name, scheduling_map, scheduler_name=scheduler_name, labels={"burst": prefix})
+        for name in pod_names(prefix, count)
+    ]
 
 
 def count_bound(api_client, namespace: str) -> int:
@@ -146,17 +150,48 @@ def listed_pods(api_client, namespace: str) -> list[dict]:
         raise NotYet(f"listing pods failed: {err.__class__.__name__}: {str(err)[:200]}") from None
 
 
-def wait_all_bound(api_client, namespace: str, count: int, timeout: float) -> list[dict]:
-    """Waits until `count` pods exist in `namespace` and every one has a node."""
+def assert_healthy(scheduler) -> None:
+    """Fails at once when the scheduler process has exited or its /healthz reports a dead part
+    (a waiting test would otherwise only time out)."""
+    if not scheduler.alive():
+        raise AssertionError(f"{scheduler.name} exited with {scheduler.exit_code()}")
+    try:
+        with urllib.request.urlopen(f"{scheduler.base_url}/healthz", timeout=5):
+            return
+    except urllib.error.HTTPError as err:
+        raise AssertionError(
+            f"{scheduler.name} /healthz answered {err.code}: {err.read().decode(errors='replace').strip()}"
+        ) from None
+
+
+def wait_all_bound(api_client, namespace: str, count: int, timeout: float, scheduler=None) -> list[dict]:
+    """Waits until `count` pods exist in `namespace` and every one has a node; with `scheduler`,
+    fails as soon as that scheduler is no longer healthy."""
 
     def probe() -> list[dict]:
+        if scheduler is not None:
+            assert_healthy(scheduler)
         pods = listed_pods(api_client, namespace)
         unbound = [p for p in pods if not p["spec"].get("nodeName")]
         if len(pods) != count or unbound:
             raise NotYet(f"{len(pods)} pods, {len(unbound)} unbound: {describe_pods(unbound[:10])}")
         return pods
 
-    return wait_for(f"{count} pods in {namespace} to be bound", probe, timeout, interval=0.5)
+    try:
+        return wait_for(f"{count} pods in {namespace} to be bound", probe, timeout, interval=0.5)
+    except WaitTimeout as err:
+        if scheduler is None:
+            raise
+        unbound = [p["metadata"]["name"] for p in listed_pods(api_client, namespace) if not p["spec"].get("nodeName")]
+        said = attempts_on(scheduler, namespace, unbound)
+        raise WaitTimeout(f"{err}\n{scheduler.name} on the unbound pods:\n{said}") from None
+
+
+def attempts_on(scheduler, namespace: str, names: list[str], limit: int = 5) -> str:
+    """The scheduler's log lines about the first `limit` of these pods."""
+    lines = Path(scheduler.log_path).read_text(errors="replace").splitlines()
+    wanted = tuple(f"pod={namespace}/{name} " for name in names[:limit])
+    return "\n".join(line for line in lines if any(w in line for w in wanted)) or "(none)"
 
 
 def misplaced(pods: list[dict]) -> dict[str, str]:
@@ -171,13 +206,36 @@ def misplaced(pods: list[dict]) -> dict[str, str]:
 
 def scheduled_events(api_client, namespace: str) -> Counter:
     """pod name -> how many times a Scheduled event reports it (a series counts each occurrence)."""
-    events = get_json(api_client, f"/api/v1/namespaces/{namespace}/events",
-                      {"fieldSelector": "reason=Scheduled,involvedObject.kind=Pod"})["items"]
+    events = get_json(
+        api_client,
+        f"/api/v1/namespaces/{namespace}/events",
+        {"fieldSelector": "reason=Scheduled,involvedObject.kind=Pod"},
+    )["items"]
     counts: Counter = Counter()
     for event in events:
         series = (event.get("series") or {}).get("count")
         counts[event["involvedObject"]["name"]] += int(series or event.get("count") or 1)
     return counts
+
+
+def settled_scheduled_events(
+    api_client, namespace: str, expected: int, quiet: float = 3.0, timeout: float = 60.0
+) -> Counter:
+    """scheduled_events() once `expected` pods have one, or once no new one came for `quiet`
+    seconds (Events are sent in the background, after the binds)."""
+    deadline = time.monotonic() + timeout
+    last, changed = Counter(), time.monotonic()
+    while True:
+        try:
+            events = scheduled_events(api_client, namespace)
+        except (ApiException, HTTPError, OSError, AssertionError):
+            events = last  # the API server may still be coming back
+        if events != last:
+            last, changed = events, time.monotonic()
+        now = time.monotonic()
+        if len(last) >= expected or now - changed >= quiet or now >= deadline:
+            return last
+        time.sleep(0.5)
 
 
 # The scheduler logs one line per attempt; in text format, e.g.

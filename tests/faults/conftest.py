@@ -5,8 +5,9 @@ The product runs as in the e2e suite (whose helpers are imported, not copied):
 127.0.0.1, registered with the chart's own webhook configurations, and
 `gpu-scheduler scheduler` processes that tests start, kill and restart.
 
-Tests that crash or restart kube-apiserver, etcd or kwok-controller carry the
-marker `restarts_control_plane`: they run after every other test of the
+Tests that crash, restart or pause something every user of the cluster depends on
+(kube-apiserver, etcd, kwok-controller, a webhook registered for all namespaces)
+carry the marker `disrupts_cluster`: they run after every other test of the
 session (so a slow recovery can never fail someone else's test), and each
 leaves the cluster healthy: every component running, /readyz ok, every node Ready.
 
@@ -19,7 +20,6 @@ import os
 import uuid
 
 import pytest
-
 from e2e import webhook_registration
 from e2e.components import SchedulerProcess, WebhookProcess, make_certs
 from e2e.isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
@@ -27,7 +27,7 @@ from e2e.processes import ManagedProcess
 
 from .control_plane import LocalControlPlane, NotALocalCluster
 
-RESTARTS = "restarts_control_plane"
+DISRUPTS = "disrupts_cluster"
 
 _processes: list[ManagedProcess] = []
 
@@ -35,13 +35,13 @@ _processes: list[ManagedProcess] = []
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{RESTARTS}: crashes or restarts a process of the local control plane; runs last in the session",
+        f"{DISRUPTS}: crashes, restarts or pauses what the whole cluster depends on; runs last in the session",
     )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A stable sort: everything else keeps its order, these go to the end.
-    items.sort(key=lambda item: item.get_closest_marker(RESTARTS) is not None)
+    items.sort(key=lambda item: item.get_closest_marker(DISRUPTS) is not None)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from e2e.waiting import NotYet, wait_for
 from kubernetes import client, config
 
-from e2e.waiting import NotYet, wait_for
-
 STOP_TIMEOUT = 30.0
+# A component that fails to start (a port in use) exits within a second.
+EARLY_EXIT_SECONDS = 1.5
+START_RETRY_SECONDS = 60.0
 # A kube-apiserver starting on a busy 2-core machine needs 10-20 s to be ready.
 READY_TIMEOUT = 120.0
 
@@ -135,18 +137,30 @@ class LocalControlPlane:
             _wait_exit(pid, 10)
 
     def start(self, component: str) -> int:
+        """Starts the component as kwokctl does; tries again while it exits at once (its port
+        may still be held by the connections of the process it replaces, for a moment)."""
         launch = self.launches[component]
-        with open(self.log_file(component), "ab") as log:
-            process = subprocess.Popen(
-                launch.argv,
-                cwd=launch.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # as kwokctl does: outside pytest's process group
-            )
-        self.pid_file(component).write_text(str(process.pid))
-        return process.pid
+        deadline = time.monotonic() + START_RETRY_SECONDS
+        while True:
+            with open(self.log_file(component), "ab") as log:
+                process = subprocess.Popen(
+                    launch.argv,
+                    cwd=launch.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # as kwokctl does: outside pytest's process group
+                )
+            try:
+                process.wait(EARLY_EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.pid_file(component).write_text(str(process.pid))
+                return process.pid
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{component} keeps exiting at start (code {process.returncode}); see {self.log_file(component)}"
+                )
+            time.sleep(1)
 
     def revive(self) -> list[str]:
         """Starts, in dependency order, every component that is not running; returns their names.

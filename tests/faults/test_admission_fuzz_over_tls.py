@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from e2e.components import WebhookProcess
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-
-from e2e.components import WebhookProcess
 
 from . import hostile_reviews as hostile
 from .conftest import track, untrack
@@ -243,7 +242,8 @@ def test_the_server_is_still_up_with_the_same_workers_and_bounded_memory(target)
     growth = sum(after.values()) - sum(target.baseline.values())
     print(
         f"\n{target.sent} hostile bodies; RSS (MiB) of master and workers: before {mib(target.baseline)}, "
-        f"peak {mib(target.peak)} (together {target.peak_total / 2**20:.0f}), after {mib(after)}; growth {growth / 2**20:.1f} MiB"
+        f"peak {mib(target.peak)} (together {target.peak_total / 2**20:.0f}), after {mib(after)}; "
+        f"growth {growth / 2**20:.1f} MiB"
     )
     log = target.process.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "unexpected error" not in log

@@ -15,7 +15,6 @@ import signal
 import time
 
 import pytest
-
 from e2e.cluster import container_env
 from e2e.waiting import NotYet, wait_for
 
@@ -27,20 +26,22 @@ from .bursts import (
     expected_node,
     index_of,
     misplaced,
-    scheduled_events,
+    settled_scheduled_events,
     wait_all_bound,
 )
-from .conftest import RESTARTS
 
-pytestmark = [pytest.mark.faults, getattr(pytest.mark, RESTARTS)]
+pytestmark = [pytest.mark.faults, pytest.mark.disrupts_cluster]
 
 BURST = 200
 OUTAGE_SECONDS = 3.0
 SCHEDULER_NAME = "gpu-scheduler"  # the webhook's: these pods go through it too
 
 
-def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: int, timeout: float) -> list[dict]:
-    pods = wait_all_bound(api_client, namespace, count, timeout)
+def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: int, timeout: float) -> int:
+    """Every pod bound where its map says, with the webhook's CUDA_VISIBLE_DEVICES, and bound by
+    at most one successful binding call; returns how many pods the scheduler saw bound only
+    through a 409 (its binding was stored but the answer was lost with the connection)."""
+    pods = wait_all_bound(api_client, namespace, count, timeout, scheduler)
     assert misplaced(pods) == {}
     wrong_env = {
         p["metadata"]["name"]: container_env(p)
@@ -48,10 +49,12 @@ def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: i
         if container_env(p) != {"main": str(index_of(p["metadata"]["name"]) % 4)}
     }
     assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
-    binds = binds_per_pod(bind_outcomes(scheduler.log_path, namespace))
+    outcomes = bind_outcomes(scheduler.log_path, namespace)
+    binds = binds_per_pod(outcomes)
     assert max(binds.values()) == 1
-    assert set(binds) == {p["metadata"]["name"] for p in pods}
-    return pods
+    answer_lost = {pod for (pod, outcome) in outcomes if outcome == "already-bound"} - set(binds)
+    assert set(binds) | answer_lost == {p["metadata"]["name"] for p in pods}
+    return len(answer_lost)
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
@@ -73,15 +76,16 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_not
     report = burst.wait()
 
     assert report.unfinished == [] and len(report.created) == BURST
-    pods = assert_every_pod_placed_once(api_client, ns, scheduler, BURST, timeout=120)
+    answer_lost = assert_every_pod_placed_once(api_client, ns, scheduler, BURST, timeout=60)
     assert scheduler.alive() and webhook.alive()
-    events = scheduled_events(api_client, ns)
+    events = settled_scheduled_events(api_client, ns, BURST)
     assert max(events.values()) == 1
     print(
         f"\n{component} killed after {created_before} of {BURST} pods were created; back and ready "
         f"{OUTAGE_SECONDS + back:.1f}s after the kill{f' (also restarted {revived})' if revived else ''}; "
-        f"creator retried {report.failed_attempts} failed creates ({dict(report.errors)}); all {len(pods)} "
-        f"bound {time.monotonic() - down:.1f}s after the kill, each once, with CUDA_VISIBLE_DEVICES; "
+        f"creator retried {report.failed_attempts} failed creates ({dict(report.errors)}); all {BURST} "
+        f"bound {time.monotonic() - down:.1f}s after the kill, each once ({answer_lost} answers lost, seen as 409), "
+        f"with CUDA_VISIBLE_DEVICES; "
         f"{BURST - len(events)} Scheduled events lost while the API was away; misplaced 0; lost 0"
     )
 
@@ -98,8 +102,8 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     api_client, ns, scheduler_name, start_scheduler, healthy_afterwards
 ):
     """The scheduler is frozen (SIGSTOP) with its pod watch open; pods are created it never
-    hears of; kube-apiserver crashes and restarts, so its watch cache starts past the
-    scheduler's resourceVersion; the scheduler thawed (SIGCONT) resumes its watch from that
+    hears of; kube-apiserver crashes and starts again, so its watch cache begins past the
+    scheduler's resourceVersion; the scheduler (thawed, SIGCONT) resumes its watch from that
     old version, gets 410 Gone, and must list again: the pods created while it was frozen are
     bound, and so are the ones created after."""
     plane = healthy_afterwards
@@ -114,16 +118,19 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     try:
         Burst(api_client, ns, unseen).start().wait()
         plane.kill("kube-apiserver", signal.SIGKILL)
-        plane.start("kube-apiserver")
-        plane.revive()
-        plane.wait_healthy()
     finally:
+        # Thawed before the new API server starts: the frozen process's half-read connections
+        # would keep the API server's port busy. It finds no API server and retries; its
+        # resourceVersion is older than anything the new one's watch cache holds.
         scheduler.signal(signal.SIGCONT)
     thawed = time.monotonic()
-    wait_all_bound(api_client, ns, 60, timeout=60)
-    relisted_after = time.monotonic() - thawed
+    plane.start("kube-apiserver")
+    plane.revive()
+    plane.wait_healthy()
+    wait_all_bound(api_client, ns, 60, timeout=60, scheduler=scheduler)
+    relisted_after = time.monotonic() - thawed  # includes the API server's start
     Burst(api_client, ns, after).start().wait()
-    placed = wait_all_bound(api_client, ns, 90, timeout=60)
+    placed = wait_all_bound(api_client, ns, 90, timeout=60, scheduler=scheduler)
 
     assert misplaced(placed) == {}
     assert max(binds_per_pod(bind_outcomes(scheduler.log_path, ns)).values()) == 1
@@ -135,5 +142,6 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     }
     print(
         f"\nwatch expired (410) across an API server crash; the 30 pods created while the scheduler was "
-        f"frozen were bound {relisted_after:.1f}s after it thawed; 30 more after; misplaced 0; lost 0"
+        f"frozen were bound {relisted_after:.1f}s after it thawed (API server start included); 30 more after; "
+        f"misplaced 0; lost 0"
     )

@@ -10,11 +10,10 @@ import time
 
 import pytest
 import yaml
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
 from e2e.cluster import container_env, list_pods
 from e2e.workloads import REPO, bare_pod, deployment, indexed_job, statefulset
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from .bursts import expected_node, wait_all_bound
 

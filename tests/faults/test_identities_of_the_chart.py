@@ -26,15 +26,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
-
 from e2e.cluster import pod_events
 from e2e.components import GPU_SCHEDULER
 from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import REPO, bare_pod
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from .bursts import expected_node
 from .conftest import track, untrack
@@ -99,8 +98,19 @@ def release(kubeconfig, api_client):
 def token_kubeconfig(admin_kubeconfig: str, release: Release, component: str, path: Path) -> Path:
     """A kubeconfig that authenticates with a fresh token of the chart's ServiceAccount, as its pod would."""
     account = f"{release.name}-{component}"
-    token = run([KUBECTL, "--kubeconfig", admin_kubeconfig, "create", "token", account, "-n", release.namespace,
-                 "--duration=10m"])
+    token = run(
+        [
+            KUBECTL,
+            "--kubeconfig",
+            admin_kubeconfig,
+            "create",
+            "token",
+            account,
+            "-n",
+            release.namespace,
+            "--duration=10m",
+        ]
+    )
     assert token.returncode == 0, token.stderr
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
@@ -138,8 +148,14 @@ def chart_scheduler(kubeconfig, release, tmp_path_factory):
     ]
     args = [f"--metrics-port={port}" if a.startswith("--metrics-port=") else a for a in args]
     env = {**os.environ, "KUBECONFIG": str(identity), "POD_NAMESPACE": release.namespace}
-    process = track(ManagedProcess("chart-scheduler", [str(GPU_SCHEDULER), *args, "--bind-address=127.0.0.1"],
-                                   directory / "scheduler.log", env=env))
+    process = track(
+        ManagedProcess(
+            "chart-scheduler",
+            [str(GPU_SCHEDULER), *args, "--bind-address=127.0.0.1"],
+            directory / "scheduler.log",
+            env=env,
+        )
+    )
     process.start()
     process.metrics_url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -218,54 +234,147 @@ def scheduler_forbidden(release: Release, ns: str):
     return [
         ("delete a pod", "delete", "pods", ns, lambda api: client.CoreV1Api(api).delete_namespaced_pod(NOBODY, ns)),
         ("get a pod", "get", "pods", ns, lambda api: client.CoreV1Api(api).read_namespaced_pod(NOBODY, ns)),
-        ("create a pod", "create", "pods", ns,
-         lambda api: client.CoreV1Api(api).create_namespaced_pod(ns, bare_pod("forbidden-0", "0=node1:0\n"))),
-        ("patch a pod", "patch", "pods", ns,
-         lambda api: client.CoreV1Api(api).patch_namespaced_pod(NOBODY, ns, {"metadata": {"labels": {"x": "y"}}})),
-        ("read a Secret of its own namespace", "get", "secrets", release.namespace,
-         lambda api: client.CoreV1Api(api).read_namespaced_secret(NOBODY, release.namespace)),
-        ("list Secrets in kube-system", "list", "secrets", "kube-system",
-         lambda api: client.CoreV1Api(api).list_namespaced_secret("kube-system")),
-        ("patch a node", "patch", "nodes", None,
-         lambda api: client.CoreV1Api(api).patch_node(NOBODY, {"metadata": {"labels": {"x": "y"}}})),
+        (
+            "create a pod",
+            "create",
+            "pods",
+            ns,
+            lambda api: client.CoreV1Api(api).create_namespaced_pod(ns, bare_pod("forbidden-0", "0=node1:0\n")),
+        ),
+        (
+            "patch a pod",
+            "patch",
+            "pods",
+            ns,
+            lambda api: client.CoreV1Api(api).patch_namespaced_pod(NOBODY, ns, {"metadata": {"labels": {"x": "y"}}}),
+        ),
+        (
+            "read a Secret of its own namespace",
+            "get",
+            "secrets",
+            release.namespace,
+            lambda api: client.CoreV1Api(api).read_namespaced_secret(NOBODY, release.namespace),
+        ),
+        (
+            "list Secrets in kube-system",
+            "list",
+            "secrets",
+            "kube-system",
+            lambda api: client.CoreV1Api(api).list_namespaced_secret("kube-system"),
+        ),
+        (
+            "patch a node",
+            "patch",
+            "nodes",
+            None,
+            lambda api: client.CoreV1Api(api).patch_node(NOBODY, {"metadata": {"labels": {"x": "y"}}}),
+        ),
         ("delete a node", "delete", "nodes", None, lambda api: client.CoreV1Api(api).delete_node(NOBODY)),
-        ("update a webhook configuration", "update", "mutatingwebhookconfigurations", None,
-         lambda api: client.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
-             NOBODY, {"metadata": {"labels": {"x": "y"}}})),
+        (
+            "update a webhook configuration",
+            "update",
+            "mutatingwebhookconfigurations",
+            None,
+            lambda api: client.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
+                NOBODY, {"metadata": {"labels": {"x": "y"}}}
+            ),
+        ),
         ("write a core/v1 Event", "create", "events", ns, event),
-        ("update another Lease", "update", "leases.coordination.k8s.io", release.namespace,
-         lambda api: client.CoordinationV1Api(api).patch_namespaced_lease(
-             NOBODY, release.namespace, {"metadata": {"labels": {"x": "y"}}})),
-        ("create a Lease in kube-system", "create", "leases.coordination.k8s.io", "kube-system",
-         lambda api: client.CoordinationV1Api(api).create_namespaced_lease(
-             "kube-system", {"metadata": {"name": NOBODY}, "spec": {}})),
-        ("bind itself to cluster-admin", "create", "clusterrolebindings", None,
-         lambda api: client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
-             "metadata": {"name": NOBODY},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-             "subjects": [{"kind": "ServiceAccount", "name": f"{release.name}-scheduler",
-                           "namespace": release.namespace}]})),
+        (
+            "update another Lease",
+            "update",
+            "leases.coordination.k8s.io",
+            release.namespace,
+            lambda api: client.CoordinationV1Api(api).patch_namespaced_lease(
+                NOBODY, release.namespace, {"metadata": {"labels": {"x": "y"}}}
+            ),
+        ),
+        (
+            "create a Lease in kube-system",
+            "create",
+            "leases.coordination.k8s.io",
+            "kube-system",
+            lambda api: client.CoordinationV1Api(api).create_namespaced_lease(
+                "kube-system", {"metadata": {"name": NOBODY}, "spec": {}}
+            ),
+        ),
+        (
+            "bind itself to cluster-admin",
+            "create",
+            "clusterrolebindings",
+            None,
+            lambda api: client.RbacAuthorizationV1Api(api).create_cluster_role_binding(
+                {
+                    "metadata": {"name": NOBODY},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": f"{release.name}-scheduler", "namespace": release.namespace}
+                    ],
+                }
+            ),
+        ),
     ]
 
 
 def certs_job_forbidden(release: Release, ns: str):
     return [
-        ("list Secrets", "list", "secrets", release.namespace,
-         lambda api: client.CoreV1Api(api).list_namespaced_secret(release.namespace)),
-        ("read another Secret", "get", "secrets", release.namespace,
-         lambda api: client.CoreV1Api(api).read_namespaced_secret(NOBODY, release.namespace)),
-        ("update another Secret", "update", "secrets", release.namespace,
-         lambda api: client.CoreV1Api(api).patch_namespaced_secret(
-             NOBODY, release.namespace, {"metadata": {"labels": {"x": "y"}}})),
-        ("list Secrets in kube-system", "list", "secrets", "kube-system",
-         lambda api: client.CoreV1Api(api).list_namespaced_secret("kube-system")),
-        ("create a pod", "create", "pods", ns,
-         lambda api: client.CoreV1Api(api).create_namespaced_pod(ns, bare_pod("forbidden-0", "0=node1:0\n"))),
-        ("update another webhook configuration", "update", "mutatingwebhookconfigurations", None,
-         lambda api: client.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
-             NOBODY, {"metadata": {"labels": {"x": "y"}}})),
-        ("delete a webhook configuration", "delete", "validatingwebhookconfigurations", None,
-         lambda api: client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(NOBODY)),
+        (
+            "list Secrets",
+            "list",
+            "secrets",
+            release.namespace,
+            lambda api: client.CoreV1Api(api).list_namespaced_secret(release.namespace),
+        ),
+        (
+            "read another Secret",
+            "get",
+            "secrets",
+            release.namespace,
+            lambda api: client.CoreV1Api(api).read_namespaced_secret(NOBODY, release.namespace),
+        ),
+        (
+            "update another Secret",
+            "update",
+            "secrets",
+            release.namespace,
+            lambda api: client.CoreV1Api(api).patch_namespaced_secret(
+                NOBODY, release.namespace, {"metadata": {"labels": {"x": "y"}}}
+            ),
+        ),
+        (
+            "list Secrets in kube-system",
+            "list",
+            "secrets",
+            "kube-system",
+            lambda api: client.CoreV1Api(api).list_namespaced_secret("kube-system"),
+        ),
+        (
+            "create a pod",
+            "create",
+            "pods",
+            ns,
+            lambda api: client.CoreV1Api(api).create_namespaced_pod(ns, bare_pod("forbidden-0", "0=node1:0\n")),
+        ),
+        (
+            "update another webhook configuration",
+            "update",
+            "mutatingwebhookconfigurations",
+            None,
+            lambda api: client.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
+                NOBODY, {"metadata": {"labels": {"x": "y"}}}
+            ),
+        ),
+        (
+            "delete a webhook configuration",
+            "delete",
+            "validatingwebhookconfigurations",
+            None,
+            lambda api: client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(NOBODY),
+        ),
     ]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from e2e.cluster import wait_for_pods
 from e2e.waiting import NotYet, wait_for
 
@@ -53,7 +52,7 @@ def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
     second = start_scheduler("scheduler-2", "--gpu-sharing=allow", scheduler_name=scheduler_name)
     report = burst.wait()
     assert report.unfinished == [] and len(report.created) == BURST, report
-    pods = wait_all_bound(api_client, ns, BURST, timeout=120)
+    pods = wait_all_bound(api_client, ns, BURST, timeout=120, scheduler=second)
     recovered = time.monotonic() - killed
 
     assert misplaced(pods) == {}

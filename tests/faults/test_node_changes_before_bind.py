@@ -1,0 +1,127 @@
+"""A node deleted, cordoned or made NotReady after the scheduler chose it for a pod and before
+a binding is stored: no pod is bound to it, the pod waits with a FailedScheduling Event that
+says why, and is bound once the node is back.
+
+Holding the scheduler between decision and bind: a gate. A ValidatingWebhookConfiguration
+sends every pods/binding CREATE of the test's namespace to a port where nothing listens, with
+failurePolicy Fail, so the API server refuses the scheduler's binding (500, "failed calling
+webhook"); the scheduler's FailedScheduling Event "binding to node N failed" proves it had
+chosen the node. The node changes while the gate is shut; then the gate opens, and the
+scheduler's next attempt must decide again on the node as it now is, not reuse its choice.
+(The API server itself does not check the node when it stores a binding; a change during the
+binding request cannot be caught by any scheduler, kube-scheduler included.)
+
+NotReady: kwok-controller keeps every node Ready (--manage-all-nodes, and its node-initialize
+stage rewrites a Ready condition that is not True at once), so the test pauses kwok-controller
+(SIGSTOP) while the node's Ready condition is False, and resumes it to make the node Ready again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from e2e.cluster import delete_node, get_pod, kwok_node, wait_for_event, wait_for_node_ready
+from e2e.processes import free_port
+from e2e.waiting import NotYet, wait_for
+from e2e.workloads import bare_pod
+from kubernetes import client
+
+from . import binding_gates
+from .bursts import bind_outcomes
+
+pytestmark = [pytest.mark.faults, pytest.mark.disrupts_cluster]  # pauses kwok-controller
+
+CHANGES = {
+    "deleted": "not found",
+    "cordoned": "is cordoned",
+    "not-ready": "is not Ready",
+}
+
+
+def set_ready(api_client, node: str, ready: bool) -> None:
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "faults test" if ready else "kubelet stopped posting node status (faults test)",
+        "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    # A strategic merge patch merges conditions by type.
+    client.CoreV1Api(api_client).patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def node_ready(api_client, node: str) -> str | None:
+    status = client.CoreV1Api(api_client).read_node_status(node).status
+    return next((c.status for c in status.conditions or [] if c.type == "Ready"), None)
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_says_why(
+    change, api_client, ns, certs, scheduler_name, start_scheduler, healthy_afterwards
+):
+    plane = healthy_afterwards
+    core = client.CoreV1Api(api_client)
+    node = f"faults-{change}-{uuid.uuid4().hex[:6]}"
+    core.create_node(kwok_node(node))
+    wait_for_node_ready(api_client, node, timeout=60)
+    scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=scheduler_name)
+    closed_port = f"https://127.0.0.1:{free_port()}/gate"
+    gate = binding_gates.shut(
+        api_client,
+        ns,
+        closed_port,
+        certs.ca_bundle,
+        lambda status, body: status == 500 and "failed calling webhook" in body,
+    )
+    paused = False
+    try:
+        core.create_namespaced_pod(ns, bare_pod("waits-0", f"0={node}:1\n", scheduler_name=scheduler_name))
+        # The scheduler chose the node and tried to bind: the gate refused.
+        wait_for_event(api_client, ns, "waits-0", "FailedScheduling", f"binding to node {node} failed", timeout=30)
+
+        if change == "deleted":
+            delete_node(api_client, node)
+        elif change == "cordoned":
+            core.patch_node(node, {"spec": {"unschedulable": True}})
+        else:
+            plane.pause("kwok-controller")
+            paused = True
+            set_ready(api_client, node, False)
+        binding_gates.open_(api_client, gate)
+
+        event = wait_for_event(api_client, ns, "waits-0", "FailedScheduling", CHANGES[change], timeout=30)
+        time.sleep(2)  # room for a wrong bind, had the scheduler kept its old choice
+        assert not get_pod(api_client, ns, "waits-0")["spec"].get("nodeName")
+        assert ("waits-0", "bound") not in bind_outcomes(scheduler.log_path, ns)
+        assert node in event["message"] and event["type"] == "Warning"
+        if change == "not-ready":
+            assert node_ready(api_client, node) == "False", "the node became Ready again while kwok was paused"
+        print(f"\n{change}: {event['message']}")
+
+        # The node comes back: the waiting pod is placed there.
+        if change == "deleted":
+            core.create_node(kwok_node(node))
+        elif change == "cordoned":
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+        else:
+            plane.resume("kwok-controller")  # kwok rewrites the Ready condition to True
+            paused = False
+        wait_for_node_ready(api_client, node, timeout=60)
+
+        def bound() -> str:
+            node_name = get_pod(api_client, ns, "waits-0")["spec"].get("nodeName")
+            if not node_name:
+                raise NotYet("waits-0 is still unbound")
+            return node_name
+
+        assert wait_for("waits-0 to be bound once the node is back", bound, 70) == node
+    finally:
+        if paused:
+            plane.resume("kwok-controller")
+        binding_gates.open_(api_client, gate)
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        delete_node(api_client, node)
