@@ -14,17 +14,21 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 STOP_TIMEOUT = 30.0
 # A component that fails to start (a port in use) exits within a second.
 EARLY_EXIT_SECONDS = 1.5
 START_RETRY_SECONDS = 60.0
+CONTROLLERS_GRACE = 10.0
 # A kube-apiserver starting on a busy 2-core machine needs 10-20 s to be ready.
 READY_TIMEOUT = 120.0
 
@@ -186,30 +190,70 @@ class LocalControlPlane:
             raise AssertionError(f"{component} is not running (pid file {self.pid_file(component)})")
         return pid
 
-    def wait_healthy(self, timeout: float = READY_TIMEOUT) -> float:
+    def wait_serving(self, timeout: float = READY_TIMEOUT) -> float:
         """Waits until /readyz answers ok and every node is Ready; returns the seconds it took."""
         started = time.monotonic()
+        api = config.new_client_from_config(config_file=self.kubeconfig)
+        core = client.CoreV1Api(api)
 
-        def probe() -> None:
-            api = config.new_client_from_config(config_file=self.kubeconfig)
+        def serving() -> None:
             try:
                 status, body = raw_get(api, "/readyz", timeout=3)
                 if status != 200:
                     raise NotYet(f"/readyz answered {status}: {body[:300]}")
-                nodes = client.CoreV1Api(api).list_node(_request_timeout=3).items
-                not_ready = [
-                    n.metadata.name
-                    for n in nodes
-                    if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-                ]
-                if not nodes or not_ready:
-                    raise NotYet(f"nodes not Ready: {not_ready or 'no nodes at all'}")
-            except NotYet:
-                raise
-            except Exception as err:  # noqa: BLE001 - no answer at all also means "not yet"
+                nodes = core.list_node(_request_timeout=3).items
+            except (ApiException, HTTPError, OSError) as err:
                 raise NotYet(f"{err.__class__.__name__}: {str(err)[:200]}") from None
-            finally:
-                api.close()
+            not_ready = [
+                n.metadata.name
+                for n in nodes
+                if not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+            ]
+            if not nodes or not_ready:
+                raise NotYet(f"nodes not Ready: {not_ready or 'no nodes at all'}")
 
-        wait_for("the API server to be ready with every node Ready", probe, timeout, interval=0.5)
+        try:
+            wait_for("the API server to be ready with every node Ready", serving, timeout, interval=0.5)
+        finally:
+            api.close()
+        return time.monotonic() - started
+
+    def controllers_work(self, timeout: float) -> bool:
+        """Whether kube-controller-manager gives a new namespace its default ServiceAccount (without
+        which no pod can be created in it) within `timeout` seconds."""
+        api = config.new_client_from_config(config_file=self.kubeconfig)
+        core = client.CoreV1Api(api)
+        namespace = f"faults-health-{uuid.uuid4().hex[:6]}"
+
+        def has_account() -> None:
+            try:
+                core.read_namespaced_service_account("default", namespace, _request_timeout=3)
+            except (ApiException, HTTPError, OSError) as err:
+                raise NotYet(f"no default ServiceAccount in {namespace} yet ({err})") from None
+
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+            wait_for("kube-controller-manager to work", has_account, timeout, interval=0.5)
+            return True
+        except AssertionError:
+            return False
+        finally:
+            core.delete_namespace(namespace)
+            api.close()
+
+    def wait_healthy(self, timeout: float = READY_TIMEOUT) -> float:
+        """wait_serving(), then the controllers working too; returns the seconds it took.
+
+        After an API server outage kube-controller-manager's watches come back only after
+        their growing back-off (a minute and more after several outages in a row); a new
+        process starts them at once and needs only its predecessor's leader Lease to expire
+        (15 s). So one that does not work within CONTROLLERS_GRACE is restarted."""
+        started = time.monotonic()
+        self.wait_serving(timeout)
+        if not self.controllers_work(CONTROLLERS_GRACE):
+            self.kill("kube-controller-manager", signal.SIGTERM)
+            self.start("kube-controller-manager")
+            if not self.controllers_work(timeout):
+                log = self.log_file("kube-controller-manager")
+                raise AssertionError(f"kube-controller-manager does not work after a restart; see {log}")
         return time.monotonic() - started

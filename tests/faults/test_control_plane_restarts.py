@@ -72,7 +72,7 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_not
     time.sleep(OUTAGE_SECONDS)  # the creator keeps trying meanwhile
     plane.start(component)
     revived = plane.revive()  # kube-controller-manager exits if it could not renew its lease
-    back = plane.wait_healthy()
+    back = plane.wait_serving()
     report = burst.wait()
 
     assert report.unfinished == [] and len(report.created) == BURST
@@ -126,7 +126,7 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     thawed = time.monotonic()
     plane.start("kube-apiserver")
     plane.revive()
-    plane.wait_healthy()
+    plane.wait_serving()
     wait_all_bound(api_client, ns, 60, timeout=60, scheduler=scheduler)
     relisted_after = time.monotonic() - thawed  # includes the API server's start
     Burst(api_client, ns, after).start().wait()
