@@ -282,7 +282,7 @@ def test_validating_webhooks_check_pods_and_pod_templates_on_validate(render):
     }
 
     assert resources == {
-        "pods.validate.gpu-scheduler": [("", "pods", ("CREATE", "UPDATE"))],
+        "pods.validate.gpu-scheduler": [("", "pods", ("UPDATE",))],
         "workloads.validate.gpu-scheduler": [
             ("apps", "deployments", ("CREATE", "UPDATE")),
             ("apps", "statefulsets", ("CREATE", "UPDATE")),
