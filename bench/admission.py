@@ -15,7 +15,7 @@ import subprocess
 import urllib.request
 
 from .context import OUR_SCHEDULER, Bench
-from .machine import BIN
+from .paths import BIN
 from .workload import admission_review, bench_pods
 
 VEGETA = str(BIN / "vegeta")  # built by bench/tools.sh from bench/tools/go.mod

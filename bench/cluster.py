@@ -12,11 +12,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .kubeapi import KubeApi
+from .paths import CACHE, LOCAL_CLUSTER_DIR, REPO
 from .workload import BENCH_LABEL, kwok_node, node_name
 
-REPO = Path(__file__).resolve().parents[1]
-LOCAL_CLUSTER_DIR = REPO / ".cache" / "local-cluster"
-LOCAL_KUBECONFIG = LOCAL_CLUSTER_DIR / "kubeconfig"
 API_THREADS = 16
 
 
@@ -32,7 +30,7 @@ def cluster_answers(kubeconfig: Path) -> bool:
 
 def local_script(name: str) -> None:
     """Runs scripts/<name> (local-up.sh or local-down.sh) with its output on our stderr."""
-    env = {**os.environ, "CACHE_DIR": str(REPO / ".cache")}
+    env = {**os.environ, "CACHE_DIR": str(CACHE)}
     subprocess.run(["bash", str(REPO / "scripts" / name)], check=True, env=env, cwd=REPO)
 
 
@@ -110,7 +108,7 @@ class BenchCluster:
                 raise TimeoutError(
                     f"only {len(nodes) - len(tainted)} of {len(wanted)} bench nodes Ready and "
                     f"untainted after {timeout:.0f}s; are kwok and kube-controller-manager running? "
-                    "See .cache/local-cluster/clusters/*/logs/"
+                    f"See {LOCAL_CLUSTER_DIR}/clusters/*/logs/"
                 )
             time.sleep(0.5)
 

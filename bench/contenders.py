@@ -24,7 +24,7 @@ LABELS = {
     OURS: "gpu-scheduler",
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST})",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST})",
-    CEILING: f"ceiling: bare binder in Go ({CEILING_WORKERS} connections)",
+    CEILING: f"bare binder in Go ({CEILING_WORKERS} connections)",
     PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
 }
 
@@ -33,14 +33,25 @@ SHORT_LABELS = {
     OURS: "gpu-scheduler",
     KUBE_DEFAULTS: "kube-scheduler\ndefaults",
     KUBE_MATCHED: "kube-scheduler\nmatched",
-    CEILING: "ceiling\n(Go binder)",
+    CEILING: "Go\nbinder",
     PYTHON_BINDER: "Python\nbinder",
 }
 
-# Ratio name -> (numerator, denominator); each is taken per round, between runs made side by side.
+# Ratio name -> (numerator, denominators); each is taken per round, between runs made side by side.
+# With several denominators, the round's fastest of them is the denominator: the ceiling is
+# whichever bare binder got furthest in that round (on 2 cores they land within noise of each
+# other, so the apiserver, not the binder's language, is what they find).
 RATIOS = {
-    "ours_over_kube_matched": (OURS, KUBE_MATCHED),
-    "ours_over_kube_defaults": (OURS, KUBE_DEFAULTS),
-    "ours_over_ceiling": (OURS, CEILING),
-    "ours_over_python_binder": (OURS, PYTHON_BINDER),
+    "ours_over_kube_matched": (OURS, (KUBE_MATCHED,)),
+    "ours_over_kube_defaults": (OURS, (KUBE_DEFAULTS,)),
+    "ours_over_ceiling": (OURS, (CEILING, PYTHON_BINDER)),
+    "ours_over_go_binder": (OURS, (CEILING,)),
+    "ours_over_python_binder": (OURS, (PYTHON_BINDER,)),
+}
+RATIO_LABELS = {
+    "ours_over_kube_matched": f"{LABELS[OURS]} / {LABELS[KUBE_MATCHED]}",
+    "ours_over_kube_defaults": f"{LABELS[OURS]} / {LABELS[KUBE_DEFAULTS]}",
+    "ours_over_ceiling": f"{LABELS[OURS]} / ceiling (the faster bare binder of the round)",
+    "ours_over_go_binder": f"{LABELS[OURS]} / bare binder in Go",
+    "ours_over_python_binder": f"{LABELS[OURS]} / {LABELS[PYTHON_BINDER]}",
 }

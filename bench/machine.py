@@ -7,8 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = REPO / ".cache" / "bin"
+from .paths import BIN, GPU_SCHEDULER
 
 
 def _first_line(argv: list[str]) -> str:
@@ -42,7 +41,7 @@ def describe() -> dict:
         "kernel": platform.release(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
-        "gpu_scheduler": _first_line([str(REPO / ".venv" / "bin" / "gpu-scheduler"), "--version"]),
+        "gpu_scheduler": _first_line([str(GPU_SCHEDULER), "--version"]),
         "kube_apiserver": _first_line([str(BIN / "kube-apiserver"), "--version"]),
         "kube_scheduler": _first_line([str(BIN / "kube-scheduler"), "--version"]),
         "kwok": _first_line([str(BIN / "kwok"), "--version"]),

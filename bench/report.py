@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 
 from . import targets
-from .contenders import LABELS, RATIOS, SHORT_LABELS
-from .summary import headline_metrics
+from .contenders import LABELS, RATIO_LABELS, RATIOS, SHORT_LABELS
+from .paths import DEFAULT_OUT
+from .summary import headline_metrics, summarize_throughput
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -86,11 +87,11 @@ def ratio_lines(figures: dict) -> list[str]:
         ["ratio (per round, then median)", "per round", "median"],
         [
             [
-                f"{LABELS[a]} / {LABELS[b]}",
+                RATIO_LABELS[name],
                 ", ".join(num(r, 2) for r in figures["ratios"][name]["per_round"]),
                 f"**{num(figures['ratios'][name]['median'], 2)}x**",
             ]
-            for name, (a, b) in RATIOS.items()
+            for name in RATIOS
             if name in figures["ratios"]
         ],
     )
@@ -396,3 +397,21 @@ def write(results: dict, out: Path) -> dict:
     paths["markdown"].write_text(markdown)
     plot(results, paths["plot"])
     return {**paths, "markdown_text": markdown}
+
+
+def rerender(out: Path) -> dict:
+    """Writes the report again from out/results.json: its runs are summarised anew, so a change
+    to the targets, the ratios or the tables needs no new measurement."""
+    results = json.loads((out / "results.json").read_text())
+    for mode in ("burst", "drain"):
+        figures = (results.get("throughput") or {}).get(mode)
+        if figures:
+            figures.update(summarize_throughput(figures["runs"]))
+    return write(results, out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    written = rerender(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT)
+    print(written["markdown_text"])

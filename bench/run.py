@@ -22,9 +22,10 @@ from pathlib import Path
 from kubernetes import config as kube_config
 
 from . import admission, machine, memory, profile, report, statefulset, throughput
-from .cluster import LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG, REPO, BenchCluster, cluster_answers, local_script
+from .cluster import BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
+from .paths import DEFAULT_OUT, LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG
 from .runners import free_port
 from .settle import control_plane_pids
 from .webhook import Webhook
@@ -56,7 +57,12 @@ def _default(name: str, quick: bool, env_name: str, kind=int):
 
 def parse_settings(argv: list[str] | None) -> Settings:
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--quick", action="store_true", default=os.environ.get("QUICK", "") not in ("", "0"))
+    pre.add_argument(
+        "--quick",
+        action="store_true",
+        default=os.environ.get("QUICK", "") not in ("", "0"),
+        help="smaller sizes and one round: a check in 2-3 minutes, not figures to quote (env QUICK=1)",
+    )
     quick = pre.parse_known_args(argv)[0].quick
 
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0], parents=[pre])
@@ -123,7 +129,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
     add(
         "--out",
         type=Path,
-        default=Path(os.environ.get("BENCH_OUT", str(REPO / ".cache" / "bench" / "latest"))),
+        default=Path(os.environ.get("BENCH_OUT", str(DEFAULT_OUT))),
         help="where the report goes (env BENCH_OUT)",
     )
     add(

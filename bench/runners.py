@@ -30,8 +30,8 @@ from .contenders import (
     PYTHON_BINDER,
 )
 from .kubeapi import KubeApi
+from .paths import BIN, GPU_SCHEDULER, REPO
 from .processes import Process, http_ok, insecure_context, peak_rss_mib
-from .webhook import GPU_SCHEDULER, REPO
 
 # What bench/tools/ceiling prints once its first list is done.
 CEILING_READY_LINE = "ceiling binder ready"
@@ -131,7 +131,7 @@ def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
     process = Process(
         f"kube-scheduler ({key})",
         [
-            str(REPO / ".cache" / "bin" / "kube-scheduler"),
+            str(BIN / "kube-scheduler"),
             "--config",
             str(config_path),
             "--bind-address",
@@ -179,7 +179,7 @@ def ceiling(api: KubeApi, namespace: str, logs: Path, scheduler_name: str) -> Ru
     """The Go bare binder (bench/tools/ceiling), given the kubeconfig's credentials as flags."""
     config = api.configuration
     argv = [
-        str(REPO / ".cache" / "bin" / "bench-ceiling"),
+        str(BIN / "bench-ceiling"),
         "--server",
         config.host,
         "--namespace",

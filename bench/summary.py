@@ -60,11 +60,13 @@ def summarize_throughput(runs: list[dict]) -> dict:
     for key_runs in by_key.values():
         key_runs.sort(key=lambda r: r["round"])
     ratios = {}
-    for name, (numerator, denominator) in RATIOS.items():
-        if numerator in by_key and denominator in by_key:
-            per_round = paired_ratios(
-                [r["pods_per_second"] for r in by_key[numerator]], [r["pods_per_second"] for r in by_key[denominator]]
-            )
+    for name, (numerator, denominators) in RATIOS.items():
+        present = [d for d in denominators if d in by_key]
+        if numerator in by_key and present:
+            fastest = [
+                max(rates) for rates in zip(*([r["pods_per_second"] for r in by_key[d]] for d in present), strict=True)
+            ]
+            per_round = paired_ratios([r["pods_per_second"] for r in by_key[numerator]], fastest)
             ratios[name] = {"per_round": per_round, "median": median(per_round)}
     return {"summary": {key: summarize_runner(key_runs) for key, key_runs in by_key.items()}, "ratios": ratios}
 

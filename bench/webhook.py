@@ -20,12 +20,11 @@ from pathlib import Path
 import yaml
 
 from .kubeapi import KubeApi
+from .paths import BIN, GPU_SCHEDULER, REPO
 from .processes import Process, http_ok
 from .workload import MAP_ANNOTATION, PAUSE_IMAGE
 
-REPO = Path(__file__).resolve().parents[1]
-GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
+HELM = BIN / "helm"
 CHART = REPO / "charts" / "gpu-scheduler"
 RELEASE = "gpu-bench"
 REGISTRATION_TIMEOUT = 60.0

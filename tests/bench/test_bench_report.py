@@ -117,6 +117,21 @@ def test_ratios_are_the_median_of_per_round_ratios_not_a_ratio_of_medians():
     assert "ours_over_python_binder" not in ratios  # that runner did not run
 
 
+def test_the_ceiling_of_a_round_is_its_faster_bare_binder():
+    runs = [
+        run("ours", 1, 100),
+        run("ours", 2, 100),
+        run("ceiling", 1, 200),
+        run("ceiling", 2, 150),
+        run("python_binder", 1, 150),
+        run("python_binder", 2, 250),
+    ]
+    ratios = summarize_throughput(runs)["ratios"]
+    assert ratios["ours_over_ceiling"]["per_round"] == [0.5, 0.4]
+    assert ratios["ours_over_go_binder"]["per_round"] == [0.5, 100 / 150]
+    assert ratios["ours_over_python_binder"]["per_round"] == [100 / 150, 0.4]
+
+
 def test_targets_pass_miss_or_say_they_were_not_measured():
     checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(results()))}
     assert checked["ratio.ours_over_kube_matched"]["status"] == PASS  # 1.5 >= 1.0

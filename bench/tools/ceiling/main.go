@@ -1,11 +1,12 @@
 // Command bench-ceiling binds the pending pods of one schedulerName to the
-// node their required node affinity names, with no decision at all. It is the
-// throughput ceiling of `make bench`: what the apiserver and etcd of this
-// machine allow any scheduler, reached with Go's HTTP client and no
-// client-side rate limit. One HTTP/1.1 connection per worker binds faster
-// here than HTTP/2 streams over one connection (measured: ~480 vs ~330
-// binds/s on 2 cores), so that is the default. Only the standard library is
-// used, so it builds in seconds.
+// node their required node affinity names, with no decision at all and no
+// client-side rate limit. It is the Go one of `make bench`'s two bare binders
+// (bench/bare_binder.py is the Python one); the faster of the two in a round is
+// that round's ceiling: what the apiserver and etcd of this machine allow any
+// scheduler. One HTTP/1.1 connection per worker binds faster here than HTTP/2
+// streams over one connection (measured: ~480 vs ~330 binds/s on 2 cores),
+// so that is the default. Only the standard library is used, so it builds in
+// seconds.
 package main
 
 import (

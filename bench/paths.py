@@ -1,0 +1,14 @@
+"""Where things are: the repository, its cache (CACHE_DIR, as the cluster scripts read it), the tools."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("CACHE_DIR") or REPO / ".cache")
+BIN = CACHE / "bin"
+LOCAL_CLUSTER_DIR = CACHE / "local-cluster"
+LOCAL_KUBECONFIG = LOCAL_CLUSTER_DIR / "kubeconfig"
+GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
+DEFAULT_OUT = CACHE / "bench" / "latest"
