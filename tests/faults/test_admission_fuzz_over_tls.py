@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 from e2e.components import WebhookProcess
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from . import hostile_reviews as hostile
@@ -202,8 +202,10 @@ def test_distinct_valid_megabyte_maps_are_answered_without_memory_piling_up(targ
     assert growth < RSS_GROWTH_LIMIT, f"{growth / 2**20:.0f} MiB more after 12 distinct valid maps"
 
 
-@settings(FUZZ, max_examples=20, phases=[Phase.generate])
+@settings(FUZZ, max_examples=20, phases=[Phase.explicit, Phase.generate])
 @given(path=PATHS, huge=hostile.HUGE_MAPS)
+# Always: a map just under the body limit whose every line is wrong (the slowest kind to deny).
+@example(path="/mutate", huge=(3_000_000, "9=no:de:x\n"))
 def test_megabyte_maps_are_denied_naming_the_line_and_bodies_over_3_mib_refused(target, path, huge):
     """The mutating webhook sees a pod before the API server checks the 256 KiB annotation
     limit, so maps of up to 3 MiB reach it."""

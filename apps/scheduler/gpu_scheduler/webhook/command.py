@@ -42,7 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         type=positive_int,
-        default=env("WEBHOOK_THREADS", "4"),
+        # A thread stays on a new TLS connection until its first request. The
+        # API server keeps up to 25 idle connections to a webhook (client-go's
+        # MaxIdleConnsPerHost) and opens spares under load: with fewer threads
+        # than that, idle spares took every thread and requests timed out
+        # (make bench: 20-30 hung requests at 500/s with 4 threads, none with 32).
+        default=env("WEBHOOK_THREADS", "32"),
         help=env_help("threads per worker", "WEBHOOK_THREADS"),
     )
     parser.add_argument(
