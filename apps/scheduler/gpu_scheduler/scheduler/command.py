@@ -21,8 +21,7 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 # One sender, like client-go's event sink: Events go out one at a time, so
 # in a burst the apiserver's attention goes to the binds.
 EVENT_SENDERS = 1
-# Connections beyond the bind workers and event senders: three watches, the
-# lease, and slack for retries.
+# Connections beyond the bind workers: three watches and slack for retries.
 EXTRA_CONNECTIONS = 8
 DRAIN_SECONDS = 10.0
 EVENT_FLUSH_SECONDS = 2.0
@@ -73,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--workers",
         type=positive_int,
-        default=int(env("BIND_WORKERS", "16")),
+        # Binding is a wait on the apiserver's answer: more workers than
+        # cores pay off (make bench: 16 workers drain at 16 / mean attempt).
+        default=int(env("BIND_WORKERS", "32")),
         help=env_help("pods scheduled and bound concurrently", "BIND_WORKERS"),
     )
     add(
@@ -176,16 +177,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         client = new_client(
             args.kubeconfig,
-            pool_size=args.workers + EVENT_SENDERS + EXTRA_CONNECTIONS,
+            pool_size=args.workers + EXTRA_CONNECTIONS,
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
         )
+        # Events and the Lease get clients of their own, each with its own
+        # rate limit, as in kube-scheduler: a burst of binds must neither
+        # starve lease renewal (and lose leadership) nor be slowed by the
+        # Scheduled event that follows each bind.
+        events_client = new_client(
+            args.kubeconfig, pool_size=EVENT_SENDERS + 1, qps=args.kube_api_qps, burst=args.kube_api_burst
+        )
+        lease_client = new_client(args.kubeconfig, pool_size=2, qps=0, burst=1)
     except (ConfigException, OSError, ValueError) as err:
         where = args.kubeconfig or "in-cluster config or ~/.kube/config"
         log.error("cannot load the cluster configuration (%s): %s; pass --kubeconfig or set KUBECONFIG", where, err)
         return 1
     recorder = EventRecorder(
-        client,
+        events_client,
         controller=args.scheduler_name,
         instance=f"{args.scheduler_name}-{socket.gethostname()}",
         senders=EVENT_SENDERS,
@@ -201,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             lost.set()
 
         elector = LeaderElector(
-            client,
+            lease_client,
             namespace=args.leader_elect_resource_namespace,
             name=args.leader_elect_resource_name,
             identity=new_identity(),
