@@ -92,9 +92,7 @@ class Rendered:
     def one(self, kind: str, name: str) -> dict:
         found = [d for d in self.of_kind(kind) if d["metadata"]["name"] == name]
         names = [d["metadata"]["name"] for d in self.of_kind(kind)]
-        assert len(found) == 1, (
-            f"expected one {kind} {name!r}; the chart renders {names}"
-        )
+        assert len(found) == 1, f"expected one {kind} {name!r}; the chart renders {names}"
         return found[0]
 
     def pod_owners(self) -> list[dict]:
@@ -103,16 +101,12 @@ class Rendered:
 
 
 @functools.cache
-def _render(
-    chart: Path, release: str, namespace: str, sets: tuple[str, ...]
-) -> Rendered:
+def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) -> Rendered:
     argv = [HELM, "template", release, chart, "--namespace", namespace]
     for assignment in sets:
         argv += ["--set", assignment]
     result = run(argv)
-    assert result.returncode == 0, (
-        f"helm template {chart.name} {sets} failed:\n{result.stderr}"
-    )
+    assert result.returncode == 0, f"helm template {chart.name} {sets} failed:\n{result.stderr}"
     return Rendered(tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc))
 
 
@@ -126,12 +120,8 @@ def render(helm):
         release: str | None = None,
         namespace: str | None = None,
     ) -> Rendered:
-        default_namespace = (
-            CHECK_NAMESPACE if chart == CHECK_CHART else SCHEDULER_NAMESPACE
-        )
-        return _render(
-            chart, release or chart.name, namespace or default_namespace, tuple(sets)
-        )
+        default_namespace = CHECK_NAMESPACE if chart == CHECK_CHART else SCHEDULER_NAMESPACE
+        return _render(chart, release or chart.name, namespace or default_namespace, tuple(sets))
 
     return render
 
@@ -143,9 +133,7 @@ def pod_spec(owner: dict) -> dict:
 def container_args(owner: dict, container: str | None = None) -> list[str]:
     containers = pod_spec(owner)["containers"]
     chosen = [c for c in containers if container in (None, c["name"])]
-    assert len(chosen) == 1, (
-        f"{owner['metadata']['name']}: no single container {container!r}"
-    )
+    assert len(chosen) == 1, f"{owner['metadata']['name']}: no single container {container!r}"
     return chosen[0]["args"]
 
 

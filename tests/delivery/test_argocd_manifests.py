@@ -57,18 +57,12 @@ def group_kind(doc: dict) -> tuple[str, str]:
 
 
 def rendered_kinds(render) -> set[tuple[str, str]]:
-    return {
-        group_kind(doc)
-        for chart, sets in EVERY_MODE
-        for doc in render(chart, *sets).docs
-    }
+    return {group_kind(doc) for chart, sets in EVERY_MODE for doc in render(chart, *sets).docs}
 
 
 @pytest.mark.delivery
 def test_project_allows_exactly_the_cluster_scoped_kinds_the_charts_create(render):
-    allowed = {
-        (r["group"], r["kind"]) for r in PROJECT["spec"]["clusterResourceWhitelist"]
-    }
+    allowed = {(r["group"], r["kind"]) for r in PROJECT["spec"]["clusterResourceWhitelist"]}
     created = {gk for gk in rendered_kinds(render) if gk[1] in CLUSTER_SCOPED}
 
     # Namespace: created by Argo CD itself (CreateNamespace=true).
@@ -79,9 +73,7 @@ def test_project_allows_exactly_the_cluster_scoped_kinds_the_charts_create(rende
 
 @pytest.mark.delivery
 def test_project_allows_every_namespaced_kind_of_every_chart_mode(render):
-    allowed = {
-        (r["group"], r["kind"]) for r in PROJECT["spec"]["namespaceResourceWhitelist"]
-    }
+    allowed = {(r["group"], r["kind"]) for r in PROJECT["spec"]["namespaceResourceWhitelist"]}
     namespaced = {gk for gk in rendered_kinds(render) if gk[1] not in CLUSTER_SCOPED}
 
     assert allowed == namespaced
@@ -132,18 +124,13 @@ def test_generated_applications_sync_with_prune_self_heal_and_keep_the_ca_bundle
         "ServerSideApply=true",
         "RespectIgnoreDifferences=true",
     } <= set(spec["syncPolicy"]["syncOptions"])
-    ignored = {
-        (d["group"], d["kind"]): d["jqPathExpressions"]
-        for d in spec["ignoreDifferences"]
-    }
+    ignored = {(d["group"], d["kind"]): d["jqPathExpressions"] for d in spec["ignoreDifferences"]}
     assert ignored == {
         ("admissionregistration.k8s.io", kind): [".webhooks[]?.clientConfig.caBundle"]
         for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
     }
     # `argocd app set --helm-set-string` from the deploy job must stick.
-    assert APPSET["spec"]["ignoreApplicationDifferences"] == [
-        {"jsonPointers": ["/spec/source/helm/parameters"]}
-    ]
+    assert APPSET["spec"]["ignoreApplicationDifferences"] == [{"jsonPointers": ["/spec/source/helm/parameters"]}]
 
 
 def wait_established(base: list, crd: str, timeout: float = 60) -> None:
@@ -154,9 +141,7 @@ def wait_established(base: list, crd: str, timeout: float = 60) -> None:
         status = run([*base, "get", "crd", crd, "-o", f"jsonpath={jsonpath}"])
         if status.stdout.strip() == "True":
             return
-        assert time.monotonic() < deadline, (
-            f"CRD {crd} not Established after {timeout}s"
-        )
+        assert time.monotonic() < deadline, f"CRD {crd} not Established after {timeout}s"
         time.sleep(0.5)
 
 
@@ -186,9 +171,7 @@ def argocd_namespace(kubeconfig, kubectl):
 
 
 @pytest.mark.cluster
-def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(
-    kubeconfig, kubectl, argocd_namespace
-):
+def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(kubeconfig, kubectl, argocd_namespace):
     base = [kubectl, "--kubeconfig", kubeconfig, "--namespace", argocd_namespace]
 
     # Strict field validation: an unknown or misplaced field is an error, not a warning.
@@ -202,24 +185,15 @@ def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(
         appset["spec"]["template"]["spec"]["ignoreDifferences"]
         == (APPSET["spec"]["template"]["spec"]["ignoreDifferences"])
     )
-    project = yaml.safe_load(
-        run([*base, "get", "appproject", "gpu-scheduler", "-o", "yaml"]).stdout
-    )
-    assert (
-        project["spec"]["clusterResourceWhitelist"]
-        == PROJECT["spec"]["clusterResourceWhitelist"]
-    )
+    project = yaml.safe_load(run([*base, "get", "appproject", "gpu-scheduler", "-o", "yaml"]).stdout)
+    assert project["spec"]["clusterResourceWhitelist"] == PROJECT["spec"]["clusterResourceWhitelist"]
 
 
 @pytest.mark.cluster
-def test_api_server_rejects_a_misspelt_field_in_an_applicationset(
-    kubeconfig, kubectl, argocd_namespace, tmp_path
-):
+def test_api_server_rejects_a_misspelt_field_in_an_applicationset(kubeconfig, kubectl, argocd_namespace, tmp_path):
     # The check above can fail: the CRD schema is strict about field names.
     broken = yaml.safe_load((ARGOCD / "applicationset.yaml").read_text())
-    broken["spec"]["strategy"]["rollingSynk"] = broken["spec"]["strategy"].pop(
-        "rollingSync"
-    )
+    broken["spec"]["strategy"]["rollingSynk"] = broken["spec"]["strategy"].pop("rollingSync")
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
 

@@ -24,9 +24,7 @@ def test_default_map_is_exactly_the_tasks_five_lines(render):
     annotation = template["metadata"]["annotations"][MAP_ANNOTATION]
 
     assert annotation == TASK_MAP
-    placements = {
-        i: (e.node, e.cuda_visible_devices) for i, e in parse_map(annotation).items()
-    }
+    placements = {i: (e.node, e.cuda_visible_devices) for i, e in parse_map(annotation).items()}
     assert placements == {
         0: ("node1", "0,1"),
         1: ("node2", "2"),
@@ -37,24 +35,16 @@ def test_default_map_is_exactly_the_tasks_five_lines(render):
 
 
 @pytest.mark.parametrize("release", ["gpu-scheduler-check", "demo"])
-def test_statefulset_is_called_gpu_scheduler_check_whatever_the_release(
-    render, release
-):
+def test_statefulset_is_called_gpu_scheduler_check_whatever_the_release(render, release):
     rendered = render(CHECK_CHART, release=release)
 
     sts = statefulset(rendered)
     (service,) = rendered.of_kind("Service")
 
     assert sts["metadata"]["name"] == "gpu-scheduler-check"
-    assert (
-        sts["spec"]["serviceName"]
-        == service["metadata"]["name"]
-        == "gpu-scheduler-check"
-    )
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"] == "gpu-scheduler-check"
     assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["selector"].items() <= (
-        sts["spec"]["template"]["metadata"]["labels"].items()
-    )
+    assert service["spec"]["selector"].items() <= (sts["spec"]["template"]["metadata"]["labels"].items())
 
 
 def test_fullname_override_renames_statefulset_and_service(render):
@@ -100,19 +90,14 @@ def test_values_set_map_replicas_scheduler_and_interval(render):
     )
     sts = statefulset(rendered)
 
-    assert sts["spec"]["template"]["metadata"]["annotations"][MAP_ANNOTATION] == (
-        "0=gpu-a:1\n1=gpu-b:0\n"
-    )
+    assert sts["spec"]["template"]["metadata"]["annotations"][MAP_ANNOTATION] == ("0=gpu-a:1\n1=gpu-b:0\n")
     assert sts["spec"]["replicas"] == 2
     assert pod_spec(sts)["schedulerName"] == "team-a"
     assert flag(container_args(sts), "interval") == "30"
 
 
 def test_check_pods_get_no_api_token(render):
-    assert (
-        pod_spec(statefulset(render(CHECK_CHART)))["automountServiceAccountToken"]
-        is False
-    )
+    assert pod_spec(statefulset(render(CHECK_CHART)))["automountServiceAccountToken"] is False
 
 
 @pytest.mark.parametrize(
@@ -124,9 +109,7 @@ def test_check_pods_get_no_api_token(render):
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
-    result = run(
-        [helm, "template", "gpu-scheduler-check", CHECK_CHART, "--set", assignment]
-    )
+    result = run([helm, "template", "gpu-scheduler-check", CHECK_CHART, "--set", assignment])
 
     assert result.returncode != 0, f"{assignment} was accepted"
     assert complaint in result.stderr

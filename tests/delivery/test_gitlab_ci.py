@@ -21,9 +21,7 @@ from .conftest import REPO, run
 pytestmark = pytest.mark.delivery
 
 CI = yaml.safe_load((REPO / ".gitlab-ci.yml").read_text())
-JOBS = {
-    name: job for name, job in CI.items() if isinstance(job, dict) and "stage" in job
-}
+JOBS = {name: job for name, job in CI.items() if isinstance(job, dict) and "stage" in job}
 # A tag that names a version: digits, not "latest" or a bare major.
 PINNED = re.compile(r"^[^:@]+(:v?\d+\.\d+\.\d+[-\w.]*)$")
 
@@ -89,22 +87,14 @@ def test_e2e_runs_kind_on_the_pushed_images():
 
     assert e2e["needs"] == ["build-image"]
     assert "make kind-up e2e" in script
-    assert (
-        'SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA"'
-        in script
-    )
-    assert (
-        'CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA"'
-        in script
-    )
+    assert 'SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA"' in script
+    assert 'CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA"' in script
 
 
 def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check():
     deploy = JOBS["deploy"]
 
-    assert deploy["rules"] == [
-        {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual"}
-    ]
+    assert deploy["rules"] == [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual"}]
     syncs = [line for line in deploy["script"] if line.startswith("argocd app sync")]
     assert [line.split()[3] for line in syncs] == [
         "gpu-scheduler",
@@ -120,9 +110,7 @@ def test_gitlab_ci_local_lists_every_job(gitlab_ci_local):
 
     assert result.returncode == 0, result.stdout + result.stderr
     names = {line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()}
-    assert {"lint", "test-unit", "build-image:", "e2e-kind", "deploy"} <= names, (
-        result.stdout
-    )
+    assert {"lint", "test-unit", "build-image:", "e2e-kind", "deploy"} <= names, result.stdout
 
 
 def test_lint_job_passes_under_gitlab_ci_local(gitlab_ci_local):
@@ -136,9 +124,7 @@ def test_lint_job_passes_under_gitlab_ci_local(gitlab_ci_local):
 
 
 def test_unit_test_job_starts_the_unit_suite_under_gitlab_ci_local(gitlab_ci_local):
-    result = run_pipeline(
-        gitlab_ci_local, "test-unit", "--variable", "PYTEST_ADDOPTS=--collect-only -q"
-    )
+    result = run_pipeline(gitlab_ci_local, "test-unit", "--variable", "PYTEST_ADDOPTS=--collect-only -q")
 
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "PASS  test-unit" in result.stdout

@@ -126,8 +126,7 @@ def test_every_object_of_the_release_is_stored(release, helm, kubectl, render):
     assert found.returncode == 0, found.stderr
     # "deployment.apps/x" -> "deployment/x"
     stored = sorted(
-        f"{kind.split('.')[0]}/{name}"
-        for kind, name in (line.split("/", 1) for line in found.stdout.split())
+        f"{kind.split('.')[0]}/{name}" for kind, name in (line.split("/", 1) for line in found.stdout.split())
     )
     assert stored == expected
 
@@ -169,16 +168,12 @@ def admission_error(create) -> str | None:
     return None
 
 
-def test_webhook_outage_refuses_our_pods_and_workloads_only(
-    release, api_client, namespace
-):
+def test_webhook_outage_refuses_our_pods_and_workloads_only(release, api_client, namespace):
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     ours = release.scheduler_name
 
     def pod_in(ns: str, scheduler: str):
-        return lambda: core.create_namespaced_pod(
-            ns, pod("probe-0", scheduler), dry_run="All"
-        )
+        return lambda: core.create_namespaced_pod(ns, pod("probe-0", scheduler), dry_run="All")
 
     def deployment_in(ns: str, scheduler: str):
         body = deployment("probe", scheduler)
@@ -208,23 +203,15 @@ def apply_hook_rbac(release: Release, render, kubectl, directory: Path) -> dict:
         release=release.name,
         namespace=release.namespace,
     )
-    objects = [
-        doc
-        for doc in rendered.docs
-        if "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
-    ]
+    objects = [doc for doc in rendered.docs if "helm.sh/hook" in (doc["metadata"].get("annotations") or {})]
     path = directory / "rbac.yaml"
-    path.write_text(
-        yaml.safe_dump_all([doc for doc in objects if doc["kind"] != "Job"])
-    )
+    path.write_text(yaml.safe_dump_all([doc for doc in objects if doc["kind"] != "Job"]))
     applied = run([*kubectl_argv(kubectl, release.kubeconfig), "apply", "-f", path])
     assert applied.returncode == 0, applied.stderr
     return {doc["metadata"]["name"]: doc for doc in objects if doc["kind"] == "Job"}
 
 
-def account_kubeconfig(
-    release: Release, account: str, kubectl, directory: Path
-) -> Path:
+def account_kubeconfig(release: Release, account: str, kubectl, directory: Path) -> Path:
     """A kubeconfig that authenticates as a ServiceAccount (a token of it), as its pods do."""
     token = run(
         [
@@ -239,20 +226,14 @@ def account_kubeconfig(
     )
     assert token.returncode == 0, token.stderr
     admin = yaml.safe_load(Path(release.kubeconfig).read_text())
-    context = next(
-        c for c in admin["contexts"] if c["name"] == admin["current-context"]
-    )
-    cluster = next(
-        c for c in admin["clusters"] if c["name"] == context["context"]["cluster"]
-    )
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
         "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
-        "contexts": [
-            {"name": account, "context": {"cluster": cluster["name"], "user": account}}
-        ],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
         "current-context": account,
     }
     path = directory / "kubeconfig"
@@ -281,9 +262,7 @@ def run_job_command(job: dict, kubeconfig: Path):
     return run([GPU_SCHEDULER, *container_args(job)], env=env, timeout=60)
 
 
-def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(
-    release, hooks, job_kubeconfig, api_client
-):
+def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(release, hooks, job_kubeconfig, api_client):
     create_job = hooks[f"{release.name}-certs-create"]
     patch_job = hooks[f"{release.name}-certs-patch"]
     core = client.CoreV1Api(api_client)
@@ -295,12 +274,8 @@ def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(
     secret = core.read_namespaced_secret(secret_name, release.namespace)
     assert secret.type == "kubernetes.io/tls"
     assert set(secret.data) == {"tls.crt", "tls.key", "ca.crt"}
-    certificate = x509.load_pem_x509_certificate(
-        base64.b64decode(secret.data["tls.crt"])
-    )
-    names = certificate.extensions.get_extension_for_class(
-        x509.SubjectAlternativeName
-    ).value
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(secret.data["tls.crt"]))
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     service = f"{release.name}-webhook.{release.namespace}.svc"
     assert service in names.get_values_for_type(x509.DNSName)
 
@@ -312,9 +287,7 @@ def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(
         admission.read_mutating_webhook_configuration(release.name),
         admission.read_validating_webhook_configuration(release.name),
     ):
-        assert {w.client_config.ca_bundle for w in config.webhooks} == {
-            secret.data["ca.crt"]
-        }
+        assert {w.client_config.ca_bundle for w in config.webhooks} == {secret.data["ca.crt"]}
 
     again = run_job_command(create_job, job_kubeconfig)
 
@@ -334,9 +307,7 @@ def test_cert_jobs_write_secret_and_ca_bundle_with_only_their_own_rbac(
         ("delete", "validatingwebhookconfigurations"),
     ],
 )
-def test_cert_job_account_cannot_reach_beyond_its_secret_and_webhooks(
-    release, hooks, kubectl, request_
-):
+def test_cert_job_account_cannot_reach_beyond_its_secret_and_webhooks(release, hooks, kubectl, request_):
     verb, resource = request_
     account = f"system:serviceaccount:{release.namespace}:{release.name}-certs"
 
@@ -402,9 +373,7 @@ def install_check_chart(helm, release: Release, namespace: str, scheduler_name: 
     )
 
 
-def test_check_chart_is_refused_while_its_schedulers_webhook_is_down(
-    release, helm, namespace
-):
+def test_check_chart_is_refused_while_its_schedulers_webhook_is_down(release, helm, namespace):
     # Why the ApplicationSet syncs gpu-scheduler first and waits for it to be Healthy.
     result = install_check_chart(helm, release, namespace, release.scheduler_name)
 
@@ -412,9 +381,7 @@ def test_check_chart_is_refused_while_its_schedulers_webhook_is_down(
     assert "workloads.validate.gpu-scheduler" in result.stderr
 
 
-def test_check_chart_objects_are_stored_as_the_values_say(
-    release, helm, api_client, namespace
-):
+def test_check_chart_objects_are_stored_as_the_values_say(release, helm, api_client, namespace):
     # A schedulerName no webhook of this cluster handles: the objects are stored as rendered.
     result = install_check_chart(helm, release, namespace, "nobody-schedules-these")
 
@@ -435,8 +402,7 @@ def users_tls_secret(release: Release, kubectl, directory: Path, service: str) -
     """What a user of certs.mode=provided does: a CA and a serving certificate
     (here from `gpu-scheduler certs`), stored as the Secret user-tls."""
     made = run(
-        [GPU_SCHEDULER, "certs", "--out-dir", directory]
-        + ["--service", service, "--namespace", release.namespace]
+        [GPU_SCHEDULER, "certs", "--out-dir", directory] + ["--service", service, "--namespace", release.namespace]
     )
     assert made.returncode == 0, made.stderr
     base = kubectl_argv(kubectl, release.kubeconfig)
@@ -452,9 +418,7 @@ def users_tls_secret(release: Release, kubectl, directory: Path, service: str) -
 
 @pytest.fixture(scope="module")
 def provided(kubeconfig, helm, kubectl):
-    installed = installed_release(
-        helm, kubeconfig, "certs.mode=provided", "certs.existingSecret=user-tls"
-    )
+    installed = installed_release(helm, kubeconfig, "certs.mode=provided", "certs.existingSecret=user-tls")
     yield installed
     uninstall(installed, helm, kubectl)
 
@@ -476,9 +440,7 @@ def test_provided_mode_job_copies_the_users_ca_and_never_writes_the_secret(
 
     assert patched.returncode == 0, patched.stderr
     config = admission.read_mutating_webhook_configuration(provided.name)
-    assert {w.client_config.ca_bundle for w in config.webhooks} == {
-        before.data["ca.crt"]
-    }
+    assert {w.client_config.ca_bundle for w in config.webhooks} == {before.data["ca.crt"]}
     after = core.read_namespaced_secret("user-tls", provided.namespace)
     assert after.metadata.resource_version == before.metadata.resource_version
 
@@ -488,8 +450,6 @@ def test_provided_mode_job_copies_the_users_ca_and_never_writes_the_secret(
     refused = run_job_command(patch_job, as_job)
 
     assert refused.returncode != 0
-    assert "403" in refused.stderr or "forbidden" in refused.stderr.lower(), (
-        refused.stderr
-    )
+    assert "403" in refused.stderr or "forbidden" in refused.stderr.lower(), refused.stderr
     kept = core.read_namespaced_secret("user-tls", provided.namespace)
     assert kept.metadata.resource_version == wrong.metadata.resource_version

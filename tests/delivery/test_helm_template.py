@@ -24,9 +24,7 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 
 
 def webhooks(rendered) -> list[dict]:
-    return [
-        w for config in rendered.of_kind(*WEBHOOK_KINDS) for w in config["webhooks"]
-    ]
+    return [w for config in rendered.of_kind(*WEBHOOK_KINDS) for w in config["webhooks"]]
 
 
 def annotations(doc: dict) -> dict:
@@ -140,9 +138,7 @@ def test_webhook_pods_get_no_api_credentials(render):
 
 
 def test_provided_mode_may_only_read_the_users_secret(render):
-    rendered = render(
-        SCHEDULER_CHART, "certs.mode=provided", "certs.existingSecret=my-webhook-tls"
-    )
+    rendered = render(SCHEDULER_CHART, "certs.mode=provided", "certs.existingSecret=my-webhook-tls")
 
     role = rendered.one("Role", "gpu-scheduler-certs")
     deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
@@ -171,15 +167,10 @@ def test_provided_mode_may_only_read_the_users_secret(render):
 
 
 @pytest.mark.parametrize("scheduler_name", ["gpu-scheduler", "team-a.scheduler"])
-def test_webhooks_are_only_called_for_pods_and_workloads_of_our_scheduler(
-    render, scheduler_name
-):
+def test_webhooks_are_only_called_for_pods_and_workloads_of_our_scheduler(render, scheduler_name):
     rendered = render(SCHEDULER_CHART, f"schedulerName={scheduler_name}")
 
-    conditions = {
-        w["name"]: [c["expression"].split() for c in w["matchConditions"]]
-        for w in webhooks(rendered)
-    }
+    conditions = {w["name"]: [c["expression"].split() for c in w["matchConditions"]] for w in webhooks(rendered)}
 
     pod = [
         "has(object.spec.schedulerName)",
@@ -236,10 +227,7 @@ def test_failure_policy_and_timeout_come_from_values(render, policy, timeout):
 
 
 def test_webhook_defaults_fail_closed_within_five_seconds(render):
-    found = {
-        (w["failurePolicy"], w["timeoutSeconds"])
-        for w in webhooks(render(SCHEDULER_CHART))
-    }
+    found = {(w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(render(SCHEDULER_CHART))}
 
     assert found == {("Fail", 5)}
 
@@ -295,9 +283,7 @@ def test_validating_webhooks_check_pods_and_pod_templates_on_validate(render):
 
 
 @pytest.mark.parametrize("mode", ["job", "provided"])
-def test_webhook_configurations_carry_no_ca_bundle_for_the_cert_job_to_fill(
-    render, mode
-):
+def test_webhook_configurations_carry_no_ca_bundle_for_the_cert_job_to_fill(render, mode):
     rendered = render(SCHEDULER_CHART, f"certs.mode={mode}", "certs.existingSecret=tls")
 
     for webhook in webhooks(rendered):
@@ -322,9 +308,7 @@ def test_cert_jobs_create_the_secret_first_and_patch_the_ca_after_install(render
         assert flag(args, "secret") == mounted["secretName"]
         assert flag(args, "namespace") == SCHEDULER_NAMESPACE
         assert flag(args, "service") == "gpu-scheduler-webhook"
-        assert annotations(job)["helm.sh/hook-delete-policy"] == (
-            "before-hook-creation,hook-succeeded"
-        )
+        assert annotations(job)["helm.sh/hook-delete-policy"] == ("before-hook-creation,hook-succeeded")
         assert pod_spec(job)["serviceAccountName"] == "gpu-scheduler-certs"
         assert pod_spec(job)["automountServiceAccountToken"] is True
     # The configurations do not exist before install: only the post hook patches them.
@@ -336,11 +320,7 @@ def test_cert_jobs_create_the_secret_first_and_patch_the_ca_after_install(render
 
 def test_cert_job_rbac_exists_before_the_jobs_of_both_phases(render):
     rendered = render(SCHEDULER_CHART)
-    rbac = [
-        doc
-        for doc in rendered.docs
-        if doc["metadata"]["name"] == "gpu-scheduler-certs" and doc["kind"] != "Job"
-    ]
+    rbac = [doc for doc in rendered.docs if doc["metadata"]["name"] == "gpu-scheduler-certs" and doc["kind"] != "Job"]
 
     assert sorted(doc["kind"] for doc in rbac) == [
         "ClusterRole",
@@ -373,9 +353,7 @@ def test_cert_manager_mode_issues_the_certificate_the_webhook_mounts(render):
     }
     rendered.one("Certificate", "gpu-scheduler-ca")
     for config in rendered.of_kind(*WEBHOOK_KINDS):
-        assert annotations(config)["cert-manager.io/inject-ca-from"] == (
-            f"{SCHEDULER_NAMESPACE}/gpu-scheduler-webhook"
-        )
+        assert annotations(config)["cert-manager.io/inject-ca-from"] == (f"{SCHEDULER_NAMESPACE}/gpu-scheduler-webhook")
 
 
 def wave(doc: dict) -> int:
@@ -401,9 +379,7 @@ def test_sync_waves_put_certificate_then_webhook_then_configurations_then_schedu
 def test_no_argocd_hook_annotation_hides_the_helm_hooks(render):
     # Argo CD ignores every Helm hook of a chart that has any Argo CD hook.
     for doc in render(SCHEDULER_CHART).docs:
-        assert "argocd.argoproj.io/hook" not in annotations(doc), doc["metadata"][
-            "name"
-        ]
+        assert "argocd.argoproj.io/hook" not in annotations(doc), doc["metadata"]["name"]
 
 
 def test_scheduler_arguments_follow_the_values(render):
@@ -449,9 +425,7 @@ def test_scheduler_arguments_follow_the_values(render):
         "log-level": "debug",
     }
     env = {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}
-    assert env["POD_NAMESPACE"]["valueFrom"] == {
-        "fieldRef": {"fieldPath": "metadata.namespace"}
-    }
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
 def test_scheduler_defaults_run_two_replicas_with_leader_election(render):
@@ -476,24 +450,16 @@ def test_webhook_arguments_follow_the_values(render):
     assert flag(args, "tls-cert-file") == "/certs/tls.crt"
     assert flag(args, "tls-private-key-file") == "/certs/tls.key"
     assert flag(args, "port") == "8443"
-    mounts = {
-        m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]
-    }
+    mounts = {m["name"]: m for m in pod_spec(deployment)["containers"][0]["volumeMounts"]}
     assert mounts["certs"] == {"name": "certs", "mountPath": "/certs", "readOnly": True}
 
 
 def test_probes_ask_the_real_health_endpoints(render):
     rendered = render(SCHEDULER_CHART)
-    scheduler = pod_spec(rendered.one("Deployment", "gpu-scheduler-scheduler"))[
-        "containers"
-    ][0]
-    webhook = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))[
-        "containers"
-    ][0]
+    scheduler = pod_spec(rendered.one("Deployment", "gpu-scheduler-scheduler"))["containers"][0]
+    webhook = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))["containers"][0]
 
-    assert scheduler["ports"] == [
-        {"name": "metrics", "containerPort": 10251, "protocol": "TCP"}
-    ]
+    assert scheduler["ports"] == [{"name": "metrics", "containerPort": 10251, "protocol": "TCP"}]
     assert scheduler["livenessProbe"]["httpGet"] == {
         "path": "/healthz",
         "port": "metrics",
@@ -502,9 +468,7 @@ def test_probes_ask_the_real_health_endpoints(render):
         "path": "/readyz",
         "port": "metrics",
     }
-    assert webhook["ports"] == [
-        {"name": "https", "containerPort": 8443, "protocol": "TCP"}
-    ]
+    assert webhook["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     assert webhook["livenessProbe"]["httpGet"] == {
         "scheme": "HTTPS",
         "path": "/healthz",
@@ -522,9 +486,7 @@ def test_webhook_service_sends_443_to_the_webhook_pods(render):
     service = rendered.one("Service", "gpu-scheduler-webhook")
     deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
 
-    assert service["spec"]["ports"] == [
-        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
-    ]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
 
@@ -536,9 +498,7 @@ def test_webhook_survives_a_node_drain(render):
 
     assert budget["spec"]["minAvailable"] == 1
     assert budget["spec"]["selector"] == deployment["spec"]["selector"]
-    (term,) = pod_spec(deployment)["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"
-    ]
+    (term,) = pod_spec(deployment)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
 
@@ -568,17 +528,13 @@ def test_service_monitor_is_off_by_default_and_scrapes_metrics_when_on(render):
     service = rendered.one("Service", "gpu-scheduler-scheduler-metrics")
 
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
-        service["metadata"]["labels"].items()
-    )
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (service["metadata"]["labels"].items())
 
 
 def test_every_object_carries_the_recommended_labels(render):
     for doc in render(SCHEDULER_CHART, "certs.mode=cert-manager").docs:
         labels = doc["metadata"]["labels"]
-        assert labels["app.kubernetes.io/name"] == "gpu-scheduler", doc["metadata"][
-            "name"
-        ]
+        assert labels["app.kubernetes.io/name"] == "gpu-scheduler", doc["metadata"]["name"]
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
@@ -609,9 +565,7 @@ def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
 
 
 def test_provided_mode_without_a_secret_name_is_refused(helm):
-    result = run(
-        [helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"]
-    )
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"])
 
     assert result.returncode != 0
     assert "existingSecret" in result.stderr

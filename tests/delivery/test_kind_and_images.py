@@ -25,17 +25,13 @@ APPS = {"scheduler": "gpu-scheduler", "check": "gpu-scheduler-check"}
 def test_kind_cluster_has_one_control_plane_and_four_workers():
     assert KIND_CONFIG["kind"] == "Cluster"
     assert KIND_CONFIG["apiVersion"] == "kind.x-k8s.io/v1alpha4"
-    assert [node["role"] for node in KIND_CONFIG["nodes"]] == ["control-plane"] + [
-        "worker"
-    ] * 4
+    assert [node["role"] for node in KIND_CONFIG["nodes"]] == ["control-plane"] + ["worker"] * 4
 
 
 def test_kind_workers_carry_the_alias_labels_node1_to_node4():
     workers = [n for n in KIND_CONFIG["nodes"] if n["role"] == "worker"]
 
-    assert [w["labels"] for w in workers] == [
-        {"gpu-node-name": f"node{i}"} for i in range(1, 5)
-    ]
+    assert [w["labels"] for w in workers] == [{"gpu-node-name": f"node{i}"} for i in range(1, 5)]
     (control_plane,) = [n for n in KIND_CONFIG["nodes"] if n["role"] == "control-plane"]
     assert "labels" not in control_plane
 
@@ -51,11 +47,7 @@ def dockerfile(app: str) -> list[str]:
     """The Dockerfile's instructions, one string each, comments dropped."""
     text = (REPO / "apps" / app / "Dockerfile").read_text()
     joined = re.sub(r"\\\n", " ", text)
-    return [
-        line.strip()
-        for line in joined.splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
 
 
 @pytest.mark.parametrize(("app", "entrypoint"), APPS.items())
@@ -68,9 +60,7 @@ def test_image_runs_as_uid_1000_from_a_venv_only_final_stage(app, entrypoint):
     assert stages[0].endswith(" AS build")
     assert "COPY --from=build /opt/venv /opt/venv" in final
     # Only the venv comes from the build stage; no other COPY brings sources in.
-    assert [i for i in final if i.startswith("COPY")] == [
-        "COPY --from=build /opt/venv /opt/venv"
-    ]
+    assert [i for i in final if i.startswith("COPY")] == ["COPY --from=build /opt/venv /opt/venv"]
     assert "USER 1000:1000" in final
     assert f'ENTRYPOINT ["{entrypoint}"]' in final
     env = " ".join(i for i in final if i.startswith("ENV "))
@@ -83,9 +73,7 @@ def test_base_image_is_pinned_to_a_python_3_11_patch_release(app):
     (arg,) = [i for i in dockerfile(app) if i.startswith("ARG PYTHON_IMAGE=")]
 
     assert re.fullmatch(r"ARG PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm", arg), arg
-    assert [i for i in dockerfile(app) if i.startswith("FROM ")][
-        -1
-    ] == "FROM ${PYTHON_IMAGE}"
+    assert [i for i in dockerfile(app) if i.startswith("FROM ")][-1] == "FROM ${PYTHON_IMAGE}"
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -115,20 +103,15 @@ def docker_without_daemon(tmp_path):
     fake_bin.mkdir()
     docker = fake_bin / "docker"
     docker.write_text(
-        "#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock' >&2\n"
-        "exit 1\n"
+        "#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock' >&2\nexit 1\n"
     )
     docker.chmod(0o755)
     return {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}"}
 
 
 @pytest.mark.parametrize("target", ["kind-up", "images", "e2e"])
-def test_docker_targets_stop_with_a_clear_message_without_a_docker_daemon(
-    docker_without_daemon, target
-):
-    result = run(
-        ["make", "--no-print-directory", target], cwd=REPO, env=docker_without_daemon
-    )
+def test_docker_targets_stop_with_a_clear_message_without_a_docker_daemon(docker_without_daemon, target):
+    result = run(["make", "--no-print-directory", target], cwd=REPO, env=docker_without_daemon)
 
     assert result.returncode != 0
     assert "docker is installed but its daemon does not answer" in result.stderr

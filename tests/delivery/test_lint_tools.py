@@ -42,14 +42,8 @@ def test_helm_lint_strict_passes(helm, chart, sets):
 
 
 @pytest.mark.parametrize(("chart", "sets"), CHART_VARIANTS)
-def test_rendered_manifests_match_the_kubernetes_1_34_schemas(
-    render, lint_bin, tmp_path, chart, sets
-):
-    docs = [
-        doc
-        for doc in render(chart, *sets).docs
-        if not doc["apiVersion"].startswith(ADDON_GROUPS)
-    ]
+def test_rendered_manifests_match_the_kubernetes_1_34_schemas(render, lint_bin, tmp_path, chart, sets):
+    docs = [doc for doc in render(chart, *sets).docs if not doc["apiVersion"].startswith(ADDON_GROUPS)]
     manifest = tmp_path / "rendered.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
 
@@ -72,9 +66,7 @@ def test_rendered_manifests_match_the_kubernetes_1_34_schemas(
 def test_kubernetes_validate_rejects_an_unknown_field(lint_bin, tmp_path):
     # The check above must be able to fail: strict mode refuses a typo.
     manifest = tmp_path / "typo.yaml"
-    manifest.write_text(
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n"
-    )
+    manifest.write_text("apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n")
 
     result = run(
         [
@@ -92,9 +84,7 @@ def test_kubernetes_validate_rejects_an_unknown_field(lint_bin, tmp_path):
 
 
 def test_yamllint_passes_on_every_yaml_file(lint_bin):
-    result = run(
-        [lint_bin / "yamllint", "--strict", "--format", "parsable", "."], cwd=REPO
-    )
+    result = run([lint_bin / "yamllint", "--strict", "--format", "parsable", "."], cwd=REPO)
 
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -36,9 +36,7 @@ def test_every_pod_runs_as_uid_1000_with_seccomp(render, chart, sets):
 
 
 @pytest.mark.parametrize(("chart", "sets"), VARIANTS)
-def test_every_container_is_read_only_unprivileged_and_capability_free(
-    render, chart, sets
-):
+def test_every_container_is_read_only_unprivileged_and_capability_free(render, chart, sets):
     for owner in render(chart, *sets).pod_owners():
         for container in containers(pod_spec(owner)):
             assert container["securityContext"] == {

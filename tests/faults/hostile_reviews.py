@@ -1,9 +1,10 @@
 """Hypothesis strategies for hostile AdmissionReview bodies, and what a correct answer to one is.
 
-Every body here must be refused: answered 4xx with a message, or denied with
-a message. The one well-formed review they start from is a pod of our
+Every hostile body must be refused: answered 4xx with a message, or denied
+with a message. The one well-formed review they start from is a pod of our
 scheduler whose map has a broken line, so whatever a mutation leaves intact,
-the honest answer is still a denial; nothing here may ever be allowed.
+the honest answer is still a denial. (with_valid_map is the exception: big
+but valid, to be allowed, for the memory check.)
 """
 
 from __future__ import annotations

@@ -49,11 +49,19 @@ def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: i
         if container_env(p) != {"main": str(index_of(p["metadata"]["name"]) % 4)}
     }
     assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
-    outcomes = bind_outcomes(scheduler.log_path, namespace)
-    binds = binds_per_pod(outcomes)
+    names = {p["metadata"]["name"] for p in pods}
+
+    def accounted():
+        # The log is written from a queue: wait until it has a line for every pod.
+        outcomes = bind_outcomes(scheduler.log_path, namespace)
+        binds = binds_per_pod(outcomes)
+        answer_lost = {pod for (pod, outcome) in outcomes if outcome == "already-bound"} - set(binds)
+        if set(binds) | answer_lost != names:
+            raise NotYet(f"no bind logged for {sorted(names - set(binds) - answer_lost)[:10]}")
+        return binds, answer_lost
+
+    binds, answer_lost = wait_for("the scheduler's log to account for every pod", accounted, 10)
     assert max(binds.values()) == 1
-    answer_lost = {pod for (pod, outcome) in outcomes if outcome == "already-bound"} - set(binds)
-    assert set(binds) | answer_lost == {p["metadata"]["name"] for p in pods}
     return len(answer_lost)
 
 

@@ -3,8 +3,8 @@
 A pod's spec.nodeName can be set only once (the API server answers 409 to a second
 binding), so "exactly once" is checked where a second bind would show: the schedulers' own
 log lines (one per bind, with its outcome), the Scheduled Events (at most one per pod), and
-the restarted scheduler's bind metric. What the killed process bound in its last instant,
-after its log line could no longer be written, is bounded by its number of bind workers.
+the restarted scheduler's bind metric. The killed process's last log lines may be lost with it
+(it writes them from a queue): those pods are bound, by it, and reported as such.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.faults
 
 BURST = 500
 KILL_AFTER_BOUND = 150
-BIND_WORKERS = 16  # the scheduler's --workers default: binds that can be in flight at the kill
 
 
 def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
@@ -61,11 +60,18 @@ def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
     by_first, by_second = bind_outcomes(first.log_path, ns), bind_outcomes(second.log_path, ns)
     binds = binds_per_pod(by_first, by_second)
     assert max(binds.values()) == 1, {pod: n for pod, n in binds.items() if n > 1}
-    unlogged = BURST - len(binds)  # bound by the first process in the instant before the kill
-    assert unlogged <= BIND_WORKERS
-    second_bound = {pod for (pod, outcome) in by_second if outcome == "bound"}
-    conflicts = sum(n for (_, outcome), n in by_second.items() if outcome == "already-bound")
-    assert second.pods_scheduled() == len(second_bound) + conflicts
+    unlogged = BURST - len(binds)  # bound by the first process, its log line lost with it
+
+    def second_accounted():
+        # The log is written from a queue: wait until it shows what the metric counts.
+        outcomes = bind_outcomes(second.log_path, ns)
+        bound = {pod for (pod, outcome) in outcomes if outcome == "bound"}
+        conflicts = sum(n for (_, outcome), n in outcomes.items() if outcome == "already-bound")
+        if second.pods_scheduled() != len(bound) + conflicts:
+            raise NotYet(f"metric {second.pods_scheduled()}, log {len(bound)} binds + {conflicts} 409s")
+        return bound, conflicts
+
+    second_bound, conflicts = wait_for("scheduler-2's log and metric to agree", second_accounted, 10)
 
     def every_second_bind_announced():
         events = scheduled_events(api_client, ns)
@@ -79,6 +85,6 @@ def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
     print(
         f"\nkill -9 after {bound_at_kill} of {BURST} bound ({created_at_kill} created); every pod bound "
         f"{recovered:.1f}s after the kill; binds logged: scheduler-1 {len(binds) - len(second_bound)}, "
-        f"scheduler-2 {len(second_bound)}, lost with the process {unlogged}; 409s {conflicts}; "
+        f"scheduler-2 {len(second_bound)}, log line lost with the killed process {unlogged}; 409s {conflicts}; "
         f"pods with a Scheduled event {len(events)}, with two 0; misplaced 0; lost 0"
     )
