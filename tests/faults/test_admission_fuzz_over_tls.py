@@ -127,20 +127,22 @@ def mib(sizes: dict[int, int]) -> str:
 @pytest.fixture(scope="module")
 def target(certs, tmp_path_factory):
     process = track(WebhookProcess(certs, tmp_path_factory.mktemp("fuzz") / "webhook.log"))
-    process.start_and_wait()
-    fuzzed = Target(process)
-    # Warm up both workers (imports, first decisions) before the memory baseline:
-    # a new connection per request spreads them over the workers.
-    for _ in range(20):
-        fuzzed.session.close()
-        fuzzed.assert_refused("/mutate", json.dumps(hostile.base_review()).encode(), "fuzz-uid", "warm-up")
-    fuzzed.workers = children(process.pid)
-    fuzzed.baseline = fuzzed.rss()
-    fuzzed.peak = dict(fuzzed.baseline)
-    fuzzed.sent = 0
-    yield fuzzed
-    process.stop()
-    untrack(process)
+    try:
+        process.start_and_wait()
+        fuzzed = Target(process)
+        # Warm up both workers (imports, first decisions) before the memory baseline:
+        # a new connection per request spreads them over the workers.
+        for _ in range(20):
+            fuzzed.session.close()
+            fuzzed.assert_refused("/mutate", json.dumps(hostile.base_review()).encode(), "fuzz-uid", "warm-up")
+        fuzzed.workers = children(process.pid)
+        fuzzed.baseline = fuzzed.rss()
+        fuzzed.peak = dict(fuzzed.baseline)
+        fuzzed.sent = 0
+        yield fuzzed
+    finally:
+        process.stop()
+        untrack(process)
 
 
 @settings(FUZZ, max_examples=300)
