@@ -45,6 +45,8 @@ def _validate(path: str) -> int:
     except InvalidMapError as err:
         for line_error in err.errors:
             print(line_error, file=sys.stderr)
+        if err.total > len(err.errors):
+            print(f"... and {err.total - len(err.errors)} more errors", file=sys.stderr)
         return 1
     print(json.dumps(parsed.to_json(), indent=2))
     return 0

@@ -28,20 +28,25 @@ def test_binding_names_the_pod_its_uid_and_the_node():
     }
 
 
+ALREADY = 'Operation cannot be fulfilled on pods/binding "a-0": pod a-0 is already assigned to node "node1"'
+ETCD_DOWN = 'Operation cannot be fulfilled on pods/binding "a-0": rpc error: code = Unavailable desc = error reading'
+
+
 @pytest.mark.parametrize(
-    ("status", "outcome"),
+    ("status", "message", "outcome"),
     [
-        (201, BindOutcome.BOUND),
-        (200, BindOutcome.BOUND),
-        (409, BindOutcome.ALREADY_BOUND),
-        (404, BindOutcome.POD_GONE),
-        (500, BindOutcome.FAILED),
-        (429, BindOutcome.FAILED),
-        (0, BindOutcome.FAILED),
+        (201, "", BindOutcome.BOUND),
+        (200, "", BindOutcome.BOUND),
+        (409, ALREADY, BindOutcome.ALREADY_BOUND),
+        (409, ETCD_DOWN, BindOutcome.FAILED),  # unbound: must be retried
+        (404, "", BindOutcome.POD_GONE),
+        (500, "", BindOutcome.FAILED),
+        (429, "", BindOutcome.FAILED),
+        (0, "", BindOutcome.FAILED),
     ],
 )
-def test_bind_answers_are_classified(status, outcome):
-    assert classify(status).outcome is outcome
+def test_bind_answers_are_classified(status, message, outcome):
+    assert classify(status, message).outcome is outcome
 
 
 FULL_POD = {

@@ -10,10 +10,13 @@ from gpu_scheduler.placement import (
     InvalidMapError,
     InvalidNodeError,
     MalformedEntryError,
+    MapTooLargeError,
+    parse_map,
 )
 from gpu_scheduler.placement import (
     parse_map_uncached as parse,
 )
+from gpu_scheduler.placement.grammar import MAX_ERRORS_KEPT, MAX_MAP_BYTES, _ParsedMapCache
 
 TASK_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 GPU_UUID = "GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"
@@ -136,3 +139,32 @@ def test_ten_thousand_line_map_parses():
     parsed = parse(text)
     assert len(parsed) == 10_000
     assert parsed[9_999].node == "node99"
+
+
+def test_a_map_larger_than_kubernetes_allows_is_refused_before_parsing():
+    err = only_error("0=node1:0\n" * (MAX_MAP_BYTES // 10 + 1))
+    assert isinstance(err, MapTooLargeError)
+    assert f"Kubernetes allows {MAX_MAP_BYTES} bytes" in str(err)
+
+
+def test_errors_past_the_kept_ones_are_counted_not_stored():
+    with pytest.raises(InvalidMapError) as caught:
+        parse("\n".join(f"bad{i}" for i in range(MAX_ERRORS_KEPT + 50)))
+    assert len(caught.value.errors) == MAX_ERRORS_KEPT
+    assert caught.value.total == MAX_ERRORS_KEPT + 50
+    assert str(caught.value).endswith(f"... and {MAX_ERRORS_KEPT + 50 - InvalidMapError.MAX_LISTED} more errors")
+
+
+def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_bytes():
+    cache = _ParsedMapCache(max_bytes=30)
+    first = cache("0=node1:0,1\n")  # 12 bytes
+    assert cache("0=node1:0,1\n") is first
+    cache("1=node2:2\n")  # 10 bytes
+    cache("2=node3:0,1,2\n")  # 14 bytes: 36 > 30, the least recently used goes
+    assert cache("0=node1:0,1\n") is not first
+    with pytest.raises(InvalidMapError):
+        cache("nonsense")
+
+
+def test_the_shared_parse_cache_parses_like_the_parser():
+    assert parse_map(TASK_MAP).to_json() == parse(TASK_MAP).to_json()

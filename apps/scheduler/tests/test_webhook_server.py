@@ -122,7 +122,7 @@ def test_each_decision_is_logged_on_one_line(server):
     # A pod of another scheduler passes unexamined: not worth an info line.
     assert post(server, "/mutate", golden("mutate-other-scheduler")).status_code == 200
     assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while "mutate patched" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     lines = [line for line in server.log().splitlines() if "mutate patched" in line]

@@ -12,8 +12,8 @@ BIND_TIMEOUT_SECONDS = 30.0
 
 class BindOutcome(enum.Enum):
     BOUND = "bound"
-    # 409: the pod already has a node (another replica or an earlier attempt
-    # whose answer was lost). The pod is placed; nothing is left to do.
+    # 409 "already assigned": the pod has a node (another replica or an
+    # earlier attempt whose answer was lost). Nothing is left to do.
     ALREADY_BOUND = "already-bound"
     # 404: the pod was deleted before we bound it.
     POD_GONE = "pod-gone"
@@ -41,10 +41,17 @@ def binding_body(namespace: str, name: str, uid: str, node: str) -> dict:
     }
 
 
+# How the apiserver says that a pod has a node already. Other 409s exist: an
+# etcd failure mid-write answers 409 "Operation cannot be fulfilled ... rpc
+# error: code = Unavailable" with the pod still unbound (found by the fault
+# tests), and those must be retried, not taken for done.
+ALREADY_ASSIGNED = "is already assigned to node"
+
+
 def classify(status: int, message: str = "") -> BindResult:
     if status in (200, 201):
         return BindResult(BindOutcome.BOUND, status)
-    if status == 409:
+    if status == 409 and ALREADY_ASSIGNED in message:
         return BindResult(BindOutcome.ALREADY_BOUND, status, message)
     if status == 404:
         return BindResult(BindOutcome.POD_GONE, status, message)

@@ -196,12 +196,22 @@ class KubeClient:
         try:
             if response.status != 200:
                 raise ApiError("GET", path, response.status, response.read())
-            yield iter(response)
+            yield _lines_or_api_error(response, path)
         finally:
             # Close before handing back: a half-read watch connection cannot
             # carry another request, so the pool must open a fresh one.
             response.close()
             response.release_conn()
+
+
+def _lines_or_api_error(response: urllib3.HTTPResponse, path: str) -> Iterator[bytes]:
+    """The watch's lines; a connection that breaks mid-stream (the apiserver
+    restarting) ends in ApiError(status 0) like any other unanswered request,
+    so callers handle one exception type for "reconnect"."""
+    try:
+        yield from response
+    except urllib3.exceptions.HTTPError as err:
+        raise ApiError("GET", path, 0, str(err)) from err
 
 
 def new_client(kubeconfig: str | None, *, pool_size: int, qps: float, burst: int) -> KubeClient:

@@ -14,12 +14,13 @@ from .errors import (
     InvalidNodeError,
     MalformedEntryError,
     MapLineError,
+    MapTooLargeError,
     MissingEntryError,
     MissingMapError,
     PlacementError,
     PodIndexError,
 )
-from .grammar import MapEntry, SchedulingMap, is_node_reference, parse_map, parse_map_uncached
+from .grammar import MAX_MAP_BYTES, MapEntry, SchedulingMap, is_node_reference, parse_map, parse_map_uncached
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
@@ -55,6 +56,7 @@ def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
 
 __all__ = [
     "CUDA_ENV",
+    "MAX_MAP_BYTES",
     "MAP_ANNOTATION",
     "PLACEMENT_ANNOTATION",
     "DuplicateDeviceError",
@@ -67,6 +69,7 @@ __all__ = [
     "MalformedEntryError",
     "MapEntry",
     "MapLineError",
+    "MapTooLargeError",
     "MissingEntryError",
     "MissingMapError",
     "PlacementError",

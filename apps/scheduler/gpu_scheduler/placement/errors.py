@@ -60,17 +60,26 @@ class EmptyMapError(MapLineError):
     """The annotation has no entry at all."""
 
 
+class MapTooLargeError(MapLineError):
+    """The annotation is larger than Kubernetes allows any object's annotations to be."""
+
+
 class InvalidMapError(PlacementError):
-    """All the grammar violations of one annotation, in line order."""
+    """The grammar violations of one annotation, in line order.
+
+    `errors` holds the first ones (the parser keeps a bounded number);
+    `total` counts them all.
+    """
 
     # Enough to fix a broken map; an event or a denial must stay readable.
     MAX_LISTED = 20
 
-    def __init__(self, errors: list[MapLineError]) -> None:
+    def __init__(self, errors: list[MapLineError], total: int | None = None) -> None:
         self.errors = errors
+        self.total = len(errors) if total is None else total
         lines = [str(e) for e in errors[: self.MAX_LISTED]]
-        if len(errors) > self.MAX_LISTED:
-            lines.append(f"... and {len(errors) - self.MAX_LISTED} more errors")
+        if self.total > self.MAX_LISTED:
+            lines.append(f"... and {self.total - self.MAX_LISTED} more errors")
         super().__init__("\n".join(lines))
 
 

@@ -10,8 +10,9 @@ are collected over the whole text so that one round trip fixes them all.
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -25,9 +26,16 @@ from .errors import (
     InvalidNodeError,
     MalformedEntryError,
     MapLineError,
+    MapTooLargeError,
     quote,
 )
 
+# Kubernetes refuses more than 256 KiB of annotations on one object, so no
+# valid map is larger; the webhook sees a pod before that check and must not
+# spend seconds and megabytes on a 3 MiB one.
+MAX_MAP_BYTES = 256 * 1024
+# Errors kept with their text; past this they are only counted.
+MAX_ERRORS_KEPT = 100
 # Indexes come from StatefulSet ordinals and Job completion indexes, both int32.
 MAX_INDEX = 2**31 - 1
 MAX_NODE_NAME = 253
@@ -171,8 +179,28 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 
 def parse_map_uncached(text: str) -> SchedulingMap:
     """Parse the annotation's text; raise InvalidMapError with every violation."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_MAP_BYTES:
+        raise InvalidMapError(
+            [
+                MapTooLargeError(
+                    1,
+                    text[:40],
+                    f"the map is {size} bytes; Kubernetes allows {MAX_MAP_BYTES} bytes "
+                    "for all the annotations of an object together",
+                )
+            ]
+        )
     entries: dict[int, MapEntry] = {}
     errors: list[MapLineError] = []
+    error_count = 0
+
+    def reject(err: MapLineError) -> None:
+        nonlocal error_count
+        error_count += 1
+        if len(errors) < MAX_ERRORS_KEPT:
+            errors.append(err)
+
     for number, raw in _lines(text):
         stripped = raw.strip()
         if not stripped or stripped.startswith("#"):
@@ -180,22 +208,53 @@ def parse_map_uncached(text: str) -> SchedulingMap:
         try:
             entry = _parse_line(number, stripped)
         except MapLineError as err:
-            errors.append(err)
+            reject(err)
             continue
         first = entries.get(entry.index)
         if first is not None:
-            errors.append(
-                DuplicateIndexError(number, stripped, f"index {entry.index} is already given on line {first.line}")
-            )
+            reject(DuplicateIndexError(number, stripped, f"index {entry.index} is already given on line {first.line}"))
             continue
         entries[entry.index] = entry
     if not entries and not errors:
         errors.append(EmptyMapError(1, text, "the map has no entry; write one <index>=<node>:<devices> per line"))
     if errors:
-        raise InvalidMapError(errors)
+        raise InvalidMapError(errors, total=error_count)
     return SchedulingMap(entries)
 
 
+class _ParsedMapCache:
+    """Parsed maps by their text, least recently used first out, bounded by
+    the size of the texts held rather than their number: 512 maps of 256 KiB
+    would be gigabytes. Thread-safe (bind workers, gunicorn threads)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._maps: OrderedDict[str, SchedulingMap] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> SchedulingMap:
+        with self._lock:
+            parsed = self._maps.get(text)
+            if parsed is not None:
+                self._maps.move_to_end(text)
+                return parsed
+        parsed = parse_map_uncached(text)  # invalid maps raise and are never cached
+        with self._lock:
+            if text not in self._maps and len(text) <= self._max_bytes:
+                self._maps[text] = parsed
+                self._bytes += len(text)
+                while self._bytes > self._max_bytes:
+                    evicted, _ = self._maps.popitem(last=False)
+                    self._bytes -= len(evicted)
+        return parsed
+
+    def clear(self) -> None:
+        with self._lock:
+            self._maps.clear()
+            self._bytes = 0
+
+
 # Every pod of a StatefulSet carries the same annotation text: parse it once.
-# Invalid maps raise and are therefore never cached.
-parse_map = functools.lru_cache(maxsize=512)(parse_map_uncached)
+# 4 MiB of map text is thousands of typical maps, or 16 maps at the size limit.
+parse_map = _ParsedMapCache(max_bytes=4 * 1024 * 1024)
