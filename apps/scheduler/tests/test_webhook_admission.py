@@ -387,3 +387,29 @@ def test_decisions_do_not_modify_the_review():
     mutate(original, SCHEDULER)
     validate(original, SCHEDULER)
     assert original == kept
+
+
+def test_a_pod_whose_annotations_would_overflow_with_ours_is_denied_naming_the_map():
+    from gpu_scheduler.webhook.admission import TOTAL_ANNOTATION_BYTES, mutate
+
+    filler = "# " + "x" * (TOTAL_ANNOTATION_BYTES - 60) + "\n"  # the map alone fits
+    pod = {
+        "metadata": {"name": "big-0", "annotations": {"gpu-scheduling-map": filler + "0=node1:0\n"}},
+        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "image": "i"}]},
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "ml",
+            "object": pod,
+        },
+    }
+    response = mutate(review, "gpu-scheduler").review["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "gpu-scheduling-map" in message and "gpu-scheduler/placement" in message
+    assert str(TOTAL_ANNOTATION_BYTES) in message

@@ -19,13 +19,38 @@ from dataclasses import dataclass, field
 
 from ..placement import (
     MAP_ANNOTATION,
+    PLACEMENT_ANNOTATION,
     InvalidMapError,
+    MapEntry,
     PlacementError,
     parse_map,
     placement_for,
     pod_key,
 )
-from .patch import CONTAINER_LISTS, placement_patch
+from .patch import CONTAINER_LISTS, placement_annotation, placement_patch
+
+# Kubernetes' limit on the annotations of one object together (keys + values).
+TOTAL_ANNOTATION_BYTES = 256 * 1024
+
+
+def annotation_overflow(pod: Mapping, entry: MapEntry) -> str | None:
+    """Why the placement annotation cannot be added, or None when it fits.
+
+    Without this check the API server would refuse the patched pod with
+    "metadata.annotations: Too long", which does not say that our annotation
+    pushed it over nor what to shorten.
+    """
+    annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
+    annotations[PLACEMENT_ANNOTATION] = placement_annotation(entry)
+    total = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if total <= TOTAL_ANNOTATION_BYTES:
+        return None
+    return (
+        f"the pod's annotations would be {total} bytes with the {PLACEMENT_ANNOTATION} annotation this webhook adds; "
+        f"Kubernetes allows {TOTAL_ANNOTATION_BYTES}: shorten the {MAP_ANNOTATION} annotation "
+        "(drop comments and lines of other indexes) or other annotations"
+    )
+
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -197,6 +222,9 @@ def mutate(review: object, scheduler_name: str) -> Decision:
     except PlacementError as err:
         return _deny(request, str(err), fields)
     fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
+    overflow = None if debug else annotation_overflow(pod, entry)
+    if overflow:
+        return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
     operations = (
         placement_patch(pod, entry, container_lists=("ephemeralContainers",), annotate=False)
         if debug
