@@ -20,9 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gpu_scheduler.kube.client import new_client
-from gpu_scheduler.kube.informer import Informer, ResourceGone
-from gpu_scheduler.kube.objects import trim_pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -337,31 +334,6 @@ def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
     make_pod(core, namespace, "job-44", start_scheduler.scheduler_name, map_text)
     wait_until(lambda: node_of(core, namespace, "job-44"), 10, "the standby to bind job-44")
     assert "gpu_scheduler_leader 1.0" in standby.metrics()
-
-
-def test_a_watch_from_a_compacted_version_asks_for_a_relist(kubeconfig, core, namespace):
-    make_pod(core, namespace, "job-0", "nobody")
-
-    class Collect:
-        def __init__(self) -> None:
-            self.listed: list[str] = []
-
-        def replace(self, objects: list[dict]) -> None:
-            self.listed = [o["metadata"]["name"] for o in objects]
-
-        def upsert(self, obj: dict) -> None:
-            pass
-
-        def delete(self, obj: dict) -> None:
-            pass
-
-    collected = Collect()
-    api = new_client(kubeconfig, pool_size=2, qps=0, burst=1)
-    informer = Informer(api, f"/api/v1/namespaces/{namespace}/pods", collected, trim_pod, name="test")
-    assert informer.list()
-    assert collected.listed == ["job-0"]
-    with pytest.raises(ResourceGone):
-        informer.watch("1", seconds=5)
 
 
 def test_a_leader_that_cannot_renew_exits_non_zero(start_scheduler, api_client, namespace):
