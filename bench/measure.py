@@ -63,7 +63,7 @@ def cpu_meter(bench: Bench, runner: Runner) -> CpuMeter:
     """CPU of the runner, the webhook (gunicorn and workers) and the control plane during a run.
 
     On two shared cores, CPU per pod says what a throughput figure costs and
-    who pays it: gpu-scheduler's pods also pay for two admission webhooks.
+    who pays it: gpu-scheduler's pods also pay for its admission webhook.
     """
     webhook = [bench.webhook.process.pid] if bench.webhook.process.running() else []
     return CpuMeter({"runner": [runner.process.pid], "webhook": webhook, "control_plane": bench.control_plane})

@@ -126,7 +126,7 @@ def throughput_lines(tp: dict) -> list[str]:
             "",
             "**Burst** (the clock runs from the first create request to the last bind). Latency is from "
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
-            "request alone, which for gpu-scheduler includes its two admission webhooks; a create answered "
+            "request alone, which for gpu-scheduler includes its admission webhook; a create answered "
             "429/5xx (such as a webhook timeout) is sent again and counted. CPU is what each process "
             "group used during the run, per 1,000 pods bound (control plane: etcd, kube-apiserver, "
             "kube-controller-manager, kwok).",
