@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 from . import webhook_registration
 from .cluster import delete_node
 from .components import SchedulerProcess, WebhookProcess, make_certs
-from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
+from .isolation import RUN_ID, create_namespace, delete_namespace
 from .processes import ManagedProcess
 
 USE_INSTALLED = os.environ.get("E2E_USE_INSTALLED") == "1"
@@ -81,18 +81,9 @@ def webhook(api_client, e2e_dir):
     name = f"gpu-scheduler-e2e-{RUN_ID}"
     try:
         process.start_and_wait()
-        configurations = webhook_registration.render(
-            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)
-        )
-        webhook_registration.apply(api_client, configurations)
-        probe_namespace = create_namespace(api_client, "e2e-probe")
-        try:
-            webhook_registration.wait_until_called(api_client, probe_namespace)
-        finally:
-            delete_namespace(api_client, probe_namespace)
-        yield process
+        with webhook_registration.registered(api_client, name, process.base_url, certs.ca_bundle):
+            yield process
     finally:
-        webhook_registration.delete(api_client, name)
         process.stop()
 
 

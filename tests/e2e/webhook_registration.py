@@ -13,12 +13,15 @@ Used by the e2e fixtures and by `make demo`.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,3 +147,20 @@ def wait_until_called(api_client, namespace: str) -> None:
             raise NotYet(f"the pod came back without CUDA_VISIBLE_DEVICES=0 (env {env})")
 
     wait_for(f"the API server to call the webhook for pods in namespace {namespace}", probe, REGISTRATION_TIMEOUT)
+
+
+@contextmanager
+def registered(api_client, name: str, base_url: str, ca_bundle: str) -> Iterator[None]:
+    """The chart's webhook configurations for a webhook at `base_url`, scoped to this run's
+    namespaces (RUN_LABEL=RUN_ID) so other suites sharing the cluster never meet it; proven
+    called by the API server before the body runs, deleted afterwards."""
+    try:
+        apply(api_client, render(name, base_url, ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)))
+        probe = create_namespace(api_client, "webhook-probe")
+        try:
+            wait_until_called(api_client, probe)
+        finally:
+            delete_namespace(api_client, probe)
+        yield
+    finally:
+        delete(api_client, name)

@@ -22,7 +22,7 @@ import uuid
 import pytest
 from e2e import webhook_registration
 from e2e.components import SchedulerProcess, WebhookProcess, make_certs
-from e2e.isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
+from e2e.isolation import RUN_ID, create_namespace, delete_namespace
 from e2e.processes import ManagedProcess
 
 from .control_plane import LocalControlPlane, NotALocalCluster
@@ -81,18 +81,9 @@ def webhook(api_client, certs, faults_dir):
     name = f"gpu-scheduler-faults-{RUN_ID}"
     try:
         process.start_and_wait()
-        configurations = webhook_registration.render(
-            name, process.base_url, certs.ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)
-        )
-        webhook_registration.apply(api_client, configurations)
-        probe = create_namespace(api_client, "faults-probe")
-        try:
-            webhook_registration.wait_until_called(api_client, probe)
-        finally:
-            delete_namespace(api_client, probe)
-        yield process
+        with webhook_registration.registered(api_client, name, process.base_url, certs.ca_bundle):
+            yield process
     finally:
-        webhook_registration.delete(api_client, name)
         process.stop()
         untrack(process)
 
