@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
+from e2e.cluster import service_account_kubeconfig
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -213,32 +214,7 @@ def apply_hook_rbac(release: Release, render, kubectl, directory: Path) -> dict:
 
 def account_kubeconfig(release: Release, account: str, kubectl, directory: Path) -> Path:
     """A kubeconfig that authenticates as a ServiceAccount (a token of it), as its pods do."""
-    token = run(
-        [
-            *kubectl_argv(kubectl, release.kubeconfig),
-            "create",
-            "token",
-            account,
-            "--namespace",
-            release.namespace,
-            "--duration=10m",
-        ]
-    )
-    assert token.returncode == 0, token.stderr
-    admin = yaml.safe_load(Path(release.kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
-        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
-        "current-context": account,
-    }
-    path = directory / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return service_account_kubeconfig(kubectl, release.kubeconfig, release.namespace, account, directory / "kubeconfig")
 
 
 @pytest.fixture(scope="module")

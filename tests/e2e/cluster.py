@@ -7,7 +7,10 @@ then look at exactly what `kubectl get -o json` shows.
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
+import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
@@ -188,3 +191,41 @@ def delete_node(api_client, name: str) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def service_account_kubeconfig(
+    kubectl: Path | str, admin_kubeconfig: Path | str, namespace: str, account: str, path: Path
+) -> Path:
+    """A kubeconfig (mode 0600) for the admin's cluster that authenticates with a fresh
+    10-minute token of the ServiceAccount, as the account's pods do."""
+    token = subprocess.run(
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(admin_kubeconfig),
+            "create",
+            "token",
+            account,
+            "--namespace",
+            namespace,
+            "--duration=10m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert token.returncode == 0, token.stderr
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(document))
+    path.chmod(0o600)
+    return path

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e.cluster import pod_events
+from e2e.cluster import pod_events, service_account_kubeconfig
 from e2e.components import GPU_SCHEDULER
 from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
@@ -97,35 +97,7 @@ def release(kubeconfig, api_client):
 
 def token_kubeconfig(admin_kubeconfig: str, release: Release, component: str, path: Path) -> Path:
     """A kubeconfig that authenticates with a fresh token of the chart's ServiceAccount, as its pod would."""
-    account = f"{release.name}-{component}"
-    token = run(
-        [
-            KUBECTL,
-            "--kubeconfig",
-            admin_kubeconfig,
-            "create",
-            "token",
-            account,
-            "-n",
-            release.namespace,
-            "--duration=10m",
-        ]
-    )
-    assert token.returncode == 0, token.stderr
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
-        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
-        "current-context": account,
-    }
-    path.write_text(yaml.safe_dump(document))
-    path.chmod(0o600)
-    return path
+    return service_account_kubeconfig(KUBECTL, admin_kubeconfig, release.namespace, f"{release.name}-{component}", path)
 
 
 def container_args(workload: dict) -> list[str]:
