@@ -8,9 +8,10 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Keep all Go state inside the repo cache so a second run is fast and
-# `rm -rf .cache` works (-modcacherw: module files are normally read-only).
-export GOMODCACHE="$CACHE_DIR/go/mod" GOCACHE="$CACHE_DIR/go/build"
+# Go's module and build caches stay in their default places (go env GOMODCACHE,
+# GOCACHE): they are content-addressed, so every clone on the machine shares
+# them and a fresh clone's first build is warm. -modcacherw keeps
+# `go clean -modcache` able to delete what this wrote.
 export GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
 
 # first_line BIN: the first line of `BIN --version`, or nothing.

@@ -20,7 +20,15 @@ from .errors import (
     PlacementError,
     PodIndexError,
 )
-from .grammar import MAX_MAP_BYTES, MapEntry, SchedulingMap, is_node_reference, parse_map, parse_map_uncached
+from .grammar import (
+    MAX_MAP_BYTES,
+    MapEntry,
+    SchedulingMap,
+    device_identity,
+    is_node_reference,
+    parse_map,
+    parse_map_uncached,
+)
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
@@ -76,6 +84,7 @@ __all__ = [
     "PodIndexError",
     "SchedulingMap",
     "controller_kind",
+    "device_identity",
     "is_node_reference",
     "map_text",
     "parse_map",

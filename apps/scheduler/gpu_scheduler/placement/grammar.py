@@ -126,19 +126,27 @@ def _parse_node(line: int, text: str, token: str) -> str:
     return token
 
 
+def device_identity(device: str) -> str:
+    """The device a valid token names, in one spelling: "01" and "1" are GPU 1,
+    and a UUID is the same in any letter case. Compare devices by this, never
+    by the token as written. (String arithmetic, not int(): a token may have
+    thousands of digits.)"""
+    if _DEVICE_ORDINAL.fullmatch(device):
+        return device.lstrip("0") or "0"
+    return device.lower()
+
+
 def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
     if not token.strip():
         raise InvalidDeviceError(line, text, f"no devices after ':' in {quote(text)}")
     devices: list[str] = []
-    seen: set[object] = set()
+    seen: set[str] = set()
     for raw in token.split(","):
         device = raw.strip()
         if not device:
             raise InvalidDeviceError(line, text, f"empty device in {quote(text)} (stray comma?)")
-        if _DEVICE_ORDINAL.fullmatch(device):
-            identity: object = int(device)  # "01" and "1" are the same GPU
-        elif _DEVICE_UUID.fullmatch(device):
-            identity = device.lower()
+        if _DEVICE_ORDINAL.fullmatch(device) or _DEVICE_UUID.fullmatch(device):
+            identity = device_identity(device)
         else:
             raise InvalidDeviceError(
                 line,
