@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A Debian bookworm base image made offline from Debian's own mirror, for
+# machines that cannot pull from any image registry (ours): debootstrap a
+# minimal root file system and `docker import` it. Users with a registry never
+# need it: our Dockerfiles default to pinned upstream images.
+#
+#   debian-base.sh          prints the image reference, building it first if missing
+#
+# The tag is a hash of this script, so an edit here makes a new image and an
+# unchanged script reuses the one in Docker's store (shared by every clone).
+# Images built on top of it install what they need with apt (plain HTTP to
+# the Debian mirror works inside builds here).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SUITE=bookworm
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# ca-certificates: images on top of it talk TLS; nothing else beyond minbase.
+INCLUDE=ca-certificates
+REPOSITORY=gpu-scheduler-debian
+TAG="$SUITE-$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
+IMAGE="$REPOSITORY:$TAG"
+
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "$IMAGE"
+  exit 0
+fi
+
+if ! command -v debootstrap >/dev/null; then
+  [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null ||
+    die "debootstrap is missing: install it (apt-get install debootstrap) to build $IMAGE"
+  log "debian-base: installing debootstrap"
+  apt-cache policy debootstrap 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+fi
+[[ "$(id -u)" == 0 ]] || die "debootstrap needs root to build $IMAGE"
+
+rootfs="$(mktemp -d "${TMPDIR:-/tmp}/debian-rootfs.XXXXXX")"
+trap 'rm -rf "$rootfs"' EXIT
+log "debian-base: debootstrap $SUITE (minbase + $INCLUDE) from $MIRROR (about a minute)"
+with_heartbeat "running debootstrap" \
+  debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$rootfs" "$MIRROR" >"$rootfs.log" 2>&1 ||
+  { tail -n 30 "$rootfs.log" >&2; die "debootstrap failed (log above)"; }
+rm -f "$rootfs.log"
+# Smaller and reproducible-ish: no package lists or caches in the image; apt
+# in a later build runs `apt-get update` first anyway.
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
+log "debian-base: docker import as $IMAGE"
+tar -C "$rootfs" -c . | docker import \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
+echo "$IMAGE"
