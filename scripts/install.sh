@@ -18,7 +18,9 @@ PYTHON="$(host_python)"
 inputs() {
   cat "$REPO_ROOT/uv.lock" "$REPO_ROOT/pyproject.toml" "$REPO_ROOT"/apps/*/pyproject.toml
   echo "groups: $GROUPS_WANTED"
-  "$PYTHON" -c 'import sys; print(sys.executable, sys.version)'
+  # The interpreter: its path, and the one .venv really runs (a pyenv shim
+  # stays the same path across versions). No Python call: shims are slow.
+  echo "python: $PYTHON $(readlink -f "$VENV/bin/python" 2>/dev/null)"
 }
 stamp="$VENV/.installed-$(inputs | sha256sum | cut -c1-16)"
 if [[ -f "$stamp" && -x "$VENV/bin/python" ]]; then
@@ -30,6 +32,6 @@ for group in $GROUPS_WANTED; do group_args+=(--group "$group"); done
 log "install: .venv with gpu-scheduler, gpu-scheduler-check and groups: $GROUPS_WANTED (uv.lock)"
 # uv sync is exact: a group left out of INSTALL_GROUPS is removed again.
 "$REPO_ROOT/scripts/uv.sh" sync --frozen --all-packages --no-default-groups "${group_args[@]}" \
-  --python "$PYTHON" --project "$REPO_ROOT"
+  --python "$("$PYTHON" -c 'import sys; print(sys.executable)')" --project "$REPO_ROOT"
 rm -f "$VENV"/.installed-*
 touch "$stamp"

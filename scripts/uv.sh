@@ -6,7 +6,8 @@
 # machine's python3 and pip from uv.lock's `tooling` group: uv, pip (for the
 # wheelhouse) and packaging (marker evaluation), each pinned by version and
 # installed with --require-hashes against the hashes uv.lock records. A change
-# to those pins in uv.lock rebuilds the venv; otherwise this costs a stat.
+# to those pins in uv.lock rebuilds the venv; otherwise this costs a hash of
+# uv.lock.
 # uv's own cache stays in its default place (~/.cache/uv), shared by clones.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -39,6 +40,13 @@ EOF
 }
 
 [[ -f "$LOCK" ]] || die "$LOCK is missing"
+# Fast path without Python (a pyenv shim alone costs half a second): this
+# exact uv.lock was already checked against the venv.
+lock_seen="$TOOLS_VENV/.lock-$(sha256sum "$LOCK" | cut -c1-16)"
+if [[ -f "$lock_seen" && -x "$TOOLS_VENV/bin/uv" ]]; then
+  export UV_PYTHON_DOWNLOADS=never
+  exec "$TOOLS_VENV/bin/uv" "$@"
+fi
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null ||
   die "${PYTHON:-python3} is missing or older than 3.11: install Python 3.11+ (with its venv module) or set PYTHON"
 requirements="$(tooling_requirements)"
@@ -52,6 +60,8 @@ if [[ ! -f "$stamp" ]]; then
     --only-binary :all: -r /dev/stdin <<<"$requirements"
   touch "$stamp"
 fi
+rm -f "$TOOLS_VENV"/.lock-*
+touch "$lock_seen"
 
 # Never download a Python: the venvs use the machine's interpreter.
 export UV_PYTHON_DOWNLOADS=never
