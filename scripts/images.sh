@@ -179,12 +179,19 @@ build_one() {
     return
   fi
   log "images: docker build $ref (base $base, inputs $inputs_hash, no network)"
-  local start=$SECONDS
-  docker build --network none --file "$REPO_ROOT/apps/$app/Dockerfile" --tag "$ref" \
+  local start=$SECONDS old_id
+  old_id="$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)"
+  # --force-rm: no stopped container is left behind by a failed step.
+  docker build --force-rm --network none --file "$REPO_ROOT/apps/$app/Dockerfile" --tag "$ref" \
     --build-arg PYTHON_IMAGE="$base" --build-arg VERSION="$version" \
     --build-arg REVISION="$revision" --build-arg SOURCE="$source" \
     --label "$INPUTS_LABEL=$inputs_hash" "$REPO_ROOT" >&2
   log "images: built $ref in $((SECONDS - start))s"
+  # The image this one replaces is untagged now: remove it (and its layers
+  # nothing else uses) unless a container still uses it.
+  if [[ -n "$old_id" && "$old_id" != "$(docker image inspect --format '{{.Id}}' "$ref")" ]]; then
+    docker rmi "$old_id" >/dev/null 2>&1 || true
+  fi
 }
 
 cmd_build() {
