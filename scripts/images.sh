@@ -5,6 +5,11 @@
 #   images.sh [build] [scheduler] [check]   build (default: both); skip an image
 #                                           whose inputs are unchanged
 #   images.sh base                          print the Python base image it would use
+#   images.sh wheelhouse                    only download the wheels (.cache/wheelhouse/<app>)
+#                                           for the base images.sh would use; with
+#                                           IMAGE_PLATFORM=linux/amd64 (or linux/arm64), for
+#                                           the pinned upstream image without asking Docker
+#                                           (CI: kaniko then builds from them)
 #
 # Env:
 #   SCHEDULER_IMAGE  tag of the scheduler image   (gpu-scheduler:dev)
@@ -134,6 +139,56 @@ print(json.dumps({
   echo "$file"
 }
 
+# static_target PLATFORM: the pinned upstream image's Python as probe_target
+# would report it, for a job without Docker: Debian bookworm (glibc 2.36) and
+# the Python version of the tag.
+static_target() {
+  local machine file full minor
+  case "$1" in
+    linux/amd64) machine=x86_64 ;;
+    linux/arm64) machine=aarch64 ;;
+    *) die "IMAGE_PLATFORM=$1: choose linux/amd64 or linux/arm64" ;;
+  esac
+  [[ -z "${PYTHON_IMAGE:-}" || "$PYTHON_IMAGE" == "$UPSTREAM_PYTHON" ]] ||
+    die "IMAGE_PLATFORM describes $UPSTREAM_PYTHON only; unset PYTHON_IMAGE or drop IMAGE_PLATFORM"
+  full="$(sed -n 's/^python:\([0-9]*\.[0-9]*\.[0-9]*\)-slim-bookworm$/\1/p' <<<"$UPSTREAM_PYTHON")"
+  [[ -n "$full" ]] || die "cannot read the Python version from $UPSTREAM_PYTHON"
+  minor="${full%.*}"
+  file="$STATE_DIR/targets/static-$machine-$full.json"
+  mkdir -p "$(dirname "$file")"
+  printf '%s\n' "{\"markers\": {\"implementation_name\": \"cpython\", \"implementation_version\": \"$full\",
+ \"os_name\": \"posix\", \"platform_machine\": \"$machine\", \"platform_python_implementation\": \"CPython\",
+ \"platform_release\": \"\", \"platform_system\": \"Linux\", \"platform_version\": \"\",
+ \"python_full_version\": \"$full\", \"python_version\": \"$minor\", \"sys_platform\": \"linux\"},
+ \"machine\": \"$machine\", \"glibc\": [2, 36], \"python_version\": \"$minor\", \"abi\": \"cp${minor/./}\"}" >"$file"
+  echo "$file"
+}
+
+wheelhouse_for() { # app target
+  "$TOOLS_PYTHON" "$REPO_ROOT/scripts/wheelhouse.py" --app "$1" --target "$2" --dest "$WHEELHOUSE/$1"
+}
+
+tool_venv() {
+  "$REPO_ROOT/scripts/uv.sh" --version >/dev/null # makes the tool venv (pip, packaging) for the wheelhouse
+  TOOLS_PYTHON="$CACHE_DIR/uv-tools/bin/python"
+}
+
+cmd_wheelhouse() {
+  mkdir -p "$STATE_DIR"
+  exec 8>"$STATE_DIR/.lock"
+  flock 8
+  tool_venv
+  local target app
+  if [[ -n "${IMAGE_PLATFORM:-}" ]]; then
+    target="$(static_target "$IMAGE_PLATFORM")"
+    log "images: wheels for $UPSTREAM_PYTHON on $IMAGE_PLATFORM (IMAGE_PLATFORM; Docker not asked)"
+  else
+    need_docker "scripts/images.sh wheelhouse"
+    target="$(probe_target "$(choose_base)")"
+  fi
+  for app in scheduler check; do wheelhouse_for "$app" "$target"; done
+}
+
 # The files an app's image is built from, relative to the repository root.
 inputs_of() {
   local app="$1"
@@ -160,7 +215,7 @@ source_url() {
 build_one() {
   local app="$1" base="$2" target="$3" ref version revision source inputs_hash
   ref="$(image_ref "$app")"
-  "$TOOLS_PYTHON" "$REPO_ROOT/scripts/wheelhouse.py" --app "$app" --target "$target" --dest "$WHEELHOUSE/$app"
+  wheelhouse_for "$app" "$target"
   version="${IMAGE_VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/apps/$app/pyproject.toml")}"
   revision="$(revision_of "$app")"
   source="$(source_url)"
@@ -206,8 +261,7 @@ cmd_build() {
   # One build at a time per clone: the wheelhouse is shared.
   exec 8>"$STATE_DIR/.lock"
   flock 8
-  "$REPO_ROOT/scripts/uv.sh" --version >/dev/null # makes the tool venv (pip, packaging) for the wheelhouse
-  TOOLS_PYTHON="$CACHE_DIR/uv-tools/bin/python"
+  tool_venv
   local base target
   base="$(choose_base)"
   target="$(probe_target "$base")"
@@ -224,5 +278,6 @@ case "${1:-build}" in
   build) shift || true; cmd_build "$@" ;;
   scheduler | check) cmd_build "$@" ;;
   base) need_docker "scripts/images.sh base"; choose_base ;;
-  *) die "usage: $0 [build] [scheduler] [check] | base" ;;
+  wheelhouse) cmd_wheelhouse ;;
+  *) die "usage: $0 [build] [scheduler] [check] | base | wheelhouse" ;;
 esac
