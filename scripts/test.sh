@@ -30,8 +30,12 @@ $PYTEST -m "not cluster and not e2e and not faults and not images"
 # up (scripts/docker-engine.sh installs and starts it when root); elsewhere,
 # without one, the image tests are skipped with a message naming what to install.
 step "images: Docker engine, make images, the image tests"
+engine_was_up=false
+docker info >/dev/null 2>&1 && engine_was_up=true
 if bash scripts/docker-engine.sh ensure; then
-  cleanups+=('step "stopping the Docker engine if this run started it"; bash scripts/docker-engine.sh stop')
+  # Only an engine this run started is stopped: one that was already up may
+  # be running other people's containers.
+  $engine_was_up || cleanups+=('step "stopping the Docker engine this run started"; bash scripts/docker-engine.sh stop')
   bash scripts/images.sh build >/dev/null
 elif [ "${CI:-}" = "true" ]; then
   exit 1
