@@ -34,4 +34,5 @@ log "install: .venv with gpu-scheduler, gpu-scheduler-check and groups: $GROUPS_
 "$REPO_ROOT/scripts/uv.sh" sync --frozen --all-packages --no-default-groups "${group_args[@]}" \
   --python "$("$PYTHON" -c 'import sys; print(sys.executable)')" --project "$REPO_ROOT"
 rm -f "$VENV"/.installed-*
-touch "$stamp"
+# Named after the inputs as they are now that .venv exists (its interpreter is one).
+touch "$VENV/.installed-$(inputs | sha256sum | cut -c1-16)"
