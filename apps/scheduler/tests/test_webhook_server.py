@@ -135,6 +135,27 @@ def test_each_decision_is_logged_on_one_line(server):
     assert "ml/train-1" not in server.log()
 
 
+def worker_pids(master: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{master}/task").iterdir():
+        found.update(int(pid) for pid in (task / "children").read_text().split())
+    return found
+
+
+def test_every_worker_that_runs_writes_its_log(server):
+    """A worker forked while the master's log writer thread was busy wrote nothing,
+    ever (its "Booting worker" line missing, so it looked as if it had never started).
+    Read the workers from /proc, not from the log, and find each one's own line."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        workers = worker_pids(server.process.pid)
+        silent = [pid for pid in workers if f"Booting worker with pid: {pid}" not in server.log()]
+        if len(workers) == 2 and not silent:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"workers {sorted(workers)}; without a line in the log: {silent}\n{server.log()}")
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
