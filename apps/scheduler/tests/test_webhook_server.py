@@ -118,6 +118,16 @@ def test_validate_denies_an_invalid_map_with_its_line(server):
     )
 
 
+def test_a_map_index_too_long_for_int_is_denied_naming_the_line_not_a_500(server):
+    review = golden("mutate-statefulset-pod")
+    review["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = "0=node1:0\n" + "7" * 5000 + "=n:0\n"
+    response = post(server, "/mutate", review)
+    assert response.status_code == 200, response.text[:500]
+    answer = response.json()["response"]
+    assert answer["allowed"] is False
+    assert "gpu-scheduling-map: line 2: index 77777" in answer["status"]["message"]
+
+
 def test_each_decision_is_logged_on_one_line(server):
     # A pod of another scheduler passes unexamined: not worth an info line.
     assert post(server, "/mutate", golden("mutate-other-scheduler")).status_code == 200

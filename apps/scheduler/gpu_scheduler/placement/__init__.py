@@ -29,6 +29,7 @@ from .grammar import (
     parse_map,
     parse_map_uncached,
 )
+from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
@@ -64,6 +65,8 @@ def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
 
 __all__ = [
     "CUDA_ENV",
+    "MAX_DEVICE_ORDINAL",
+    "MAX_INDEX",
     "MAX_MAP_BYTES",
     "MAP_ANNOTATION",
     "PLACEMENT_ANNOTATION",
