@@ -27,6 +27,7 @@ from .errors import (
     MalformedEntryError,
     MapLineError,
     MapTooLargeError,
+    MigDeviceError,
     quote,
 )
 from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX, bounded_int, shown
@@ -166,7 +167,29 @@ def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
             raise DuplicateDeviceError(line, text, f"device {device} appears twice in {quote(text)}")
         seen.add(identity)
         devices.append(device)
+    _check_mig(line, text, devices)
     return tuple(devices)
+
+
+def _check_mig(line: int, text: str, devices: list[str]) -> None:
+    """One CUDA process enumerates a single MIG device and nothing beside it
+    (NVIDIA's MIG user guide, "CUDA device enumeration"): a line that gives a
+    pod more would promise devices the pod cannot use."""
+    migs = [device for device in devices if device.startswith("MIG-")]
+    if len(migs) > 1:
+        raise MigDeviceError(
+            line,
+            text,
+            f"{quote(text)} lists {len(migs)} MIG devices; one CUDA process sees at most one MIG device, "
+            "so give each pod a single MIG device",
+        )
+    if migs and len(devices) > 1:
+        raise MigDeviceError(
+            line,
+            text,
+            f"{quote(text)} puts MIG device {migs[0]} beside whole GPUs; one CUDA process sees at most one "
+            "MIG device and no GPU beside it, so give the pod either that MIG device alone or whole GPUs",
+        )
 
 
 def _parse_line(line: int, text: str) -> MapEntry:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from ..placement import CUDA_ENV, PLACEMENT_ANNOTATION, MapEntry
+from ..placement import CUDA_ENV, CUDA_ORDER, CUDA_ORDER_ENV, PLACEMENT_ANNOTATION, MapEntry
 
 # Every list of containers in a pod spec. Ephemeral containers only ever
 # appear through the pods/ephemeralcontainers subresource, but a debug
@@ -59,6 +59,19 @@ def env_with(env: list[dict], name: str, value: str) -> list[dict]:
     return result
 
 
+def placement_env(env: list[dict], devices: str) -> list[dict]:
+    """`env` with CUDA_VISIBLE_DEVICES set to `devices` and, right after it,
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA numbers the GPUs as nvidia-smi and the
+    map do. A container that sets CUDA_DEVICE_ORDER itself (value or valueFrom)
+    keeps its own entry: it chose how its ordinals are read."""
+    result = env_with(env, CUDA_ENV, devices)
+    if any(item.get("name") == CUDA_ORDER_ENV for item in env):
+        return result
+    after = next(i for i, item in enumerate(result) if item.get("name") == CUDA_ENV) + 1
+    result.insert(after, {"name": CUDA_ORDER_ENV, "value": CUDA_ORDER})
+    return result
+
+
 def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS, annotate: bool = True) -> list[dict]:
     """The operations that make `pod` match `entry`; empty when it already does."""
     devices = entry.cuda_visible_devices
@@ -67,7 +80,7 @@ def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS,
     for field in container_lists:
         for position, container in enumerate(spec.get(field) or []):
             env = container.get("env")
-            wanted = env_with(env or [], CUDA_ENV, devices)
+            wanted = placement_env(env or [], devices)
             if env != wanted:
                 operations.append(
                     {
