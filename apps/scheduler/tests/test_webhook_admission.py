@@ -224,7 +224,10 @@ def test_debug_container_gets_the_devices_and_nothing_else_is_touched():
         {
             "op": "add",
             "path": "/spec/ephemeralContainers/0/env",
-            "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+            "value": [
+                {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"},
+                {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
+            ],
         }
     ]
 

@@ -103,7 +103,10 @@ def test_mutate_answers_with_the_placement_patch(server):
     assert {
         "op": "add",
         "path": "/spec/containers/1/env",
-        "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+        "value": [
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"},
+            {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
+        ],
     } in operations
 
 
