@@ -7,9 +7,11 @@ import jsonpatch
 from gpu_scheduler.placement import MapEntry
 from gpu_scheduler.webhook.patch import (
     env_with,
+    new_ephemeral_containers_patch,
     placement_annotation,
     placement_patch,
     pointer_token,
+    recorded_placement,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -176,17 +178,29 @@ def test_only_what_differs_is_patched():
     ]
 
 
-def test_ephemeral_containers_alone_when_asked():
-    pod = statefulset_pod([{"name": "main"}])
-    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
-    operations = placement_patch(pod, ENTRY, container_lists=("ephemeralContainers",), annotate=False)
-    assert operations == [
+def test_only_ephemeral_containers_new_in_the_request_are_patched():
+    old = statefulset_pod([{"name": "main"}])
+    old["spec"]["ephemeralContainers"] = [{"name": "debugger-1", "image": "busybox"}]
+    pod = copy.deepcopy(old)
+    pod["spec"]["ephemeralContainers"].append({"name": "debugger-2", "image": "busybox", "env": [{"name": "A"}]})
+    assert new_ephemeral_containers_patch(pod, old, "0,1,2") == [
         {
             "op": "add",
-            "path": "/spec/ephemeralContainers/0/env",
-            "value": [{"name": CUDA, "value": "0,1,2"}, ORDER],
+            "path": "/spec/ephemeralContainers/1/env",
+            "value": [{"name": "A"}, {"name": CUDA, "value": "0,1,2"}, ORDER],
         }
     ]
+
+
+def test_the_recorded_placement_is_read_back_and_anything_else_is_none():
+    assert recorded_placement(statefulset_pod([], annotations={"gpu-scheduler/placement": PLACEMENT})) == {
+        "index": 2,
+        "node": "node3",
+        "devices": "0,1,2",
+    }
+    for raw in (None, "not json", "[]", '{"cudaVisibleDevices": 3}'):
+        annotations = {} if raw is None else {"gpu-scheduler/placement": raw}
+        assert recorded_placement(statefulset_pod([], annotations=annotations)) is None
 
 
 def test_pointer_token_escapes_tilde_before_slash():
