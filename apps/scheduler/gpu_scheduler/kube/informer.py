@@ -43,13 +43,14 @@ WATCH_SECONDS_MAX = 600
 # has lost its peer, whatever timeoutSeconds says.
 WATCH_READ_TIMEOUT = 90.0
 # A cache whose list or watch has failed for this long is not being kept current.
-STALE_AFTER_SECONDS = 30.0
+STALE_AFTER_SECONDS = 20.0
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
 
 EXPIRED = "expired"
 HANDLER_ERROR = "handler-error"
 REQUESTED = "requested"
+RELIST_REASONS = (EXPIRED, HANDLER_ERROR, REQUESTED)
 
 
 class ResourceGone(Exception):
@@ -100,7 +101,7 @@ class Informer:
         if label_selector:
             self._selectors["labelSelector"] = label_selector
         self.synced = threading.Event()
-        self.relists: Counter[str] = Counter()  # reason (EXPIRED, HANDLER_ERROR) -> lists after the first
+        self.relists: Counter[str] = Counter()  # reason (RELIST_REASONS) -> lists after the first
         self.resource_version: str | None = None  # the last one seen in a list, event or bookmark
         self.read_timeout = WATCH_READ_TIMEOUT
         self._failing_since: float | None = None  # monotonic; None while lists and watches work

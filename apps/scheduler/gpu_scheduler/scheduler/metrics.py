@@ -67,7 +67,8 @@ class _StateCollector(Collector):
         relists = CounterMetricFamily(
             "gpu_scheduler_watch_relists",
             "Lists after the first, by cache and reason: the watch's resourceVersion expired "
-            "(410 Gone), or a handler failed on an event (handler-error).",
+            "(410 Gone), a handler failed on an event (handler-error), or the scheduler asked "
+            "for one to settle a binding whose answer was lost (requested).",
             labels=["cache", "reason"],
         )
         for (cache, reason), count in sorted(self._relists().items()):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gpu_scheduler.kube.binder import BindOutcome, bind
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
-from gpu_scheduler.kube.informer import Informer
+from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
 from gpu_scheduler.kube.objects import assigned_pod, node_info, pod_key, trim_pending_pod
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
 from gpu_scheduler.scheduling import AssignedPod, Decision, NodeInfo, SharingPolicy
@@ -116,7 +116,7 @@ class Scheduler:
             self.queue_counts,
             self.gpus_held,
             lambda: recorder.dropped,
-            lambda: {(i.name, reason): n for i in self.informers for reason, n in i.relists.items()},
+            lambda: {(i.name, reason): i.relists[reason] for i in self.informers for reason in RELIST_REASONS},
         )
 
     # -- lifecycle ----------------------------------------------------------------------
