@@ -27,10 +27,21 @@ class Binding:
     user_agent: str
     received: datetime  # requestReceivedTimestamp
     code: int | None  # None: no answer was logged (the API server died first)
+    message: str = ""  # the answer's message, for errors
 
     @property
     def stored(self) -> bool:
         return self.code is not None and 200 <= self.code < 300
+
+    @property
+    def uncertain(self) -> bool:
+        """No answer logged, a 5xx, or a 409 that is not "already assigned": the binding may have
+        been stored all the same. Seen here: a client killed mid-request (kill -9 of a scheduler)
+        leaves a 504 "context canceled" although the pod was bound; etcd killed mid-write leaves a
+        409 "rpc error: code = Unavailable ... EOF" for a binding it had committed."""
+        if self.code is None or self.code >= 500:
+            return True
+        return self.code == 409 and "is already assigned to node" not in self.message
 
 
 def _time(text: str) -> datetime:
@@ -49,7 +60,7 @@ class AuditLog:
     def bindings(self, namespace: str) -> list[Binding]:
         """Every binding request of pods in `namespace`, in arrival order, one per request."""
         received: dict[str, dict] = {}
-        answered: dict[str, int] = {}
+        answered: dict[str, tuple[int, str]] = {}
         with self.path.open(errors="replace") as lines:
             for line in lines:
                 if f'"{namespace}"' not in line or '"binding"' not in line:
@@ -64,7 +75,8 @@ class AuditLog:
                 audit_id = event["auditID"]
                 received.setdefault(audit_id, event)
                 if event.get("stage") == "ResponseComplete":
-                    answered[audit_id] = int((event.get("responseStatus") or {}).get("code") or 0)
+                    status = event.get("responseStatus") or {}
+                    answered[audit_id] = (int(status.get("code") or 0), str(status.get("message") or ""))
         found = [
             Binding(
                 audit_id,
@@ -72,7 +84,7 @@ class AuditLog:
                 event["objectRef"].get("name", ""),
                 event.get("userAgent", ""),
                 _time(event["requestReceivedTimestamp"]),
-                answered.get(audit_id),
+                *answered.get(audit_id, (None, "")),
             )
             for audit_id, event in received.items()
         ]
@@ -85,27 +97,32 @@ class AuditLog:
 
 @dataclass(frozen=True)
 class BindingVerdict:
-    stored: Counter  # pod -> successful bindings
-    refused: Counter  # pod -> refused bindings (4xx/5xx), e.g. 409 "already assigned"
-    unanswered: Counter  # pod -> bindings without a logged answer
+    stored: Counter  # pod -> successful bindings (2xx)
+    refused: Counter  # pod -> bindings refused for sure (4xx), e.g. 409 "already assigned"
+    uncertain: Counter  # pod -> bindings without an answer or with a 5xx: stored or not
     requests: int
 
     def twice(self) -> dict[str, int]:
+        """Pods the API server answered two successful bindings for."""
         return {pod: n for pod, n in self.stored.items() if n > 1}
 
+    def accounted(self) -> set[str]:
+        """Pods with a binding that was, or may have been, stored."""
+        return set(self.stored) | set(self.uncertain)
+
     def refused_after_bound(self) -> int:
-        """Second attempts the API server refused: bindings refused for pods that were bound."""
-        return sum(n for pod, n in self.refused.items() if self.stored.get(pod) or self.unanswered.get(pod))
+        """Second attempts the API server refused: 4xx bindings of pods that had a binding stored."""
+        return sum(n for pod, n in self.refused.items() if pod in self.accounted())
 
 
 def verdict(log: AuditLog, namespace: str) -> BindingVerdict:
     bindings = log.bindings(namespace)
-    stored, refused, unanswered = Counter(), Counter(), Counter()
+    stored, refused, uncertain = Counter(), Counter(), Counter()
     for binding in bindings:
-        if binding.code is None:
-            unanswered[binding.pod] += 1
-        elif binding.stored:
+        if binding.stored:
             stored[binding.pod] += 1
+        elif binding.uncertain:
+            uncertain[binding.pod] += 1
         else:
             refused[binding.pod] += 1
-    return BindingVerdict(stored, refused, unanswered, len(bindings))
+    return BindingVerdict(stored, refused, uncertain, len(bindings))

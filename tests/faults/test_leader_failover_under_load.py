@@ -72,7 +72,7 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
     assert misplaced(pods) == {}
     found = verdict(audit_log, ns)
     assert found.twice() == {}, f"pods bound twice: {found.twice()}"
-    assert set(found.stored) | set(found.unanswered) == {p["metadata"]["name"] for p in pods}
+    assert found.accounted() == {p["metadata"]["name"] for p in pods}
     standby_agent = standby.user_agent()
     by_standby = [b for b in audit_log.bindings(ns) if b.stored and b.user_agent == standby_agent]
     assert all(b.received.timestamp() > killed_at for b in by_standby), "the standby bound while the leader lived"

@@ -50,6 +50,16 @@ def test_bind_answers_are_classified(status, message, outcome):
     assert classify(status, message).outcome is outcome
 
 
+@pytest.mark.parametrize(
+    ("status", "message", "maybe_stored"),
+    [(0, "", True), (500, "", True), (504, "", True), (409, ETCD_DOWN, True), (403, "", False), (422, "", False)],
+)
+def test_a_failed_binding_may_have_been_stored_unless_a_4xx_proves_otherwise(status, message, maybe_stored):
+    # Seen in the fault tests: etcd committed a binding answered 409 "rpc error: Unavailable".
+    assert classify(status, message).maybe_stored is maybe_stored
+    assert classify(201).maybe_stored is False and classify(409, ALREADY).maybe_stored is False
+
+
 FULL_POD = {
     "apiVersion": "v1",
     "kind": "Pod",

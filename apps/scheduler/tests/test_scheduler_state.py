@@ -107,17 +107,17 @@ def test_an_attempt_that_raises_before_its_binding_ended_forgets_its_hold(state)
     assert held(state) == {} and state.queue.state_of("ua") == BACKOFF
 
 
-def test_a_binding_whose_answer_was_lost_keeps_its_hold_until_a_list_says(state):
+def test_a_binding_whose_outcome_is_unknown_keeps_its_hold_until_a_list_says(state):
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
-    state.bind_failed(uid, "node1", answered=False, now=1.0, jitter=0.5)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     assert held(state) == {("node1", "0"): ["ua"]}
     state.assigned_replace([], listed_at=2.0)  # the list after: not bound after all
     assert held(state) == {}
-    # With an answer (500, a webhook's refusal...), nothing was stored: the hold goes at once.
+    # With an answer that proves nothing was stored (a 4xx), the hold goes at once.
     state.pending_upsert(pending("b-0", "ub", "node2", "1"))
     uid, _ = attempt(state, 100.0)
-    state.bind_failed(uid, "node2", answered=True, now=100.0, jitter=0.5)
+    state.bind_failed(uid, "node2", maybe_stored=False, now=100.0, jitter=0.5)
     assert held(state) == {}
 
 
@@ -127,7 +127,7 @@ def test_a_refusal_after_a_lost_answer_keeps_the_hold_the_binding_may_have_taken
     # pod take the GPU the first one really has.
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
-    state.bind_failed(uid, "node1", answered=False, now=1.0, jitter=0.5)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     state.node_upsert(node_info(api_node("node1", unschedulable=True)))
     uid, decision = attempt(state, 10.0)
     assert decision.plugin == "NodeUnschedulable"
@@ -144,7 +144,7 @@ def test_a_refusal_after_a_lost_answer_keeps_the_hold_the_binding_may_have_taken
 def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer(state):
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
-    state.bind_failed(uid, "node1", answered=False, now=1.0, jitter=0.5)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     state.pending_delete(pending("a-0", "ua", "node1", "0"))  # deleted, never bound
     assert held(state) == {} and "ua" not in state.queue
 
@@ -316,8 +316,8 @@ class SchedulerStateMachine(RuleBasedStateMachine):
         if answer == "raised":
             self.state.attempt_failed(uid, self.now, 0.5)
             return
-        if answer == "refused":  # a 500 or a webhook's refusal: nothing stored
-            self.state.bind_failed(uid, decision.node, answered=True, now=self.now, jitter=0.5)
+        if answer == "refused":  # a 4xx: nothing stored
+            self.state.bind_failed(uid, decision.node, maybe_stored=False, now=self.now, jitter=0.5)
             return
         if answer == "answered":
             if pod["deleted"]:
@@ -333,7 +333,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
             pod["bound"] = decision.node
             self.pending_events.append(("delete", self._pending_obj(uid)))
             self.assigned_events.append(("upsert", self._assigned_obj(uid)))
-        self.state.bind_failed(uid, decision.node, answered=False, now=self.now, jitter=0.5)
+        self.state.bind_failed(uid, decision.node, maybe_stored=True, now=self.now, jitter=0.5)
 
     # -- invariants --------------------------------------------------------------------------------
 

@@ -186,8 +186,8 @@ class KubeClient:
         return self.call("GET", path, query=query)
 
     @contextmanager
-    def stream(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[Iterator[bytes]]:
-        """An open watch: yields an iterator over the response's lines.
+    def stream(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[WatchStream]:
+        """An open watch: yields a WatchStream, an iterator over the response's lines.
 
         read_timeout bounds each wait for data, not the whole watch: it must
         be longer than the gap between the apiserver's bookmarks, so a quiet
@@ -208,7 +208,7 @@ class KubeClient:
         try:
             if response.status != 200:
                 raise ApiError("GET", path, response.status, response.read())
-            yield _lines_or_api_error(response, path)
+            yield WatchStream(response, path)
         finally:
             # Close before handing back: a half-read watch connection cannot
             # carry another request, so the pool must open a fresh one.
@@ -216,14 +216,28 @@ class KubeClient:
             response.release_conn()
 
 
-def _lines_or_api_error(response: urllib3.HTTPResponse, path: str) -> Iterator[bytes]:
-    """The watch's lines; a connection that breaks mid-stream (the apiserver
-    restarting) ends in ApiError(status 0) like any other unanswered request,
-    so callers handle one exception type for "reconnect"."""
-    try:
-        yield from response
-    except urllib3.exceptions.HTTPError as err:
-        raise ApiError("GET", path, 0, str(err)) from err
+class WatchStream:
+    """The lines of an open watch. A connection that breaks mid-stream (the
+    apiserver restarting) ends in ApiError(status 0) like any other unanswered
+    request, so callers handle one exception type for "reconnect"."""
+
+    def __init__(self, response: urllib3.HTTPResponse, path: str) -> None:
+        self._response = response
+        self._path = path
+        self.interrupted = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._response
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            if self.interrupted:
+                return
+            raise ApiError("GET", self._path, 0, str(err)) from err
+
+    def interrupt(self) -> None:
+        """Ends the iteration now, from any thread (a read blocked on a quiet stream returns)."""
+        self.interrupted = True
+        self._response.shutdown()
 
 
 def new_client(

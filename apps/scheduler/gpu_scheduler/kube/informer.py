@@ -108,19 +108,26 @@ class Informer:
         self._delay = ERROR_BACKOFF_INITIAL  # the next pause after a failure; doubles while they go on
         self._last_error = ""
         self._resync = threading.Event()
+        self._stream = None  # the open watch, so that a resync can interrupt it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
     def request_resync(self) -> None:
-        """Asks for a list soon (at the next event or bookmark of the open watch, within about
-        a minute): the owner needs the complete current set to settle a doubt."""
+        """Asks for a list now: the owner needs the complete current set to settle a doubt.
+        An open watch is interrupted; the list follows at once."""
         self._resync.set()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -234,7 +241,10 @@ class Informer:
         )
         try:
             with self._client.stream(self._path, query, self.read_timeout) as lines:
+                self._stream = lines
                 self._working()
+                if self._resync.is_set():
+                    return  # asked for while connecting
                 for line in lines:
                     if self._stop.is_set() or self._resync.is_set():
                         break
@@ -244,6 +254,8 @@ class Informer:
             if err.status == 410:
                 raise ResourceGone() from err
             raise
+        finally:
+            self._stream = None
 
     def _dispatch(self, event: dict) -> None:
         kind = event.get("type")

@@ -245,11 +245,11 @@ class Scheduler:
             self._update(self.state.pod_gone, uid)
             self._forget(uid, pod)
         else:
-            answered = result.status != 0
-            self._update(self.state.bind_failed, uid, decision.node, answered, time.monotonic(), random.random())
-            if not answered:
-                # The binding may have been stored: a list of the pods on nodes, taken from
-                # now on, shows whether the pod kept its hold.
+            now = time.monotonic()
+            self._update(self.state.bind_failed, uid, decision.node, result.maybe_stored, now, random.random())
+            if result.maybe_stored:
+                # A list of the pods on nodes, started from now on, shows whether the binding
+                # was stored, and so whether the hold stays.
                 self._assigned.request_resync()
             message = f"binding to node {decision.node} failed: {result.message or result.status}"
             self._recorder.record(pod, WARNING, "FailedScheduling", "Binding", message, coalesce=True)

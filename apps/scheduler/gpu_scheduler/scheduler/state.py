@@ -134,16 +134,17 @@ class SchedulerState:
         self.cache.finish_binding(uid, now)
         self.queue.done(uid)
 
-    def bind_failed(self, uid: str, node: str | None, answered: bool, now: float, jitter: float) -> bool:
-        """The binding failed. With an answer from the API server it was not stored: the hold
-        goes. With none (a timeout, a connection lost) it may have been: the hold stays, as a
-        finished binding, until the watch shows the pod on its node or a list started from now
-        on does not (the runner asks for one). Either way the pod is tried again later."""
+    def bind_failed(self, uid: str, node: str | None, maybe_stored: bool, now: float, jitter: float) -> bool:
+        """The binding failed. When the answer proves it was not stored (a 4xx), the hold goes.
+        When it does not (no answer, a 5xx, a 409 from a storage error) the binding may have
+        been stored: the hold stays, as a finished binding, until the watch shows the pod on
+        its node or a list started from now on does not (the runner asks for one at once).
+        Either way the pod is tried again later."""
         woke = False
-        if answered:
-            woke = self._wake(self.cache.forget(uid))
-        else:
+        if maybe_stored:
             self.cache.finish_binding(uid, now)
+        else:
+            woke = self._wake(self.cache.forget(uid))
         self.queue.retry_later(uid, now, jitter, [node] if node else ())
         return woke
 
