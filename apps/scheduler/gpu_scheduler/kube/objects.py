@@ -18,6 +18,7 @@ parser, into canonical integers: cpu in millicores, everything else in units
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Iterable, Mapping
@@ -57,9 +58,12 @@ def _kept(mapping: dict | None, keys: tuple[str, ...]) -> dict | None:
 # -- quantities and requests ------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_amount(resource: str, quantity: object) -> int:
     """A quantity as the integer the filters compare: millicores for cpu, units (rounded up)
-    for the rest. A quantity the parser refuses counts as 0 (the API server validates them)."""
+    for the rest. A quantity the parser refuses counts as 0 (the API server validates them).
+    Cached: the same few quantities ("100m", "1Gi") come with every pod of a workload, and the
+    parser's Decimal arithmetic is the costliest part of reading a pod."""
     try:
         value = parse_quantity(quantity)
     except (ValueError, TypeError, ArithmeticError):
@@ -68,7 +72,9 @@ def canonical_amount(resource: str, quantity: object) -> int:
 
 
 def _amounts(resources: Mapping | None) -> dict[str, int]:
-    return {name: canonical_amount(name, q) for name, q in (resources or {}).items()}
+    if not isinstance(resources, Mapping):
+        return {}
+    return {name: canonical_amount(name, q) if isinstance(q, str | int | float) else 0 for name, q in resources.items()}
 
 
 def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
