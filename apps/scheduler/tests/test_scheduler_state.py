@@ -141,6 +141,22 @@ def test_a_refusal_after_a_lost_answer_keeps_the_hold_the_binding_may_have_taken
     assert "GPU 0 by ml/a-0" in decision.reason
 
 
+def test_a_failed_binding_waits_out_its_backoff_after_the_list_it_asked_for_drops_its_hold(state):
+    # Found by the fault suite: a binding refused with a 5xx asks for a list; the list drops
+    # the hold; had that woken the pod itself, it would retry at once, again and again.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    state.assigned_upsert(on_node("holder", "h-0", "node1", "1"))
+    state.pending_upsert(pending("w-0", "uw", "node1", "1"))  # waits for GPU 1
+    uid, _ = attempt(state)
+    other, decision = attempt(state)
+    state.refused(other, decision, now=0.0, jitter=0.5)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
+    state.assigned_replace([], listed_at=2.0)  # holder gone too, a-0 never bound
+    assert held(state) == {}
+    assert state.queue.state_of("ua") == BACKOFF  # not woken by its own hold leaving
+    assert state.queue.state_of("uw") == ACTIVE  # woken: GPU 1 is free
+
+
 def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer(state):
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)

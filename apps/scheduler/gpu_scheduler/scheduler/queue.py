@@ -201,11 +201,16 @@ class SchedulingQueue:
         entry.attempts += 1
         self._set_state(entry, UNSCHEDULABLE)
 
-    def wake(self, names: Iterable[str]) -> int:
-        """Nodes changed for the better: retry the pods waiting on them now."""
+    def wake(self, names: Iterable[str], sparing: Iterable[str] = ()) -> int:
+        """Nodes changed for the better: retry the pods waiting on them now, except `sparing`
+        (pods whose own hold was what left: that frees nothing for them)."""
+        spared = set(sparing)
         woken = 0
         for name in names:
-            for key in self._waiting.pop(name, ()):
+            waiting = self._waiting.get(name)
+            if not waiting:
+                continue
+            for key in [k for k in waiting if k not in spared]:
                 entry = self._entries.get(key)
                 if entry is not None and entry.state == BACKOFF:
                     self._activate(key, entry)

@@ -64,7 +64,11 @@ class SchedulerState:
     # -- pods on nodes, of every scheduler (the assigned-pods watch) ---------------------------------
 
     def assigned_replace(self, pods: Iterable[AssignedPod], listed_at: float) -> bool:
-        return self._wake(*self.cache.replace_pods(pods, listed_at))
+        before = self.cache.uids()
+        freed = self.cache.replace_pods(pods, listed_at)
+        # A pod whose assumed hold expired here is not woken by its own hold leaving: it waits
+        # out its backoff (else a failed binding, the list it asks for and the retry would spin).
+        return self._wake(*freed, sparing=before - self.cache.uids())
 
     def assigned_upsert(self, pod: AssignedPod) -> bool:
         return self._wake(self.cache.add_pod(pod))
@@ -172,6 +176,6 @@ class SchedulerState:
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _wake(self, *names: str | None) -> bool:
+    def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
         """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
-        return self.queue.wake([n for n in names if n]) > 0
+        return self.queue.wake([n for n in names if n], sparing) > 0

@@ -67,6 +67,10 @@ class ClusterCache:
     def assumed_uids(self) -> frozenset[str]:
         return frozenset(self._assumed)
 
+    def uids(self) -> set[str]:
+        """Every pod the cache holds something for, assumed or confirmed."""
+        return set(self._pods)
+
     def binding_in_flight(self, uid: str) -> bool:
         """Assumed, and its binding call has not ended yet."""
         assumed = self._assumed.get(uid)
