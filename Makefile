@@ -18,7 +18,8 @@ help: ## list the targets
 install: ## .venv from uv.lock (hash-checked): both apps + INSTALL_GROUPS ("test lint bench"); idempotent
 	@bash scripts/install.sh
 
-lint: install ## ruff and the import-linter layer contract
+lint: install ## ruff, the import-linter layer contract, uv.lock up to date with the pyproject files
+	scripts/uv.sh lock --check
 	$(VENV)/bin/ruff check apps tests
 	$(VENV)/bin/ruff format --check apps tests
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter

@@ -40,12 +40,13 @@ def normalized(rules: list[dict]) -> list[dict]:
 
 
 # Every permission of the chart, per Role/ClusterRole: exactly the API calls
-# the code makes (kube/informer, kube/binder, kube/events, kube/leader and
-# certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
+# the code makes (kube/informer, kube/binder, kube/events, kube/pod_status,
+# kube/leader and certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
 EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-scheduler"): [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {
             "apiGroups": ["events.k8s.io"],
