@@ -29,7 +29,7 @@ lint: install ## ruff and the import-linter layer contract
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter
 
 test-unit: install ## fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster)
-	$(VENV)/bin/pytest -m "not cluster and not e2e and not faults"
+	$(VENV)/bin/pytest -m "not cluster and not e2e and not faults and not kind"
 
 test: install ## every test: unit, then the real local control plane (e2e, faults); tears the cluster down
 	bash scripts/test.sh

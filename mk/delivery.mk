@@ -11,10 +11,10 @@ KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
 
-kind-up: ## KinD cluster gpu-scheduler: 1 control plane + 4 workers labelled gpu-node-name=node1..node4 (needs docker, kind)
+kind-up: ## KinD cluster gpu-scheduler: 1 control plane + workers node1..node4, all Ready, CoreDNS up (idempotent; needs Docker; KIND_NODE_IMAGE)
 	$(KIND_ENV) scripts/kind.sh up
 
-kind-down: ## delete the KinD cluster
+kind-down: ## delete the KinD cluster, its kubeconfig, and the docker network kind-up created
 	$(KIND_ENV) scripts/kind.sh down
 
 images: ## docker build gpu-scheduler:dev and gpu-scheduler-check:dev (IMAGE_TAG=... for another tag)

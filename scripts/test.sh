@@ -14,7 +14,7 @@ step "lint"
 make --no-print-directory lint
 
 step "unit tests (no cluster)"
-$PYTEST -m "not cluster and not e2e and not faults"
+$PYTEST -m "not cluster and not e2e and not faults and not kind"
 
 # `make test` always uses its own local cluster, never a KUBECONFIG that may
 # point at a real cluster; `make e2e` is the way to test against KinD.
