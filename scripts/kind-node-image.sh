@@ -264,7 +264,7 @@ log "node image: assembled in $((SECONDS - step))s; $IMAGE built in $((SECONDS -
 # Earlier builds (other inputs) would pile up at ~1 GB each: remove them,
 # except what a container (a running cluster) still uses.
 for keep in "$IMAGE" "$BASE_IMAGE"; do
-  docker image ls --format '{{.Repository}}:{{.Tag}}' "${keep%:*}" | grep -vxF "$keep" |
+  docker image ls --format '{{.Repository}}:{{.Tag}}' "${keep%:*}" | { grep -vxF "$keep" || true; } |
     while read -r old; do
       docker rmi "$old" >/dev/null 2>&1 && log "node image: removed the older $old" || true
     done
