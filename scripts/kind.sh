@@ -127,11 +127,11 @@ choose_node_image() {
     "")
       if docker image inspect "$pinned" >/dev/null 2>&1; then
         echo "$pinned"
-      elif pull_error="$(docker pull "$pinned" 2>&1 >/dev/null)"; then
+      elif log "kind: docker pull $pinned" && docker pull "$pinned" >&2; then
         echo "$pinned"
       else
-        log "kind: cannot pull $pinned ($(tail -n1 <<<"$pull_error"))"
-        log "kind: using the node image assembled offline instead (KIND_NODE_IMAGE=upstream to refuse)"
+        log "kind: cannot pull $pinned (above); using the node image assembled offline instead"
+        log "kind: (KIND_NODE_IMAGE=upstream refuses that; docs/delivery.md)"
         "$REPO_ROOT/scripts/kind-node-image.sh"
       fi
       ;;
