@@ -29,7 +29,8 @@ lint-tools: ## fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (
 lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
 	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check
 	$(LINT_BIN)/yamllint --strict .
-	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile
+	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile \
+	  cluster/kind/node/Dockerfile cluster/kind/images/Dockerfile.* tests/kind/echo/Dockerfile
 	$(LINT_BIN)/check-jsonschema --builtin-schema vendor.gitlab-ci .gitlab-ci.yml
 
 test-delivery: install tools lint-tools ## chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
