@@ -286,6 +286,7 @@ cmd_load() {
   (($#)) || die "usage: $0 load IMAGE..."
   need_docker "kind load"
   cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
+  ensure_state
   kind_cmd load docker-image --name "$CLUSTER" "$@"
 }
 
@@ -301,6 +302,7 @@ cmd_e2e() {
   need_tool "make e2e" kubectl
   cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
   [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
+  ensure_state
   write_kubeconfig
   export KUBECONFIG="$KIND_KUBECONFIG"
 
