@@ -35,7 +35,7 @@ CHECK_IMAGE="${CHECK_IMAGE:-gpu-scheduler-check:dev}"
 KIND_KUBECONFIG="${KIND_KUBECONFIG:-$CACHE_DIR/kind/kubeconfig}"
 KIND_CONFIG="$REPO_ROOT/cluster/kind-config.yaml"
 STATE_DIR="$CACHE_DIR/kind"
-# What `up` decided, for the later subcommands: the node image mode, whether
+# What `up` decided, for the later subcommands: the node image, whether
 # kind needs the docker shim, whether `up` created the docker network.
 STATE_FILE="$STATE_DIR/$CLUSTER.state"
 SCHEDULER_NAMESPACE=gpu-scheduler-system

@@ -208,6 +208,9 @@ def test_a_restarted_worker_gets_its_pod_network_back(kind, echo_image):
         kind, namespace, echo_image, "node1", f"exec 3<>/dev/tcp/{pod['status']['podIP']}/8080; timeout 10 cat <&3"
     )
     assert "hello from node4" in output
+    # kubelet re-registered; the simulated GPUs survive (its device-plugin
+    # checkpoint is on the node's /var volume), as docs/delivery.md says.
+    assert kind.get("node", "node4")["status"]["allocatable"].get("nvidia.com/gpu") == "4"
 
 
 def test_kind_up_again_reuses_the_cluster_and_repairs_lost_simulated_gpus(kind):
