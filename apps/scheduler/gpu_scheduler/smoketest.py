@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--release-namespace",
+        default=env("RELEASE_NAMESPACE", ""),
+        help=env_help("namespace of the release under test, which its webhook never serves", "RELEASE_NAMESPACE"),
+    )
+    parser.add_argument(
         "--node",
         default=env("SMOKE_TEST_NODE", ""),
         help=env_help(
@@ -207,7 +212,20 @@ def smoke_test(kube: KubeClient, args: argparse.Namespace) -> str:
     )
 
 
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.namespace in ("kube-system", args.release_namespace):
+        return (
+            f"--namespace {args.namespace}: the webhook never serves kube-system nor its release namespace, "
+            "so the probe would get no CUDA_VISIBLE_DEVICES; choose another (the chart's tests.namespace)"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    problem = _usage_problem(args)
+    if problem:
+        log.error("smoke-test: %s", problem)
+        return 2
     try:
         kube = KubeClient(load_configuration(args.kubeconfig or None))
         print(smoke_test(kube, args))
