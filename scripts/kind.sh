@@ -9,7 +9,7 @@
 #   running  exit 0 when the cluster's control-plane container runs (no kind needed)
 #   install  the images built (or BUILD_IMAGES=0: taken as they are) and loaded
 #            into the workers; charts/gpu-scheduler installed with its
-#            certificate hook Jobs, waited for
+#            certificate hook Jobs, waited for; then `helm test`
 #   e2e      install; then charts/gpu-scheduler-check (its 5 pods must run and
 #            log), removed again; then the e2e suite against the installed
 #            scheduler and webhook
@@ -445,6 +445,16 @@ install_scheduler() {
   ca_bundle="$(kubectl_ get mutatingwebhookconfiguration "$SCHEDULER_RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')"
   [[ -n "$ca_bundle" ]] || die "the caBundle of MutatingWebhookConfiguration $SCHEDULER_RELEASE is empty after the hooks"
   log "helm: certificate hooks done: Secret $SCHEDULER_RELEASE-webhook-tls ($secret), caBundle of ${#ca_bundle} characters"
+  # The chart's own test hook: a probe pod admitted by the webhook and bound
+  # by the scheduler (`gpu-scheduler smoke-test` in a pod of its own).
+  log "helm: test $SCHEDULER_RELEASE"
+  if ! "$BIN_DIR/helm" test "$SCHEDULER_RELEASE" --namespace "$SCHEDULER_NAMESPACE" --logs --timeout 3m \
+    >"$STATE_DIR/helm-test.log" 2>&1; then
+    cat "$STATE_DIR/helm-test.log" >&2
+    release_diagnostics "$SCHEDULER_NAMESPACE"
+    die "helm test $SCHEDULER_RELEASE failed (above)"
+  fi
+  log "helm: test passed: $(grep -m1 -i 'phase' "$STATE_DIR/helm-test.log" || echo 'see .cache/kind/helm-test.log')"
 }
 
 # wait_check_logs NAMESPACE: every check pod has logged a tick (its process
