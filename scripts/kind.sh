@@ -454,7 +454,7 @@ install_scheduler() {
     release_diagnostics "$SCHEDULER_NAMESPACE"
     die "helm test $SCHEDULER_RELEASE failed (above)"
   fi
-  log "helm: test passed: $(grep -m1 -i 'phase' "$STATE_DIR/helm-test.log" || echo 'see .cache/kind/helm-test.log')"
+  log "helm: test $(awk '/^TEST SUITE:/ { suite = $3 } /^Phase:/ { print suite, $2; exit }' "$STATE_DIR/helm-test.log")"
 }
 
 # wait_check_logs NAMESPACE: every check pod has logged a tick (its process
