@@ -190,14 +190,30 @@ def kwok_node(name: str) -> dict:
     }
 
 
-def wait_for_node_ready(api_client, name: str, timeout: float) -> None:
+# Taints the node lifecycle controller puts on a node that is not (yet) Ready
+# and takes off some time after it is: until then TaintToleration refuses the
+# node, and a pod tried meanwhile collects backoff.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def wait_for_node_ready(api_client, name: str, timeout: float, untainted: bool = True) -> None:
+    """Until the node is Ready and (untainted) the lifecycle controller has lifted its taints.
+
+    Ready alone is not enough for a test that starts from a usable node: under
+    load kube-controller-manager removes the not-ready taint seconds after kwok
+    reports Ready (seen: ~19 s), and a scheduler started in between refuses
+    the node and backs off."""
+
     def probe() -> None:
         node = get_json(api_client, f"/api/v1/nodes/{name}")
         conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
         if conditions.get("Ready") != "True":
             raise NotYet(f"conditions {conditions or 'none'}")
+        taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or [] if t["key"] in LIFECYCLE_TAINTS]
+        if untainted and taints:
+            raise NotYet(f"Ready, still tainted {taints}")
 
-    wait_for(f"node {name} to be Ready", probe, timeout)
+    wait_for(f"node {name} to be Ready without the lifecycle controller's taints", probe, timeout)
 
 
 def delete_node(api_client, name: str) -> None:
