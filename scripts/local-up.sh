@@ -6,7 +6,9 @@
 # mark bound pods Running.
 #
 # Env: LOCAL_CLUSTER_NAME (gpu-scheduler), LOCAL_NODES (4), LOCAL_NODE_GPUS (4),
-#      LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one).
+#      LOCAL_NODE_PODS (1000), LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one).
+# kube-apiserver writes an audit log of every pods/binding request to
+# <cluster dir>/clusters/<name>/logs/audit.log (cluster/local/audit-policy.yaml).
 # Idempotent: exits 0 at once when the cluster is already up and healthy.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -14,6 +16,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NAME="${LOCAL_CLUSTER_NAME:-gpu-scheduler}"
 NODES="${LOCAL_NODES:-4}"
 GPUS="${LOCAL_NODE_GPUS:-4}"
+# Pods per node: more than a real node's 110, so that the fault suite's
+# 500-pod bursts fit on 4 nodes (gpu-scheduler checks it, as kube-scheduler does).
+PODS="${LOCAL_NODE_PODS:-1000}"
 PORT="${LOCAL_APISERVER_PORT:-16443}"
 KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
 # Keep kwokctl's whole workdir (cluster state, pki, logs) out of ~/.kwok.
@@ -36,7 +41,10 @@ ready_nodes() { kubectl get nodes -l type=kwok --no-headers 2>/dev/null | awk '$
 # What the cluster was created from; a running cluster with another stamp was
 # made by older binaries or settings (see the warning below).
 STAMP_FILE="$CLUSTER_DIR/$NAME.stamp"
-stamp() { echo "$K8S_VERSION etcd-$ETCD_VERSION kwok-$KWOK_VERSION $(sha256sum <"$REPO_ROOT/cluster/local/kwokctl.yaml" | cut -c1-12)"; }
+stamp() {
+  echo "$K8S_VERSION etcd-$ETCD_VERSION kwok-$KWOK_VERSION pods-$PODS" \
+    "$(cat "$REPO_ROOT/cluster/local/kwokctl.yaml" "$REPO_ROOT/cluster/local/audit-policy.yaml" | sha256sum | cut -c1-12)"
+}
 
 healthy() {
   [[ -f "$KUBECONFIG_FILE" ]] && kubectl get --raw /readyz >/dev/null 2>&1 &&
@@ -71,8 +79,10 @@ if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
   # --kube-admission: default plugins incl. Mutating/ValidatingAdmissionWebhook.
   # --kubeconfig: write our own file instead of merging into ~/.kube/config.
   # --config: bind to 127.0.0.1 (see the file).
+  # --kube-audit-policy: every pods/binding request and its answer in logs/audit.log.
   "$BIN_DIR/kwokctl" create cluster \
     --config "$REPO_ROOT/cluster/local/kwokctl.yaml" \
+    --kube-audit-policy "$REPO_ROOT/cluster/local/audit-policy.yaml" \
     --name "$NAME" \
     --runtime binary \
     --kube-apiserver-port "$PORT" \
@@ -93,7 +103,7 @@ fi
 # node_list FIRST LAST: a v1 List of KWOK nodes nodeFIRST..nodeLAST. Status is
 # kept on create; kwok keeps it and reports the nodes Ready.
 node_list() {
-  local res="{cpu: \"32\", memory: 256Gi, pods: \"110\", nvidia.com/gpu: \"$GPUS\"}"
+  local res="{cpu: \"32\", memory: 256Gi, pods: \"$PODS\", nvidia.com/gpu: \"$GPUS\"}"
   printf 'apiVersion: v1\nkind: List\nitems:\n'
   for ((i = $1; i <= $2; i++)); do
     cat <<EOF

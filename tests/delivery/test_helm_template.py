@@ -40,12 +40,13 @@ def normalized(rules: list[dict]) -> list[dict]:
 
 
 # Every permission of the chart, per Role/ClusterRole: exactly the API calls
-# the code makes (kube/informer, kube/binder, kube/events, kube/leader and
-# certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
+# the code makes (kube/informer, kube/binder, kube/events, kube/pod_status,
+# kube/leader and certs/cluster). Adding anything, a wildcard or `secrets list` say, fails here.
 EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-scheduler"): [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {
             "apiGroups": ["events.k8s.io"],
@@ -170,31 +171,50 @@ def test_provided_mode_may_only_read_the_users_secret(render):
 def test_webhooks_are_only_called_for_pods_and_workloads_of_our_scheduler(render, scheduler_name):
     rendered = render(SCHEDULER_CHART, f"schedulerName={scheduler_name}")
 
-    conditions = {w["name"]: [c["expression"].split() for c in w["matchConditions"]] for w in webhooks(rendered)}
-
-    pod = [
-        "has(object.spec.schedulerName)",
-        "&&",
-        "object.spec.schedulerName",
-        "==",
-        f"'{scheduler_name}'",
-    ]
-    template = [
-        "has(object.spec.template)",
-        "&&",
-        "has(object.spec.template.spec)",
-        "&&",
-        "has(object.spec.template.spec.schedulerName)",
-        "&&",
-        "object.spec.template.spec.schedulerName",
-        "==",
-        f"'{scheduler_name}'",
-    ]
-    assert conditions == {
-        "pods.mutate.gpu-scheduler": [pod],
-        "pods.validate.gpu-scheduler": [pod],
-        "workloads.validate.gpu-scheduler": [template],
+    conditions = {
+        w["name"]: {c["name"]: c["expression"].split() for c in w["matchConditions"]} for w in webhooks(rendered)
     }
+
+    def ours(path: str) -> list[str]:
+        """has(...) of every field down to schedulerName, then the comparison, as tokens."""
+        parts = f"{path}.spec.schedulerName".split(".")
+        checks = [f"has({'.'.join(parts[: i + 1])})" for i in range(1, len(parts))]
+        tokens = " && ".join(checks).split()
+        tokens[0] = "(" + tokens[0]
+        return [*tokens, "&&", f"{path}.spec.schedulerName", "==", f"'{scheduler_name}')"]
+
+    assert {name: c["scheduled-by-us"] for name, c in conditions.items()} == {
+        "pods.mutate.gpu-scheduler": ours("object"),
+        "pods.validate.gpu-scheduler": ours("object"),
+        "workloads.validate.gpu-scheduler": ours("object.spec.template"),
+        "cronjobs.validate.gpu-scheduler": ours("object.spec.jobTemplate.spec.template"),
+    }
+
+
+def test_validating_webhooks_only_see_updates_that_change_the_map(render):
+    """What the conditions mean is proven against the real API server
+    (tests/e2e/test_webhook_updates.py); here: each looks at its own template."""
+    rendered = render(SCHEDULER_CHART)
+    templates = {
+        "pods.validate.gpu-scheduler": "object",
+        "workloads.validate.gpu-scheduler": "object.spec.template",
+        "cronjobs.validate.gpu-scheduler": "object.spec.jobTemplate.spec.template",
+    }
+    for webhook in webhooks(rendered):
+        names = [c["name"] for c in webhook["matchConditions"]]
+        if webhook["name"] not in templates:
+            assert names == ["scheduled-by-us"], webhook["name"]  # mutating: CREATE, and debug containers
+            continue
+        assert names == ["scheduled-by-us", "map-changed-on-update"], webhook["name"]
+        expression = " ".join(webhook["matchConditions"][1]["expression"].split())
+        new, old = templates[webhook["name"]], "oldObject" + templates[webhook["name"]].removeprefix("object")
+        assert expression.startswith("request.operation != 'UPDATE' || !(has(oldObject.spec)"), expression
+        assert f"{old}.spec.schedulerName == 'gpu-scheduler'" in expression
+        assert f"'gpu-scheduling-map' in {new}.metadata.annotations" in expression
+        assert (
+            f"{new}.metadata.annotations['gpu-scheduling-map'] != {old}.metadata.annotations['gpu-scheduling-map']"
+            in expression
+        )
 
 
 @pytest.mark.parametrize("namespace", [SCHEDULER_NAMESPACE, "platform"])
@@ -232,7 +252,7 @@ def test_webhook_defaults_fail_closed_within_five_seconds(render):
     assert found == {("Fail", 5)}
 
 
-def test_mutating_webhook_handles_pod_creation_on_mutate(render):
+def test_mutating_webhook_handles_pod_creation_and_debug_containers_on_mutate(render):
     (config,) = render(SCHEDULER_CHART).of_kind("MutatingWebhookConfiguration")
     (webhook,) = config["webhooks"]
 
@@ -249,7 +269,14 @@ def test_mutating_webhook_handles_pod_creation_on_mutate(render):
             "operations": ["CREATE"],
             "resources": ["pods"],
             "scope": "Namespaced",
-        }
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/ephemeralcontainers"],
+            "scope": "Namespaced",
+        },
     ]
     assert webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["sideEffects"] == "None"
@@ -272,10 +299,13 @@ def test_validating_webhooks_check_pods_and_pod_templates_on_validate(render):
     assert resources == {
         "pods.validate.gpu-scheduler": [("", "pods", ("UPDATE",))],
         "workloads.validate.gpu-scheduler": [
+            ("apps", "daemonsets", ("CREATE", "UPDATE")),
             ("apps", "deployments", ("CREATE", "UPDATE")),
+            ("apps", "replicasets", ("CREATE", "UPDATE")),
             ("apps", "statefulsets", ("CREATE", "UPDATE")),
             ("batch", "jobs", ("CREATE", "UPDATE")),
         ],
+        "cronjobs.validate.gpu-scheduler": [("batch", "cronjobs", ("CREATE", "UPDATE"))],
     }
     for webhook in config["webhooks"]:
         assert webhook["clientConfig"]["service"]["path"] == "/validate"

@@ -8,6 +8,7 @@ proves what a user gets, flags and all.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import urllib.request
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from .processes import ManagedProcess, free_port
+from .waiting import NotYet, wait_for
 from .workloads import SCHEDULER_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +168,18 @@ class SchedulerProcess(ManagedProcess):
     def pods_scheduled(self) -> int:
         """Successful scheduling attempts: binds, and 409s for a pod that already had a node."""
         return int(self.metric("gpu_scheduler_schedule_attempts_total", result="scheduled"))
+
+    def identity(self, timeout: float = 10) -> str:
+        """The identity the process logged at start ("scheduler started ... identity=..."): its
+        name in the Lease and in the User-Agent of every request it makes (so in audit logs)."""
+
+        def logged() -> str:
+            match = re.search(r"scheduler started .*?\bidentity=(\S+)", self.log_path.read_text(errors="replace"))
+            if match is None:
+                raise NotYet("no 'scheduler started' line with an identity yet")
+            return match.group(1)
+
+        return wait_for(f"{self.name} to log its identity", logged, timeout)
+
+    def user_agent(self) -> str:
+        return f"gpu-scheduler ({self.identity()})"

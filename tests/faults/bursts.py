@@ -9,7 +9,6 @@ the scheduler's and the webhook's, not the creator's.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import urllib.error
@@ -236,30 +235,3 @@ def settled_scheduled_events(
         if len(last) >= expected or now - changed >= quiet or now >= deadline:
             return last
         time.sleep(0.5)
-
-
-# The scheduler logs one line per attempt; in text format, e.g.
-# "... gpu_scheduler.scheduler: scheduled pod=ns/p-3 index=3 node=node4 ... outcome=bound".
-_ATTEMPT = re.compile(r"gpu_scheduler\.scheduler: (?P<result>\w+) pod=(?P<pod>\S+) .*?\boutcome=(?P<outcome>[\w-]+)")
-
-
-def bind_outcomes(log_path: Path, namespace: str) -> Counter:
-    """(pod name, outcome) -> count, from a scheduler's log: outcome is bound, already-bound
-    (409: the pod had a node when the bind arrived), pod-gone or failed."""
-    found: Counter = Counter()
-    text = Path(log_path).read_text(errors="replace") if Path(log_path).exists() else ""
-    for match in _ATTEMPT.finditer(text):
-        pod_namespace, _, name = match["pod"].partition("/")
-        if pod_namespace == namespace:
-            found[(name, match["outcome"])] += 1
-    return found
-
-
-def binds_per_pod(*outcome_counts: Counter) -> Counter:
-    """pod name -> successful binds (outcome bound) over all the schedulers' logs given."""
-    total: Counter = Counter()
-    for counts in outcome_counts:
-        for (name, outcome), count in counts.items():
-            if outcome == "bound":
-                total[name] += count
-    return total

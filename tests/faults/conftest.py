@@ -25,6 +25,7 @@ from e2e.components import SchedulerProcess, WebhookProcess, make_certs
 from e2e.isolation import RUN_ID, create_namespace, delete_namespace
 from e2e.processes import ManagedProcess
 
+from .audit import AuditLog
 from .control_plane import LocalControlPlane, NotALocalCluster
 
 DISRUPTS = "disrupts_cluster"
@@ -134,6 +135,12 @@ def control_plane(kubeconfig):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return plane
+
+
+@pytest.fixture(scope="session")
+def audit_log(control_plane):
+    """The API server's audit log of pods/binding requests: the oracle for double binds."""
+    return AuditLog(control_plane.log_file("audit"))
 
 
 @pytest.fixture

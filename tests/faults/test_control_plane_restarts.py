@@ -17,18 +17,10 @@ import time
 import pytest
 from e2e.cluster import container_env
 from e2e.waiting import NotYet, wait_for
+from kubernetes import client
 
-from .bursts import (
-    Burst,
-    bind_outcomes,
-    binds_per_pod,
-    burst_pods,
-    expected_node,
-    index_of,
-    misplaced,
-    settled_scheduled_events,
-    wait_all_bound,
-)
+from .audit import AuditLog, BindingVerdict, verdict
+from .bursts import Burst, burst_pods, expected_node, index_of, misplaced, settled_scheduled_events, wait_all_bound
 
 pytestmark = [pytest.mark.faults, pytest.mark.disrupts_cluster]
 
@@ -37,10 +29,12 @@ OUTAGE_SECONDS = 3.0
 SCHEDULER_NAME = "gpu-scheduler"  # the webhook's: these pods go through it too
 
 
-def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: int, timeout: float) -> int:
-    """Every pod bound where its map says, with the webhook's CUDA_VISIBLE_DEVICES, and bound by
-    at most one successful binding call; returns how many pods the scheduler saw bound only
-    through a 409 (its binding was stored but the answer was lost with the connection)."""
+def assert_every_pod_placed_once(
+    api_client, namespace: str, scheduler, count: int, timeout: float, audit_log: AuditLog
+) -> BindingVerdict:
+    """Every pod bound where its map says, with the webhook's CUDA_VISIBLE_DEVICES, and by at most
+    one successful binding, as the API server's audit log records them; returns the log's verdict
+    (second attempts refused, bindings whose answer the API server never sent)."""
     pods = wait_all_bound(api_client, namespace, count, timeout, scheduler)
     assert misplaced(pods) == {}
     wrong_env = {
@@ -51,23 +45,22 @@ def assert_every_pod_placed_once(api_client, namespace: str, scheduler, count: i
     assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
     names = {p["metadata"]["name"] for p in pods}
 
-    def accounted():
-        # The log is written from a queue: wait until it has a line for every pod.
-        outcomes = bind_outcomes(scheduler.log_path, namespace)
-        binds = binds_per_pod(outcomes)
-        answer_lost = {pod for (pod, outcome) in outcomes if outcome == "already-bound"} - set(binds)
-        if set(binds) | answer_lost != names:
-            raise NotYet(f"no bind logged for {sorted(names - set(binds) - answer_lost)[:10]}")
-        return binds, answer_lost
+    def audited() -> BindingVerdict:
+        # A binding stored while the API server died may have only its RequestReceived line.
+        found = verdict(audit_log, namespace)
+        missing = names - found.accounted()
+        if missing:
+            raise NotYet(f"no binding in the audit log for {sorted(missing)[:10]}")
+        return found
 
-    binds, answer_lost = wait_for("the scheduler's log to account for every pod", accounted, 10)
-    assert max(binds.values()) == 1
-    return len(answer_lost)
+    found = wait_for("the audit log to show a binding of every pod", audited, 10)
+    assert found.twice() == {}, f"pods bound twice: {found.twice()}"
+    return found
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_nothing(
-    component, api_client, webhook, ns, start_scheduler, healthy_afterwards
+    component, api_client, webhook, ns, start_scheduler, healthy_afterwards, audit_log
 ):
     plane = healthy_afterwards
     scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=SCHEDULER_NAME)
@@ -84,7 +77,7 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_not
     report = burst.wait()
 
     assert report.unfinished == [] and len(report.created) == BURST
-    answer_lost = assert_every_pod_placed_once(api_client, ns, scheduler, BURST, timeout=60)
+    found = assert_every_pod_placed_once(api_client, ns, scheduler, BURST, 60, audit_log)
     assert scheduler.alive() and webhook.alive()
     events = settled_scheduled_events(api_client, ns, BURST)
     assert max(events.values()) == 1
@@ -92,7 +85,9 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_double_binds_not
         f"\n{component} killed after {created_before} of {BURST} pods were created; back and ready "
         f"{OUTAGE_SECONDS + back:.1f}s after the kill{f' (also restarted {revived})' if revived else ''}; "
         f"creator retried {report.failed_attempts} failed creates ({dict(report.errors)}); all {BURST} "
-        f"bound {time.monotonic() - down:.1f}s after the kill, each once ({answer_lost} answers lost, seen as 409), "
+        f"bound {time.monotonic() - down:.1f}s after the kill, each once (audit log: {found.requests} binding "
+        f"requests, {found.refused_after_bound()} second attempts refused, {sum(found.uncertain.values())} "
+        f"without a clear answer), "
         f"with CUDA_VISIBLE_DEVICES; "
         f"{BURST - len(events)} Scheduled events lost while the API was away; misplaced 0; lost 0"
     )
@@ -107,24 +102,27 @@ RELIST = re.compile(r"pending-pods: resourceVersion \S+ expired, listing again")
 
 
 def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_misses_nothing(
-    api_client, ns, scheduler_name, start_scheduler, healthy_afterwards
+    api_client, ns, scheduler_name, start_scheduler, healthy_afterwards, audit_log
 ):
-    """The scheduler is frozen (SIGSTOP) with its pod watch open; pods are created it never
-    hears of; kube-apiserver crashes and starts again, so its watch cache begins past the
-    scheduler's resourceVersion; the scheduler (thawed, SIGCONT) resumes its watch from that
-    old version, gets 410 Gone, and must list again: the pods created while it was frozen are
-    bound, and so are the ones created after."""
+    """The scheduler is frozen (SIGSTOP) with its pod watch open; pods are created while it
+    reads nothing (their events may wait in its socket buffer, and it reads them when thawed:
+    a watch resumes from the last version it saw); then an object it does not watch, so that
+    etcd's revision moves past anything its watch could have carried; kube-apiserver crashes
+    and starts again, so its watch cache begins past the scheduler's resourceVersion; the
+    scheduler (thawed, SIGCONT) resumes its watch from that version, gets 410 Gone, and must
+    list again: the pods created while it was frozen are bound, and so are the ones after."""
     plane = healthy_afterwards
     scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=scheduler_name)
     pods = burst_pods("expiry", 90, scheduler_name)
     before, unseen, after = pods[:30], pods[30:60], pods[60:]
     Burst(api_client, ns, before).start().wait()
     wait_all_bound(api_client, ns, 30, timeout=30)
-    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods")
+    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods", reason="expired")
 
     scheduler.signal(signal.SIGSTOP)
     try:
         Burst(api_client, ns, unseen).start().wait()
+        client.CoreV1Api(api_client).create_namespaced_config_map(ns, {"metadata": {"name": "revision-moves-on"}})
         plane.kill("kube-apiserver", signal.SIGKILL)
     finally:
         # Thawed before the new API server starts: the frozen process's half-read connections
@@ -141,9 +139,9 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     placed = wait_all_bound(api_client, ns, 90, timeout=60, scheduler=scheduler)
 
     assert misplaced(placed) == {}
-    assert max(binds_per_pod(bind_outcomes(scheduler.log_path, ns)).values()) == 1
+    assert verdict(audit_log, ns).twice() == {}
     # The path this test claims: a 410 and a new list, not a resumed watch.
-    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods") > relists
+    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods", reason="expired") > relists
     assert RELIST.search(scheduler.log_path.read_text()), scheduler.log_tail()
     assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed} == {
         p["metadata"]["name"]: expected_node(index_of(p["metadata"]["name"])) for p in pods

@@ -176,6 +176,16 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(api_client, 
     assert all(len(found) == 1 for found in scheduled)
     failed = wait_for("a FailedScheduling event", lambda: events_of("rbac-waits-4", "FailedScheduling"), 20)
     assert "no-such-node" in failed[0]["message"]
+
+    def condition() -> dict:
+        pod = client.CoreV1Api(api_client).read_namespaced_pod_status("rbac-waits-4", ns)
+        found = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+        if found is None or found.reason != "Unschedulable":
+            raise NotYet(f"PodScheduled is {found}")
+        return found
+
+    # Written through pods/status, the one write to pods the chart allows besides bindings.
+    assert "no-such-node" in wait_for("the PodScheduled=False condition", condition, 20).message
     log = chart_scheduler.log_path.read_text(errors="replace")
     assert "forbidden" not in log.lower(), chart_scheduler.log_tail()  # the API's word in every 403
     assert "PRIVATE KEY" not in log

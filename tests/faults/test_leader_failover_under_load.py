@@ -1,6 +1,7 @@
 """Two scheduler replicas with the chart's leader-election timing (lease 15 s, renew deadline
 10 s, retry 2 s): the leader is killed (-9) in the middle of a 200-pod burst; the standby
-takes the Lease when it expires, binds the rest, and no pod is bound twice.
+takes the Lease when it expires, binds the rest, and no pod is bound twice (the API server's
+audit log says so, audit.py).
 
 tests/e2e/test_leader_election.py proves the hand-over on an idle cluster with a 4 s lease;
 this is the same under load, with the production timing.
@@ -14,7 +15,8 @@ import pytest
 from e2e.components import LeaderElection
 from e2e.waiting import NotYet, wait_for
 
-from .bursts import Burst, bind_outcomes, binds_per_pod, burst_pods, misplaced, settled_scheduled_events, wait_all_bound
+from .audit import verdict
+from .bursts import Burst, burst_pods, misplaced, settled_scheduled_events, wait_all_bound
 
 pytestmark = pytest.mark.faults
 
@@ -25,7 +27,7 @@ JITTER = 1.2  # a standby looks again within [RETRY, 1.2 * RETRY)
 
 
 def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
-    api_client, ns, scheduler_name, start_scheduler
+    api_client, ns, scheduler_name, start_scheduler, audit_log
 ):
     election = LeaderElection(scheduler_name, ns, LEASE, RENEW, RETRY)
     replicas = [
@@ -51,6 +53,7 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
     assert standby.pods_scheduled() == 0, "the standby bound pods while the leader was alive"
     leader.kill()
     killed = time.monotonic()
+    killed_at = time.time()
 
     def standby_leads() -> None:
         if not standby.is_leader():
@@ -67,15 +70,17 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
     assert report.unfinished == [] and len(report.created) == BURST
     pods = wait_all_bound(api_client, ns, BURST, timeout=120, scheduler=standby)
     assert misplaced(pods) == {}
-    by_leader, by_standby = bind_outcomes(leader.log_path, ns), bind_outcomes(standby.log_path, ns)
-    binds = binds_per_pod(by_leader, by_standby)
-    assert max(binds.values()) == 1, {pod: n for pod, n in binds.items() if n > 1}
+    found = verdict(audit_log, ns)
+    assert found.twice() == {}, f"pods bound twice: {found.twice()}"
+    assert found.accounted() == {p["metadata"]["name"] for p in pods}
+    standby_agent = standby.user_agent()
+    by_standby = [b for b in audit_log.bindings(ns) if b.stored and b.user_agent == standby_agent]
+    assert all(b.received.timestamp() > killed_at for b in by_standby), "the standby bound while the leader lived"
     events = settled_scheduled_events(api_client, ns, BURST)
     assert max(events.values()) == 1
-    standby_binds = sum(1 for (_, outcome) in by_standby if outcome == "bound")
     print(
-        f"\nleader killed after {len(binds) - standby_binds} logged binds ({BURST - len(binds)} more whose log line "
-        f"died with it); {standby.name} led {takeover:.1f}s later "
-        f"(limit {limit:g}s; {created_at_takeover} of {BURST} pods created by then) and bound {standby_binds}; "
-        f"no pod bound twice; {len(events)} pods with a Scheduled event, none with two; misplaced 0; lost 0"
+        f"\nleader killed after {sum(found.stored.values()) - len(by_standby)} binds; {standby.name} led "
+        f"{takeover:.1f}s later (limit {limit:g}s; {created_at_takeover} of {BURST} pods created by then) and "
+        f"bound {len(by_standby)}; audit log: no pod bound twice, {found.refused_after_bound()} second attempts "
+        f"refused; {len(events)} pods with a Scheduled event, none with two; misplaced 0; lost 0"
     )

@@ -29,15 +29,20 @@ from e2e.workloads import bare_pod
 from kubernetes import client
 
 from . import binding_gates
-from .bursts import bind_outcomes
+from .audit import verdict
 
 pytestmark = [pytest.mark.faults, pytest.mark.disrupts_cluster]  # pauses kwok-controller
 
 CHANGES = {
     "deleted": "not found",
-    "cordoned": "is cordoned",
-    "not-ready": "is not Ready",
+    "cordoned": "1 node(s) were unschedulable",
+    "not-ready": "1 node(s) were not Ready",
 }
+# Failed attempts before the node comes back (not-ready case): the next retry is then
+# 8 s off (1, 2, 4, 8 s backoff), so a bind within WAKE_LIMIT seconds can only be the
+# node event waking the pod.
+ATTEMPTS_BEFORE_WAKE = 4
+WAKE_LIMIT = 3.0
 
 
 def set_ready(api_client, node: str, ready: bool) -> None:
@@ -60,7 +65,7 @@ def node_ready(api_client, node: str) -> str | None:
 
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_says_why(
-    change, api_client, ns, certs, scheduler_name, start_scheduler, healthy_afterwards
+    change, api_client, ns, certs, scheduler_name, start_scheduler, healthy_afterwards, audit_log
 ):
     plane = healthy_afterwards
     core = client.CoreV1Api(api_client)
@@ -95,13 +100,21 @@ def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_s
         event = wait_for_event(api_client, ns, "waits-0", "FailedScheduling", CHANGES[change], timeout=30)
         time.sleep(2)  # room for a wrong bind, had the scheduler kept its old choice
         assert not get_pod(api_client, ns, "waits-0")["spec"].get("nodeName")
-        assert ("waits-0", "bound") not in bind_outcomes(scheduler.log_path, ns)
+        assert verdict(audit_log, ns).stored["waits-0"] == 0, "a binding of waits-0 was stored"
         assert node in event["message"] and event["type"] == "Warning"
         if change == "not-ready":
             assert node_ready(api_client, node) == "False", "the node became Ready again while kwok was paused"
         print(f"\n{change}: {event['message']}")
 
         # The node comes back: the waiting pod is placed there.
+        if change == "not-ready":
+            # Let the backoff grow first: waking on the node event must beat it by far.
+            def backed_off() -> None:
+                if scheduler.metric("gpu_scheduler_schedule_attempts_total", result="unschedulable") < 4:
+                    raise NotYet("fewer than 4 failed attempts")
+
+            wait_for(f"{ATTEMPTS_BEFORE_WAKE} failed attempts", backed_off, 30, interval=0.05)
+        back = time.monotonic()
         if change == "deleted":
             core.create_node(kwok_node(node))
         elif change == "cordoned":
@@ -118,6 +131,10 @@ def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_s
             return node_name
 
         assert wait_for("waits-0 to be bound once the node is back", bound, 70) == node
+        if change == "not-ready":
+            waited = time.monotonic() - back
+            assert waited < WAKE_LIMIT, f"bound {waited:.1f}s after the node came back: the backoff, not the node event"
+            print(f"bound {waited:.1f}s after kwok was resumed (the next retry was ~8 s off)")
     finally:
         if paused:
             plane.resume("kwok-controller")

@@ -1,8 +1,12 @@
-"""gpu-scheduler-check: log the node and CUDA_VISIBLE_DEVICES this pod got.
+"""gpu-scheduler-check: log the node, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER this pod got.
 
 One line per tick on stdout, e.g.
 
-    2025-01-01T12:00:00.000Z pod=train-2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true
+    2025-01-01T12:00:00.000Z pod=train-2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 CUDA_DEVICE_ORDER=PCI_BUS_ID match=true
+
+On a GPU node with NVML (the `nvml` extra) the line ends with the GPUs NVML
+shows the container, in nvidia-smi's order (index:name:uuid@PCI bus id):
+what the map's ordinals refer to, whatever CUDA_VISIBLE_DEVICES says.
 
 Diagnostics that are not ticks (NVML missing, a bad EXPECTED_PLACEMENT) go to
 stderr, so `--once` prints exactly one line on stdout for report generators.
@@ -47,6 +51,7 @@ class Observed:
     node: str
     node_alias: str | None
     devices: str | None
+    device_order: str | None = None
 
 
 def parse_expected(text: str) -> Expected:
@@ -91,6 +96,7 @@ def tick_line(observed: Observed, expected: Expected | None, gpus: str | None) -
         parts.append(f"index={expected.index}")
     parts.append(f"node={observed.node}")
     parts.append(f"CUDA_VISIBLE_DEVICES={UNSET if observed.devices is None else observed.devices}")
+    parts.append(f"CUDA_DEVICE_ORDER={UNSET if observed.device_order is None else observed.device_order}")
     if expected is not None:
         parts.append(compare(observed, expected))
     if gpus is not None:
@@ -104,12 +110,23 @@ def observe(environ) -> Observed:
         node=environ.get("NODE_NAME") or socket.gethostname(),
         node_alias=environ.get("NODE_ALIAS") or None,
         devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        device_order=environ.get("CUDA_DEVICE_ORDER"),
     )
 
 
+def _text(value) -> str:
+    # nvidia-ml-py returns bytes or str depending on its version.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class GpuLister:
-    """Lists the GPUs NVML shows this container (independent of CUDA_VISIBLE_DEVICES,
-    which only CUDA applies), or tells once why it can't."""
+    """Lists the GPUs NVML shows this container, or tells once why it can't.
+
+    NVML ignores CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER (only CUDA applies
+    them) and numbers GPUs as nvidia-smi does, by PCI bus: the numbering the
+    map's ordinals use. With the NVIDIA runtime, a container sees the GPUs of
+    NVIDIA_VISIBLE_DEVICES or of its device-plugin request, renumbered from 0,
+    which this list shows as it is (docs/gpus.md)."""
 
     def __init__(self):
         self._nvml = None
@@ -132,15 +149,17 @@ class GpuLister:
         gpus = []
         for i in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            gpus.append(f"{i}:{nvml.nvmlDeviceGetName(handle)}:{nvml.nvmlDeviceGetUUID(handle)}")
+            name, uuid = _text(nvml.nvmlDeviceGetName(handle)), _text(nvml.nvmlDeviceGetUUID(handle))
+            bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            gpus.append(f"{i}:{name}:{uuid}@{bus}")
         return ",".join(gpus) or "none"
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="gpu-scheduler-check",
-        description="Log this pod's node and CUDA_VISIBLE_DEVICES, and whether they "
-        "match the placement the gpu-scheduler webhook recorded.",
+        description="Log this pod's node, CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, and whether "
+        "they match the placement the gpu-scheduler webhook recorded.",
     )
     parser.add_argument(
         "--interval",

@@ -27,6 +27,8 @@ def clean_env(**overrides):
             "NODE_ALIAS",
             "EXPECTED_PLACEMENT",
             "CUDA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
+            "PYTHONPATH",
         }
     }
     env.update(overrides)
@@ -66,25 +68,31 @@ def test_once_prints_node_devices_and_match_when_placement_is_right():
         NODE_NAME="node3",
         POD_NAME="train-2",
         CUDA_VISIBLE_DEVICES="0,1,2",
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
         EXPECTED_PLACEMENT=PLACEMENT,
     )
-    assert line.startswith("pod=train-2 index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true")
+    assert line.startswith(
+        "pod=train-2 index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 CUDA_DEVICE_ORDER=PCI_BUS_ID match=true"
+    )
 
 
 def test_unset_devices_are_shown_as_unset_and_hostname_stands_in_for_node_name():
     line, _ = run_once()
-    assert line.startswith(f"node={os.uname().nodename} CUDA_VISIBLE_DEVICES=<unset>")
+    assert line.startswith(f"node={os.uname().nodename} CUDA_VISIBLE_DEVICES=<unset> CUDA_DEVICE_ORDER=<unset>")
     assert "match=" not in line
 
 
 def test_wrong_devices_report_mismatch_with_the_expectation():
     line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES="0,1", EXPECTED_PLACEMENT=PLACEMENT)
-    assert "node=node3 CUDA_VISIBLE_DEVICES=0,1 match=false expected node=node3 devices=0,1,2" in line
+    expected = (
+        "node=node3 CUDA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_ORDER=<unset> match=false expected node=node3 devices=0,1,2"
+    )
+    assert expected in line
 
 
 def test_unset_devices_with_an_expectation_are_a_mismatch():
     line, _ = run_once(NODE_NAME="node3", EXPECTED_PLACEMENT=PLACEMENT)
-    assert "CUDA_VISIBLE_DEVICES=<unset> match=false" in line
+    assert "CUDA_VISIBLE_DEVICES=<unset> CUDA_DEVICE_ORDER=<unset> match=false" in line
 
 
 def test_wrong_node_is_a_mismatch_when_the_alias_is_known():
@@ -104,7 +112,7 @@ def test_node_alias_matches_the_map_node():
         CUDA_VISIBLE_DEVICES="0,1,2",
         EXPECTED_PLACEMENT=PLACEMENT,
     )
-    assert "node=ip-10-0-0-3 CUDA_VISIBLE_DEVICES=0,1,2 match=true" in line
+    assert "node=ip-10-0-0-3 CUDA_VISIBLE_DEVICES=0,1,2 CUDA_DEVICE_ORDER=<unset> match=true" in line
 
 
 def test_differing_node_name_without_alias_is_reported_as_not_compared():
@@ -146,6 +154,49 @@ def test_gpu_list_or_a_single_nvml_notice():
     else:
         assert stderr.count("NVML not available: GPU list skipped") == 1, stderr
         assert not any("gpus=" in line for line in lines)
+
+
+FAKE_NVML = """
+class NVMLError(Exception):
+    pass
+
+class _Pci:
+    def __init__(self, bus):
+        self.busId = bus
+
+_GPUS = [
+    ("NVIDIA A100-SXM4-80GB", "GPU-11111111-2222-3333-4444-555555555555", b"00000000:07:00.0"),
+    (b"NVIDIA A100-SXM4-80GB", b"GPU-66666666-7777-8888-9999-000000000000", "00000000:0B:00.0"),
+]
+
+def nvmlInit():
+    pass
+
+def nvmlDeviceGetCount():
+    return len(_GPUS)
+
+def nvmlDeviceGetHandleByIndex(index):
+    return _GPUS[index]
+
+def nvmlDeviceGetName(handle):
+    return handle[0]
+
+def nvmlDeviceGetUUID(handle):
+    return handle[1]
+
+def nvmlDeviceGetPciInfo(handle):
+    return _Pci(handle[2])
+"""
+
+
+def test_gpus_are_listed_in_nvml_order_with_uuid_and_pci_bus_id(tmp_path):
+    """No GPU here: a stand-in pynvml with NVML's calls and both string types it may return."""
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    line, _ = run_once(NODE_NAME="node1", PYTHONPATH=str(tmp_path))
+    assert line.endswith(
+        " gpus=0:NVIDIA A100-SXM4-80GB:GPU-11111111-2222-3333-4444-555555555555@00000000:07:00.0,"
+        "1:NVIDIA A100-SXM4-80GB:GPU-66666666-7777-8888-9999-000000000000@00000000:0B:00.0"
+    ), line
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

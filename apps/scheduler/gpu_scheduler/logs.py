@@ -9,6 +9,7 @@ import logging.handlers
 import os
 import queue
 import sys
+import threading
 import time
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -45,36 +46,137 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
-class _PreformattedQueueHandler(logging.handlers.QueueHandler):
-    """Hands the record over as it is: the listener's handler formats it.
+# Records waiting for the writer thread. A writer stuck on a full pipe must
+# not turn the log into a memory leak; 10,000 records are a few megabytes.
+QUEUE_CAPACITY = 10_000
 
-    The standard QueueHandler formats in the caller's thread and drops
-    exc_info and our `fields`, which the listener's formatter needs.
+
+class _BoundedQueueHandler(logging.handlers.QueueHandler):
+    """Hands records to the writer thread and never waits for it.
+
+    When QUEUE_CAPACITY records are already waiting, a record is dropped and
+    counted instead; the writer reports the count once it moves again. The
+    size check and the put are two steps, so threads logging at the same
+    instant can pass the capacity by one record each: bounded all the same.
+
+    Records go over as they are: the standard QueueHandler formats in the
+    caller's thread and drops exc_info and our `fields`, which the writer's
+    formatter needs.
     """
+
+    def __init__(self, records: queue.SimpleQueue, capacity: int) -> None:
+        super().__init__(records)
+        self.capacity = capacity
+        self.dropped = 0
+        self._drop_lock = threading.Lock()  # only dropping takes it
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record
 
+    def enqueue(self, record: logging.LogRecord) -> None:
+        if self.queue.qsize() >= self.capacity:
+            with self._drop_lock:
+                self.dropped += 1
+            return
+        self.queue.put_nowait(record)
 
-_listener: logging.handlers.QueueListener | None = None
-
-
-def _flush_on_exit() -> None:
-    if _listener is not None:
-        _listener.stop()  # writes what is queued, then ends the thread
-
-
-def _restart_in_child() -> None:
-    # A forked process (a gunicorn worker) inherits the queue but not the
-    # listener's thread: without a new one its records would never be written.
-    global _listener
-    if _listener is not None:
-        _listener = logging.handlers.QueueListener(_listener.queue, *_listener.handlers)
-        _listener.start()
+    def start_afresh(self) -> None:
+        """A new, empty queue and count: what a forked child starts with."""
+        self.queue = queue.SimpleQueue()
+        self.dropped = 0
+        self._drop_lock = threading.Lock()
 
 
-atexit.register(_flush_on_exit)
-os.register_at_fork(after_in_child=_restart_in_child)
+class _Writer(logging.handlers.QueueListener):
+    """The one thread that formats and writes records, and says how many were dropped."""
+
+    def __init__(self, source: _BoundedQueueHandler, handler: logging.Handler) -> None:
+        super().__init__(source.queue, handler)
+        self.source = source
+        self.reported = 0
+
+    def handle(self, record: logging.LogRecord) -> None:
+        super().handle(record)
+        self.report_drops()
+
+    def report_drops(self) -> None:
+        dropped = self.source.dropped
+        if dropped <= self.reported:
+            return
+        record = logging.LogRecord(
+            __name__,
+            logging.WARNING,
+            __file__,
+            0,
+            "%d log records dropped: %d were waiting to be written (is the log output blocked?)",
+            (dropped - self.reported, self.source.capacity),
+            None,
+        )
+        record.fields = {"dropped": dropped - self.reported, "dropped_total": dropped}
+        self.reported = dropped
+        super().handle(record)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def stop(self) -> None:
+        if self.running:
+            super().stop()  # writes what is queued, then ends the thread
+        self.report_drops()
+
+
+_writer: _Writer | None = None
+
+
+def flush() -> None:
+    """Write what is queued and end the writer thread (at exit)."""
+    if _writer is not None:
+        _writer.stop()
+
+
+def dropped_records() -> int:
+    """Records dropped since logging was set up in this process, because the queue was full."""
+    return _writer.source.dropped if _writer is not None else 0
+
+
+# Forking while the writer thread runs copies the queue mid-operation: a
+# SimpleQueue hands its internal lock from put() to the waiting get(), and a
+# fork between the two leaves the child's copy locked with no owner, so the
+# child's writer waits for ever and every line of that process is lost
+# (gunicorn's workers, now and then: bug 8). So the writer stops before a fork
+# (it writes what is queued first), the parent restarts it, and the child
+# starts its own on an empty queue: the parent's queued records are not the
+# child's to write.
+_paused_for_fork = False
+
+
+def _before_fork() -> None:
+    global _paused_for_fork
+    if _writer is not None and _writer.running and threading.current_thread() is not _writer._thread:
+        _writer.stop()
+        _paused_for_fork = True
+
+
+def _after_fork_in_parent() -> None:
+    global _paused_for_fork
+    if _paused_for_fork and _writer is not None:
+        _writer.start()
+    _paused_for_fork = False
+
+
+def _after_fork_in_child() -> None:
+    global _writer, _paused_for_fork
+    if _writer is not None:
+        source = _writer.source
+        source.start_afresh()
+        _writer = _Writer(source, *_writer.handlers)
+        _writer.start()
+    _paused_for_fork = False
+
+
+atexit.register(flush)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def setup_logging(fmt: str = "text", level: str = "info") -> None:
@@ -83,19 +185,19 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if level.lower() not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
-    global _listener
+    global _writer
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
-    if _listener is not None:
-        _listener.stop()
-    # Threads hand records to a queue and one listener thread formats and
+    if _writer is not None:
+        _writer.stop()
+    # Threads hand records to a queue and one writer thread formats and
     # writes them: with a plain StreamHandler the bind workers of the
     # scheduler queued on its lock (3-9% of samples in `make bench`).
-    records: queue.SimpleQueue = queue.SimpleQueue()
-    _listener = logging.handlers.QueueListener(records, handler)
-    _listener.start()
+    source = _BoundedQueueHandler(queue.SimpleQueue(), QUEUE_CAPACITY)
+    _writer = _Writer(source, handler)
+    _writer.start()
     root = logging.getLogger()
-    root.handlers[:] = [_PreformattedQueueHandler(records)]
+    root.handlers[:] = [source]
     root.setLevel(level.upper())
     # The client logs every HTTP retry at WARNING; ours already says what matters.
     logging.getLogger("urllib3").setLevel(logging.ERROR)

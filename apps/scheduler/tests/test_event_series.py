@@ -81,3 +81,41 @@ def test_event_body_is_an_events_v1_event_about_the_pod():
     )
     assert len(body["note"]) == 1024
     assert len(body["reportingInstance"]) == 128
+
+
+def test_a_relist_forgets_the_event_series_of_the_pending_pods_it_no_longer_sees():
+    # Bug 6: a pod that left while the pending-pods watch was away (a 410, a re-list) kept its
+    # FailedScheduling series in the recorder for ever. Measured: 10,000 of them.
+    import gc
+    import tracemalloc
+
+    from gpu_scheduler.kube.events import WARNING, EventRecorder
+    from gpu_scheduler.scheduler.metrics import SchedulerMetrics
+    from gpu_scheduler.scheduler.runner import Scheduler, SchedulerConfig
+    from gpu_scheduler.scheduling import SharingPolicy
+
+    recorder = EventRecorder(None, controller="gpu-scheduler", instance="test", queue_size=1)  # never started
+    config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
+    scheduler = Scheduler(None, config, recorder, SchedulerMetrics(), lambda: True)
+    pending = scheduler.informers[0]
+    pods = [
+        {"metadata": {"namespace": "ml", "name": f"p-{i}", "uid": f"u-{i}", "annotations": {}}, "spec": {}}
+        for i in range(10_000)
+    ]
+    pending._handler.replace(pods, 0.0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for pod in pods:
+            recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", "node node9 not found", coalesce=True)
+        with_series = tracemalloc.get_traced_memory()[0]
+        pending._handler.replace([], 1.0)  # the re-list: none of them is pending any more
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    grown, kept = (with_series - before) / 2**20, (after - before) / 1024
+    print(f"\n10,000 series: +{grown:.1f} MiB; after the re-list: {kept:.0f} KiB")
+    assert len(recorder._coalescer) == 0
+    assert after - before < (with_series - before) / 10

@@ -3,7 +3,8 @@
 import pytest
 from gpu_scheduler.kube.binder import BindOutcome, binding_body, classify
 from gpu_scheduler.kube.client import TokenBucket
-from gpu_scheduler.kube.objects import is_terminal, trim_pod
+from gpu_scheduler.kube.objects import assigned_pod, is_terminal, node_info, pod_requests, trim_pending_pod
+from gpu_scheduler.scheduling import AssignedPod, Taint
 
 
 def test_token_bucket_allows_the_burst_then_spaces_requests_at_the_qps():
@@ -49,6 +50,16 @@ def test_bind_answers_are_classified(status, message, outcome):
     assert classify(status, message).outcome is outcome
 
 
+@pytest.mark.parametrize(
+    ("status", "message", "maybe_stored"),
+    [(0, "", True), (500, "", True), (504, "", True), (409, ETCD_DOWN, True), (403, "", False), (422, "", False)],
+)
+def test_a_failed_binding_may_have_been_stored_unless_a_4xx_proves_otherwise(status, message, maybe_stored):
+    # Seen in the fault tests: etcd committed a binding answered 409 "rpc error: Unavailable".
+    assert classify(status, message).maybe_stored is maybe_stored
+    assert classify(201).maybe_stored is False and classify(409, ALREADY).maybe_stored is False
+
+
 FULL_POD = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -67,13 +78,46 @@ FULL_POD = {
         ],
         "managedFields": [{"manager": "kubectl"}],
     },
-    "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "image": "busybox"}]},
-    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]},
+    "spec": {
+        "schedulerName": "gpu-scheduler",
+        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}],
+        "nodeSelector": {"disk": "ssd"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {}}],
+            },
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []},
+        },
+        "tolerations": [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+    },
+    "status": {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "m",
+                "lastProbeTime": None,
+            },
+            {"type": "Ready", "status": "False"},
+        ],
+    },
 }
 
 
 def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
-    assert trim_pod(FULL_POD) == {
+    assert trim_pending_pod(FULL_POD) == {
         "metadata": {
             "namespace": "ml",
             "name": "train-1",
@@ -83,8 +127,26 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
             "labels": {"apps.kubernetes.io/pod-index": "1"},
             "ownerReferences": [{"kind": "StatefulSet", "controller": True}],
         },
-        "spec": {"schedulerName": "gpu-scheduler", "nodeName": ""},
-        "status": {"phase": "Pending"},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "nodeName": "",
+            "nodeSelector": {"disk": "ssd"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                        ]
+                    }
+                }
+            },
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}],
+        },
+        "requests": (("cpu", 250), ("memory", 2**30)),
     }
 
 
@@ -95,8 +157,8 @@ def test_pods_of_one_statefulset_share_one_copy_of_the_map_text():
         first["metadata"]["annotations"]["gpu-scheduling-map"]
         is not second["metadata"]["annotations"]["gpu-scheduling-map"]
     )
-    a = trim_pod(first)["metadata"]["annotations"]["gpu-scheduling-map"]
-    b = trim_pod(second)["metadata"]["annotations"]["gpu-scheduling-map"]
+    a = trim_pending_pod(first)["metadata"]["annotations"]["gpu-scheduling-map"]
+    b = trim_pending_pod(second)["metadata"]["annotations"]["gpu-scheduling-map"]
     assert a is b
 
 
@@ -107,3 +169,85 @@ def test_only_succeeded_and_failed_pods_are_terminal():
         True,
         True,
     ]
+
+
+def _requests(containers=(), init=(), overhead=None, pod_level=None):
+    def container(requests, sidecar=False):
+        c = {"name": "c", "resources": {"requests": requests}}
+        if sidecar:
+            c["restartPolicy"] = "Always"
+        return c
+
+    spec = {
+        "containers": [container(r) for r in containers],
+        "initContainers": [container(r, sidecar=s) for r, s in init],
+    }
+    if overhead:
+        spec["overhead"] = overhead
+    if pod_level:
+        spec["resources"] = {"requests": pod_level}
+    return dict(pod_requests({"spec": spec}))
+
+
+def test_pod_requests_are_summed_parsed_and_rounded_up_like_kube_scheduler():
+    assert _requests([{"cpu": "100m", "memory": "1Gi"}, {"cpu": "1", "nvidia.com/gpu": "2"}]) == {
+        "cpu": 1100,
+        "memory": 2**30,
+        "nvidia.com/gpu": 2,
+    }
+    assert _requests([{"cpu": "0.0001"}, {"memory": "1.5"}]) == {"cpu": 1, "memory": 2}  # rounded up
+    assert _requests([{"cpu": "not a quantity"}]) == {}
+    assert _requests([]) == {}
+
+
+def test_init_containers_count_at_their_peak_and_sidecars_for_the_whole_life():
+    # The init container (2 cpu) runs before the sidecar starts; the sidecar (500m) runs
+    # beside the app (1 cpu): 1.5 cpu for the pod's life, 2 cpu at the init step.
+    assert _requests([{"cpu": "1"}], init=[({"cpu": "2"}, False), ({"cpu": "500m"}, True)]) == {"cpu": 2000}
+    # An init container after the sidecar runs beside it: 3 + 0.5.
+    assert _requests([{"cpu": "1"}], init=[({"cpu": "500m"}, True), ({"cpu": "3"}, False)]) == {"cpu": 3500}
+    assert _requests([{"cpu": "1"}], overhead={"cpu": "250m", "memory": "64Mi"}) == {"cpu": 1250, "memory": 64 * 2**20}
+    assert _requests([{"cpu": "1", "memory": "1Gi"}], pod_level={"cpu": "4"}) == {"cpu": 4000, "memory": 2**30}
+
+
+def test_an_assigned_pod_holds_gpus_only_when_it_is_this_schedulers():
+    pod = {
+        "metadata": {
+            "namespace": "ml",
+            "name": "a-0",
+            "uid": "u1",
+            "annotations": {
+                "gpu-scheduling-map": "0=node1:0,1\n",
+                "gpu-scheduler/placement": '{"cudaVisibleDevices":"1"}',
+            },
+        },
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "nodeName": "node1",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}],
+        },
+    }
+    assert assigned_pod(pod, "gpu-scheduler") == AssignedPod("u1", "ml/a-0", "node1", (("cpu", 2000),), ("1",))
+    other = {**pod, "spec": {**pod["spec"], "schedulerName": "default-scheduler"}}
+    assert assigned_pod(other, "gpu-scheduler").devices == ()
+    assert assigned_pod(other, "gpu-scheduler").requests == (("cpu", 2000),)
+    no_injection = {**pod, "metadata": {**pod["metadata"], "annotations": {"gpu-scheduling-map": "0=node1:0,1\n"}}}
+    assert assigned_pod(no_injection, "gpu-scheduler").devices == ("0", "1")
+
+
+def test_a_node_is_read_with_its_labels_taints_and_allocatable_parsed():
+    info = node_info(
+        {
+            "metadata": {"name": "n1", "labels": {"gpu-node-name": "gpu1", "zone": "a"}},
+            "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"nvidia.com/gpu": "8"},
+                "allocatable": {"cpu": "3500m", "memory": "2Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+    assert (info.name, info.alias, info.ready, info.gpus, info.gpus_advertised) == ("n1", "gpu1", True, 8, True)
+    assert info.labels == {"gpu-node-name": "gpu1", "zone": "a"}
+    assert info.taints == (Taint("gpu", "yes", "NoSchedule"),)
+    assert dict(info.allocatable) == {"cpu": 3500, "memory": 2**31, "pods": 110, "nvidia.com/gpu": 8}

@@ -11,6 +11,7 @@ from gpu_scheduler.placement import (
     InvalidNodeError,
     MalformedEntryError,
     MapTooLargeError,
+    MigDeviceError,
     parse_map,
 )
 from gpu_scheduler.placement import (
@@ -57,10 +58,30 @@ def test_blank_lines_comments_spaces_and_crlf_are_accepted():
 
 
 def test_uuids_and_aliases_are_accepted():
-    parsed = parse(f"0=GPU_Pool-A:{GPU_UUID},{MIG_UUID}\n1=node2:MIG-GPU-{GPU_UUID[4:]}/1/0")
+    other_gpu = GPU_UUID[:-1] + "e"
+    parsed = parse(f"0=GPU_Pool-A:{GPU_UUID},{other_gpu}\n1=node2:MIG-GPU-{GPU_UUID[4:]}/1/0\n2=node3:{MIG_UUID}")
     assert parsed[0].node == "GPU_Pool-A"
-    assert parsed[0].devices == (GPU_UUID, MIG_UUID)
+    assert parsed[0].devices == (GPU_UUID, other_gpu)
     assert parsed[1].cuda_visible_devices == f"MIG-GPU-{GPU_UUID[4:]}/1/0"
+    assert parsed[2].devices == (MIG_UUID,)
+
+
+def test_two_mig_devices_on_one_line_are_an_error_that_says_why():
+    other_mig = f"MIG-GPU-{GPU_UUID[4:]}/1/0"
+    error = only_error(f"0=node1:{MIG_UUID}\n1=node2:{MIG_UUID[:-1]}e,{other_mig}\n")
+    assert isinstance(error, MigDeviceError)
+    assert error.line == 2
+    assert "lists 2 MIG devices" in str(error)
+    assert "one CUDA process sees at most one MIG device" in str(error)
+
+
+@pytest.mark.parametrize("devices", [f"0,{MIG_UUID}", f"{MIG_UUID},{GPU_UUID}"])
+def test_a_mig_device_beside_whole_gpus_is_an_error_that_says_why(devices):
+    error = only_error(f"0=node1:{devices}\n")
+    assert isinstance(error, MigDeviceError)
+    assert error.line == 1
+    assert f"{MIG_UUID} beside whole GPUs" in str(error)
+    assert "one CUDA process sees at most one MIG device" in str(error)
 
 
 def test_node_name_of_253_characters_is_accepted_and_254_is_not():

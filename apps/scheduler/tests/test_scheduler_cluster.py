@@ -138,12 +138,30 @@ def core(api_client):
     return client.CoreV1Api(api_client)
 
 
-def make_pod(core, namespace: str, name: str, scheduler_name: str, map_text: str = MAP) -> None:
+def make_pod(
+    core,
+    namespace: str,
+    name: str,
+    scheduler_name: str,
+    map_text: str = MAP,
+    *,
+    spec: dict | None = None,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+    requests: dict | None = None,
+) -> None:
+    container = {"name": "main", "image": "busybox"}
+    if requests:
+        container["resources"] = {"requests": requests}
     core.create_namespaced_pod(
         namespace,
         {
-            "metadata": {"name": name, "annotations": {"gpu-scheduling-map": map_text}},
-            "spec": {"schedulerName": scheduler_name, "containers": [{"name": "main", "image": "busybox"}]},
+            "metadata": {
+                "name": name,
+                "labels": labels or {},
+                "annotations": {"gpu-scheduling-map": map_text, **(annotations or {})},
+            },
+            "spec": {"schedulerName": scheduler_name, "containers": [container], **(spec or {})},
         },
     )
 
@@ -157,20 +175,34 @@ def events_of(api_client, namespace: str, pod: str, reason: str) -> list:
     return [e for e in events if e.regarding.name == pod and e.reason == reason]
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
 @pytest.fixture
 def kwok_node(core):
-    """kwok_node(name, alias) creates a Ready KWOK node; it and its pods go after the test."""
+    """kwok_node(name, alias, taints=..., labels=..., resources=...) creates a Ready KWOK node;
+    it and its pods go after the test. With wait_untainted, it returns once the node controller
+    has lifted the not-ready taint the API server puts on every new node."""
     created: list[str] = []
 
-    def create(name: str, alias: str) -> None:
-        resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
+    def create(
+        name: str,
+        alias: str | None = None,
+        *,
+        taints: tuple[dict, ...] = (),
+        labels: dict | None = None,
+        resources: dict | None = None,
+        wait_untainted: bool = False,
+    ) -> None:
+        resources = resources or {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
         core.create_node(
             {
                 "metadata": {
                     "name": name,
                     "annotations": {"kwok.x-k8s.io/node": "fake"},
-                    "labels": {"type": "kwok-test", "gpu-node-name": alias},
+                    "labels": {"type": "kwok-test", **({"gpu-node-name": alias} if alias else {}), **(labels or {})},
                 },
+                "spec": {"taints": list(taints)},
                 "status": {
                     "capacity": resources,
                     "allocatable": resources,
@@ -181,6 +213,13 @@ def kwok_node(core):
             }
         )
         created.append(name)
+        if wait_untainted:
+            wait_until(
+                lambda: not any(t.key == NOT_READY_TAINT for t in core.read_node(name).spec.taints or ()),
+                60,
+                f"the not-ready taint to leave node {name}",
+                interval=0.5,
+            )
 
     yield create
     for name in created:
@@ -234,8 +273,11 @@ def test_a_pod_waiting_for_a_missing_node_is_bound_as_soon_as_the_node_appears(
     wait_until(lambda: node_of(core, namespace, "late-0"), 10, "late-0 to be bound")
     assert time.monotonic() - created < 3
     assert node_of(core, namespace, "late-0") == f"{alias}-host"
-    # Repeated failures for the same reason are one Event, not one per retry.
-    assert len(events_of(api_client, namespace, "late-0", "FailedScheduling")) == 1
+    # Repeated failures for the same reason are one Event, not one per retry. (A new node
+    # may also be refused once for its node.kubernetes.io/not-ready taint, which the API
+    # server's admission puts on every new node until the node controller sees it Ready.)
+    not_found = [e for e in events_of(api_client, namespace, "late-0", "FailedScheduling") if "not found" in e.note]
+    assert len(not_found) == 1
 
 
 def test_deny_policy_refuses_a_held_gpu_until_its_holder_is_gone(start_scheduler, core, api_client, namespace):
@@ -352,3 +394,216 @@ def test_a_leader_that_cannot_renew_exits_non_zero(start_scheduler, api_client, 
     )
     assert scheduler.process.wait(10) == 1
     assert "lost leadership" in scheduler.log()
+
+
+# -- deciding like kube-scheduler: the pinned node must be able to take the pod ----------------------
+
+
+def pod_scheduled(core, namespace: str, name: str):
+    """The pod's PodScheduled condition, or None."""
+    conditions = core.read_namespaced_pod_status(name, namespace).status.conditions or []
+    return next((c for c in conditions if c.type == "PodScheduled"), None)
+
+
+def refused_with(api_client, core, namespace: str, pod: str, message: str, timeout: float = 15):
+    """Waits for the FailedScheduling Event and the PodScheduled=False condition, both saying
+    `message`; returns the condition."""
+    wait_until(
+        lambda: any(e.note == message for e in events_of(api_client, namespace, pod, "FailedScheduling")),
+        timeout,
+        f"a FailedScheduling event about {pod} saying {message!r} "
+        f"(seen: {[e.note for e in events_of(api_client, namespace, pod, 'FailedScheduling')]})",
+    )
+
+    def condition():
+        found = pod_scheduled(core, namespace, pod)
+        return found if found is not None and found.message == message else None
+
+    found = wait_until(condition, timeout, f"PodScheduled of {pod} to say {message!r}")
+    assert (found.status, found.reason) == ("False", "Unschedulable")
+    assert node_of(core, namespace, pod) is None
+    return found
+
+
+def test_a_tainted_node_is_refused_in_kube_schedulers_words_and_the_pod_says_so_in_its_condition(
+    start_scheduler, core, api_client, namespace, kwok_node
+):
+    node = f"tainted-{uuid.uuid4().hex[:6]}"
+    kwok_node(node, taints=({"key": "dedicated", "value": "ml", "effect": "NoSchedule"},), wait_untainted=True)
+    start_scheduler("--leader-elect=false")
+    make_pod(core, namespace, "plain-0", start_scheduler.scheduler_name, f"0={node}:0\n")
+    refused_with(
+        api_client,
+        core,
+        namespace,
+        "plain-0",
+        f"0/1 nodes are available: 1 node(s) had untolerated taint {{dedicated: ml}}. "
+        f"The map (line 1) pins the pod to node {node}, which TaintToleration refused.",
+    )
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    make_pod(
+        core,
+        namespace,
+        "tolerant-0",
+        start_scheduler.scheduler_name,
+        f"0={node}:0\n",
+        spec={"tolerations": [toleration]},
+    )
+    assert wait_until(lambda: node_of(core, namespace, "tolerant-0"), 10, "tolerant-0 to be bound") == node
+
+
+def test_a_node_outside_the_pods_node_selector_waits_until_it_is_labelled(
+    start_scheduler, core, api_client, namespace, kwok_node
+):
+    node = f"unlabelled-{uuid.uuid4().hex[:6]}"
+    kwok_node(node, wait_untainted=True)
+    start_scheduler("--leader-elect=false")
+    make_pod(
+        core,
+        namespace,
+        "picky-0",
+        start_scheduler.scheduler_name,
+        f"0={node}:0\n",
+        spec={"nodeSelector": {"zone": "a"}},
+    )
+    refused_with(
+        api_client,
+        core,
+        namespace,
+        "picky-0",
+        f"0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+        f"The map (line 1) pins the pod to node {node}, which NodeAffinity refused.",
+    )
+    labelled = time.monotonic()
+    core.patch_node(node, {"metadata": {"labels": {"zone": "a"}}})
+    wait_until(lambda: node_of(core, namespace, "picky-0"), 10, "picky-0 to be bound once the node has the label")
+    assert time.monotonic() - labelled < 3  # the node event, not the backoff
+
+
+def test_pods_of_every_scheduler_count_against_the_nodes_resources(
+    start_scheduler, core, api_client, namespace, kwok_node
+):
+    node = f"small-{uuid.uuid4().hex[:6]}"
+    kwok_node(node, resources={"cpu": "2", "memory": "4Gi", "pods": "10", "nvidia.com/gpu": "4"}, wait_untainted=True)
+    # A pod of another scheduler takes 1.5 of the node's 2 CPUs.
+    make_pod(core, namespace, "other-0", "someone-else", f"0={node}:3\n", requests={"cpu": "1500m"})
+    core.create_namespaced_pod_binding(
+        "other-0",
+        namespace,
+        {"metadata": {"name": "other-0"}, "target": {"kind": "Node", "name": node}},
+        _preload_content=False,
+    )
+    start_scheduler("--leader-elect=false")
+    make_pod(core, namespace, "needs-1cpu-0", start_scheduler.scheduler_name, f"0={node}:0\n", requests={"cpu": "1"})
+    refused_with(
+        api_client,
+        core,
+        namespace,
+        "needs-1cpu-0",
+        f"0/1 nodes are available: 1 Insufficient cpu. "
+        f"The map (line 1) pins the pod to node {node}, which NodeResourcesFit refused.",
+    )
+    freed = time.monotonic()
+    core.delete_namespaced_pod("other-0", namespace, grace_period_seconds=0)
+    wait_until(lambda: node_of(core, namespace, "needs-1cpu-0"), 10, "needs-1cpu-0 to be bound once the CPU is free")
+    assert time.monotonic() - freed < 3  # the freed resources woke it, not the backoff
+
+
+def test_an_ordinal_beyond_the_nodes_gpus_is_refused_and_00_is_gpu_0(start_scheduler, core, api_client, namespace):
+    # Bug 5: "0=node1:7" was bound on a 4-GPU node; "00" and "0" were two GPUs to the ledger.
+    start_scheduler("--leader-elect=false", "--gpu-sharing=deny")
+    name = start_scheduler.scheduler_name
+    make_pod(core, namespace, "beyond-0", name, "0=node1:1,7\n")
+    refused_with(
+        api_client,
+        core,
+        namespace,
+        "beyond-0",
+        "0/1 nodes are available: 1 node(s) had GPUs 0-3 (nvidia.com/gpu: 4), not GPU 7. "
+        "The map (line 1) pins the pod to node node1, which GPUDevices refused.",
+    )
+    make_pod(core, namespace, "zero-0", name, "0=node1:0\n")
+    wait_until(lambda: node_of(core, namespace, "zero-0"), 10, "zero-0 to be bound")
+    make_pod(core, namespace, "double-zero-0", name, "0=node1:00\n")
+    failed = wait_until(
+        lambda: events_of(api_client, namespace, "double-zero-0", "FailedScheduling"), 10, "double-zero-0 refused"
+    )
+    assert f"GPU 00 by {namespace}/zero-0" in failed[0].note
+    assert node_of(core, namespace, "double-zero-0") is None
+
+
+def test_a_node_name_wins_over_an_alias_and_a_job_index_label_over_the_annotation(
+    start_scheduler, core, namespace, kwok_node
+):
+    named = f"named-{uuid.uuid4().hex[:6]}"
+    kwok_node(named, wait_untainted=True)
+    kwok_node(f"{named}-other", alias=named, wait_untainted=True)  # its alias is the other's name
+    start_scheduler("--leader-elect=false")
+    name = start_scheduler.scheduler_name
+    make_pod(core, namespace, "by-name-0", name, f"0={named}:0\n")
+    assert wait_until(lambda: node_of(core, namespace, "by-name-0"), 10, "by-name-0 bound") == named
+    index_key = "batch.kubernetes.io/job-completion-index"
+    make_pod(
+        core,
+        namespace,
+        "indexed",
+        name,
+        "0=node1:0\n1=node2:1\n",
+        labels={index_key: "1"},
+        annotations={index_key: "0"},
+    )
+    assert wait_until(lambda: node_of(core, namespace, "indexed"), 10, "indexed bound") == "node2"
+
+
+def test_the_gpu_ledger_is_rebuilt_from_the_cluster_across_a_restart_under_deny(
+    start_scheduler, core, api_client, namespace
+):
+    first = start_scheduler("--leader-elect=false", "--gpu-sharing=deny")
+    name = start_scheduler.scheduler_name
+    make_pod(core, namespace, "holder-0", name, "0=node2:3\n")
+    wait_until(lambda: node_of(core, namespace, "holder-0"), 10, "holder-0 bound")
+    assert first.terminate() == 0
+
+    start_scheduler("--leader-elect=false", "--gpu-sharing=deny")
+    make_pod(core, namespace, "second-0", name, "0=node2:3\n")
+    failed = wait_until(lambda: events_of(api_client, namespace, "second-0", "FailedScheduling"), 10, "refused")
+    assert f"GPU 3 by {namespace}/holder-0" in failed[0].note
+    time.sleep(1)
+    assert node_of(core, namespace, "second-0") is None
+    core.delete_namespaced_pod("holder-0", namespace, grace_period_seconds=0)
+    assert (
+        wait_until(lambda: node_of(core, namespace, "second-0"), 10, "second-0 bound once the GPU is free") == "node2"
+    )
+
+
+def test_backoff_is_timed_at_run_time_doubling_to_its_cap_and_never_early(start_scheduler, core, namespace):
+    initial, cap = 0.4, 1.6
+    scheduler = start_scheduler(
+        "--leader-elect=false", f"--pod-initial-backoff-seconds={initial}", f"--pod-max-backoff-seconds={cap}"
+    )
+    metric = 'gpu_scheduler_schedule_attempts_total{result="unschedulable"} '
+
+    def failures() -> int:
+        line = next(line for line in scheduler.metrics().splitlines() if line.startswith(metric))
+        return int(float(line.split()[-1]))
+
+    make_pod(core, namespace, "lost-0", start_scheduler.scheduler_name, f"0=nowhere-{uuid.uuid4().hex[:6]}:0\n")
+    seen, last = [], 0
+    deadline = time.monotonic() + 30
+    while len(seen) < 7 and time.monotonic() < deadline:
+        count = failures()
+        if count != last:
+            assert count == last + 1, f"attempts jumped from {last} to {count}"
+            seen.append(time.monotonic())
+            last = count
+        time.sleep(0.01)
+    assert len(seen) == 7, f"only {len(seen)} attempts in 30 s"
+    gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+    expected = [min(initial * 2**i, cap) for i in range(len(gaps))]  # 0.4, 0.8, 1.6, 1.6, ...
+    # Each retry waits its delay within the +-10% jitter; the probe sees an attempt up to one
+    # scrape (~30 ms) late, so a gap may look that much shorter or longer.
+    early = [(round(g, 3), e) for g, e in zip(gaps, expected, strict=True) if g < e * 0.9 - 0.05]
+    late = [(round(g, 3), e) for g, e in zip(gaps, expected, strict=True) if g > e * 1.1 + 0.5]
+    assert early == [], f"retried before its delay: {early} (gaps {gaps})"
+    assert late == [], f"retried far after its delay: {late} (gaps {gaps})"
+    print(f"\nretry gaps {[round(g, 2) for g in gaps]} s for delays {expected}")

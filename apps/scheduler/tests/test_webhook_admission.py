@@ -213,20 +213,74 @@ def test_mutate_leaves_existing_pods_alone(operation):
     }
 
 
-def test_debug_container_gets_the_devices_and_nothing_else_is_touched():
+PLACED = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
+ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
+
+
+def debugged(before, added, annotations=None):
+    """A review of `kubectl debug` on a running pod of ours: ephemeral containers
+    `before` in oldObject, `before + added` in object."""
     running = pod(2, containers=[{"name": "main", "env": [{"name": "OTHER", "value": "1"}]}])
-    running["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
-    decision = mutate(
-        review(running, operation="UPDATE", sub_resource="ephemeralcontainers"),
-        SCHEDULER,
-    )
+    running["metadata"]["annotations"]["gpu-scheduler/placement"] = PLACED
+    if annotations is not None:
+        running["metadata"]["annotations"] = annotations
+    old = copy.deepcopy(running)
+    old["spec"]["ephemeralContainers"] = copy.deepcopy(before)
+    running["spec"]["ephemeralContainers"] = copy.deepcopy(before + added)
+    body = review(running, operation="UPDATE", sub_resource="ephemeralcontainers")
+    body["request"]["oldObject"] = old
+    return body
+
+
+def test_a_new_debug_container_gets_the_devices_and_nothing_else_is_touched():
+    decision = mutate(debugged([], [{"name": "debugger", "image": "busybox"}]), SCHEDULER)
     assert patch_of(decision) == [
         {
             "op": "add",
             "path": "/spec/ephemeralContainers/0/env",
-            "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+            "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}, ORDER],
         }
     ]
+    assert decision.fields == {
+        "pod": "ml/train-2",
+        "subresource": "ephemeralcontainers",
+        "index": 2,
+        "node": "node3",
+        "devices": "0,1,2",
+    }
+
+
+def test_ephemeral_containers_already_there_are_never_changed():
+    """The API server refuses any change to an existing ephemeral container: patching
+    the first debug container again would make every later `kubectl debug` fail."""
+    first = {"name": "debugger-1", "image": "busybox"}  # added before the webhook knew
+    decision = mutate(debugged([first], [{"name": "debugger-2", "image": "busybox"}]), SCHEDULER)
+    assert [operation["path"] for operation in patch_of(decision)] == ["/spec/ephemeralContainers/1/env"]
+
+
+def test_a_debug_container_gets_the_devices_recorded_at_creation_not_the_maps_current_line():
+    annotations = {"gpu-scheduling-map": "2=node3:3\n", "gpu-scheduler/placement": PLACED}
+    decision = mutate(debugged([], [{"name": "debugger"}], annotations=annotations), SCHEDULER)
+    assert patch_of(decision)[0]["value"][0] == {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}
+
+
+def test_a_broken_map_never_stops_a_debug_container():
+    annotations = {"gpu-scheduling-map": "this is broken", "gpu-scheduler/placement": PLACED}
+    decision = mutate(debugged([], [{"name": "debugger"}], annotations=annotations), SCHEDULER)
+    assert decision.result == PATCHED
+
+
+def test_a_pod_created_without_the_webhook_gives_its_debug_container_nothing():
+    decision = mutate(debugged([], [{"name": "debugger"}], annotations={"gpu-scheduling-map": MAP}), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert "patch" not in decision.review["response"]
+
+
+def test_a_debug_request_without_the_old_pod_is_a_bad_request():
+    body = debugged([], [{"name": "debugger"}])
+    del body["request"]["oldObject"]
+    with pytest.raises(BadRequest, match="request.oldObject"):
+        mutate(body, SCHEDULER)
 
 
 def test_pod_of_another_scheduler_is_allowed_even_with_a_broken_map():
@@ -379,6 +433,70 @@ def test_update_with_a_broken_map_is_denied():
     decision = validate(review(sts, kind=("apps", "v1", "StatefulSet"), operation="UPDATE"), SCHEDULER)
     assert decision.result == DENIED
     assert decision.fields["object"] == "StatefulSet ml/train"
+
+
+def updated(old, new, kind=("", "v1", "Pod")):
+    body = review(new, kind=kind, operation="UPDATE")
+    body["request"]["oldObject"] = old
+    return body
+
+
+def test_an_update_that_leaves_a_broken_map_alone_is_allowed():
+    """The Job controller removes its finalizer from a finished pod: the map was
+    broken before and is unchanged, so there is nothing to judge (bug 7)."""
+    old = pod(2, annotations={"gpu-scheduling-map": "2=node3\n"})
+    old["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = []
+    decision = validate(updated(old, new), SCHEDULER)
+    assert decision.result == ALLOWED
+    assert decision.examined is False
+
+
+def test_an_update_that_breaks_the_map_is_denied_naming_the_line():
+    old = pod(2)
+    new = pod(2, annotations={"gpu-scheduling-map": "2=node3\n"})
+    decision = validate(updated(old, new), SCHEDULER)
+    assert decision.result == DENIED
+    assert "line 1:" in decision.review["response"]["status"]["message"]
+
+
+def test_an_update_that_adds_a_broken_map_is_denied():
+    old = pod(2, annotations={})
+    decision = validate(updated(old, pod(2, annotations={"gpu-scheduling-map": "nonsense"})), SCHEDULER)
+    assert decision.result == DENIED
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        (("apps", "v1", "StatefulSet"), {"replicas": 3}),
+        (("apps", "v1", "Deployment"), {"replicas": 3}),
+        (("batch", "v1", "Job"), {"parallelism": 2}),
+    ],
+)
+def test_a_workload_update_that_leaves_a_broken_map_alone_is_allowed(kind, spec):
+    old = workload(kind[2], annotations={"gpu-scheduling-map": "nonsense"})
+    new = workload(kind[2], spec=spec, annotations={"gpu-scheduling-map": "nonsense"})
+    assert validate(updated(old, new, kind), SCHEDULER).result == ALLOWED
+
+
+def test_a_template_switched_to_our_scheduler_is_judged_even_with_the_same_map():
+    old = workload("StatefulSet", annotations={"gpu-scheduling-map": "nonsense"}, scheduler="default-scheduler")
+    new = workload("StatefulSet", annotations={"gpu-scheduling-map": "nonsense"})
+    assert validate(updated(old, new, ("apps", "v1", "StatefulSet")), SCHEDULER).result == DENIED
+
+
+def test_a_cronjob_update_is_judged_by_its_job_templates_map():
+    def cronjob(text, schedule):
+        job = workload("Job", annotations={"gpu-scheduling-map": text})
+        return {"metadata": {"name": "nightly"}, "spec": {"schedule": schedule, "jobTemplate": {"spec": job["spec"]}}}
+
+    kind = ("batch", "v1", "CronJob")
+    unchanged = updated(cronjob("nonsense", "0 1 * * *"), cronjob("nonsense", "0 2 * * *"), kind)
+    assert validate(unchanged, SCHEDULER).result == ALLOWED
+    broken = updated(cronjob(MAP, "0 1 * * *"), cronjob("nonsense", "0 1 * * *"), kind)
+    assert validate(broken, SCHEDULER).result == DENIED
 
 
 def test_decisions_do_not_modify_the_review():

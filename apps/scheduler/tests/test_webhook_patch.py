@@ -7,9 +7,11 @@ import jsonpatch
 from gpu_scheduler.placement import MapEntry
 from gpu_scheduler.webhook.patch import (
     env_with,
+    new_ephemeral_containers_patch,
     placement_annotation,
     placement_patch,
     pointer_token,
+    recorded_placement,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +19,8 @@ from hypothesis import strategies as st
 ENTRY = MapEntry(index=2, node="node3", devices=("0", "1", "2"), line=3)
 PLACEMENT = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
 CUDA = "CUDA_VISIBLE_DEVICES"
+# The map's ordinals are nvidia-smi's, which CUDA follows only in PCI bus order.
+ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
 
 
 def statefulset_pod(containers, init_containers=None, annotations=None):
@@ -47,7 +51,7 @@ def test_containers_without_env_get_a_new_env_list():
     pod = statefulset_pod([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}])
     patched = apply(pod, placement_patch(pod, ENTRY))
     for container in patched["spec"]["containers"]:
-        assert container["env"] == [{"name": CUDA, "value": "0,1,2"}]
+        assert container["env"] == [{"name": CUDA, "value": "0,1,2"}, ORDER]
 
 
 def test_init_containers_get_the_devices_too():
@@ -59,6 +63,7 @@ def test_init_containers_get_the_devices_too():
     assert patched["spec"]["initContainers"][0]["env"] == [
         {"name": "X", "value": "1"},
         {"name": CUDA, "value": "0,1,2"},
+        ORDER,
     ]
 
 
@@ -78,9 +83,32 @@ def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first
     assert patched["spec"]["containers"][0]["env"] == [
         {"name": "A", "value": "1"},
         {"name": CUDA, "value": "0,1,2"},
+        ORDER,
         {"name": "B", "value": "2"},
         {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
     ]
+
+
+def test_a_container_that_sets_cuda_device_order_keeps_its_own():
+    own = {"name": "CUDA_DEVICE_ORDER", "value": "FASTEST_FIRST"}
+    from_config = {"name": "CUDA_DEVICE_ORDER", "valueFrom": {"configMapKeyRef": {"name": "cuda", "key": "order"}}}
+    pod = statefulset_pod(
+        [{"name": "a", "env": [own]}, {"name": "b", "env": [from_config, {"name": CUDA, "value": "7"}]}]
+    )
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["spec"]["containers"][0]["env"] == [own, {"name": CUDA, "value": "0,1,2"}]
+    assert patched["spec"]["containers"][1]["env"] == [from_config, {"name": CUDA, "value": "0,1,2"}]
+
+
+def test_cuda_device_order_follows_the_devices_and_is_not_added_twice():
+    pod = statefulset_pod([{"name": "a", "env": [{"name": CUDA, "value": "7"}, {"name": "Z", "value": "1"}]}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    assert patched["spec"]["containers"][0]["env"] == [
+        {"name": CUDA, "value": "0,1,2"},
+        ORDER,
+        {"name": "Z", "value": "1"},
+    ]
+    assert placement_patch(patched, ENTRY) == []
 
 
 def test_placement_annotation_is_added_next_to_the_existing_ones():
@@ -136,7 +164,7 @@ def test_a_pod_that_already_has_its_placement_gets_no_operations():
 def test_only_what_differs_is_patched():
     pod = statefulset_pod(
         [
-            {"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}]},
+            {"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}, ORDER]},
             {"name": "wrong", "env": []},
         ],
         annotations={"gpu-scheduler/placement": PLACEMENT},
@@ -145,22 +173,34 @@ def test_only_what_differs_is_patched():
         {
             "op": "add",
             "path": "/spec/containers/1/env",
-            "value": [{"name": CUDA, "value": "0,1,2"}],
+            "value": [{"name": CUDA, "value": "0,1,2"}, ORDER],
         }
     ]
 
 
-def test_ephemeral_containers_alone_when_asked():
-    pod = statefulset_pod([{"name": "main"}])
-    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
-    operations = placement_patch(pod, ENTRY, container_lists=("ephemeralContainers",), annotate=False)
-    assert operations == [
+def test_only_ephemeral_containers_new_in_the_request_are_patched():
+    old = statefulset_pod([{"name": "main"}])
+    old["spec"]["ephemeralContainers"] = [{"name": "debugger-1", "image": "busybox"}]
+    pod = copy.deepcopy(old)
+    pod["spec"]["ephemeralContainers"].append({"name": "debugger-2", "image": "busybox", "env": [{"name": "A"}]})
+    assert new_ephemeral_containers_patch(pod, old, "0,1,2") == [
         {
             "op": "add",
-            "path": "/spec/ephemeralContainers/0/env",
-            "value": [{"name": CUDA, "value": "0,1,2"}],
+            "path": "/spec/ephemeralContainers/1/env",
+            "value": [{"name": "A"}, {"name": CUDA, "value": "0,1,2"}, ORDER],
         }
     ]
+
+
+def test_the_recorded_placement_is_read_back_and_anything_else_is_none():
+    assert recorded_placement(statefulset_pod([], annotations={"gpu-scheduler/placement": PLACEMENT})) == {
+        "index": 2,
+        "node": "node3",
+        "devices": "0,1,2",
+    }
+    for raw in (None, "not json", "[]", '{"cudaVisibleDevices": 3}'):
+        annotations = {} if raw is None else {"gpu-scheduler/placement": raw}
+        assert recorded_placement(statefulset_pod([], annotations=annotations)) is None
 
 
 def test_pointer_token_escapes_tilde_before_slash():

@@ -103,7 +103,10 @@ def test_mutate_answers_with_the_placement_patch(server):
     assert {
         "op": "add",
         "path": "/spec/containers/1/env",
-        "value": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}],
+        "value": [
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"},
+            {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
+        ],
     } in operations
 
 
@@ -116,6 +119,16 @@ def test_validate_denies_an_invalid_map_with_its_line(server):
     assert answer["status"]["message"].startswith(
         "StatefulSet ml/train: gpu-scheduling-map in spec.template.metadata.annotations: line 3:"
     )
+
+
+def test_a_map_index_too_long_for_int_is_denied_naming_the_line_not_a_500(server):
+    review = golden("mutate-statefulset-pod")
+    review["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = "0=node1:0\n" + "7" * 5000 + "=n:0\n"
+    response = post(server, "/mutate", review)
+    assert response.status_code == 200, response.text[:500]
+    answer = response.json()["response"]
+    assert answer["allowed"] is False
+    assert "gpu-scheduling-map: line 2: index 77777" in answer["status"]["message"]
 
 
 def test_each_decision_is_logged_on_one_line(server):
@@ -133,6 +146,27 @@ def test_each_decision_is_logged_on_one_line(server):
         lines[-1],
     ), lines[-1]
     assert "ml/train-1" not in server.log()
+
+
+def worker_pids(master: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{master}/task").iterdir():
+        found.update(int(pid) for pid in (task / "children").read_text().split())
+    return found
+
+
+def test_every_worker_that_runs_writes_its_log(server):
+    """A worker forked while the master's log writer thread was busy wrote nothing,
+    ever (its "Booting worker" line missing, so it looked as if it had never started).
+    Read the workers from /proc, not from the log, and find each one's own line."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        workers = worker_pids(server.process.pid)
+        silent = [pid for pid in workers if f"Booting worker with pid: {pid}" not in server.log()]
+        if len(workers) == 2 and not silent:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"workers {sorted(workers)}; without a line in the log: {silent}\n{server.log()}")
 
 
 @pytest.mark.parametrize(

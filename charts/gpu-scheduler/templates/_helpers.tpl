@@ -94,17 +94,58 @@ imagePullSecrets:
   mountPath: /tmp
 {{- end -}}
 
-{{/* The MatchCondition that keeps every other scheduler's objects away from the webhook. */}}
-{{- define "gpu-scheduler.podMatchCondition" -}}
-- name: scheduled-by-us
-  expression: has(object.spec.schedulerName) && object.spec.schedulerName == {{ .Values.schedulerName | squote }}
+{{/*
+CEL for matchConditions, about the pod template at .path: "object" for a Pod,
+"object.spec.template" for a workload, "object.spec.jobTemplate.spec.template"
+for a CronJob. Every field is tested with has() before it is read: an
+expression that errors counts as a webhook failure, and with failurePolicy
+Fail would refuse the request.
+*/}}
+{{/* has(a.b) && has(a.b.c) && ...: every field of the path exists. */}}
+{{- define "gpu-scheduler.celPresent" -}}
+{{- $parts := splitList "." . -}}
+{{- $checks := list -}}
+{{- range $i, $_ := $parts -}}
+{{- if gt $i 0 -}}
+{{- $checks = append $checks (printf "has(%s)" (join "." (slice $parts 0 (add1 $i)))) -}}
 {{- end -}}
-{{- define "gpu-scheduler.templateMatchCondition" -}}
-- name: template-scheduled-by-us
+{{- end -}}
+{{- join " && " $checks -}}
+{{- end -}}
+{{/* The template's schedulerName is ours. */}}
+{{- define "gpu-scheduler.celScheduledByUs" -}}
+({{ include "gpu-scheduler.celPresent" (printf "%s.spec.schedulerName" .path) }} && {{ .path }}.spec.schedulerName == {{ .schedulerName | squote }})
+{{- end -}}
+{{/* The template carries the map annotation. */}}
+{{- define "gpu-scheduler.celHasMap" -}}
+({{ include "gpu-scheduler.celPresent" (printf "%s.metadata.annotations" .) }} && 'gpu-scheduling-map' in {{ . }}.metadata.annotations)
+{{- end -}}
+
+{{/*
+The MatchConditions of a webhook for the template at .path (see above):
+  scheduled-by-us: every other scheduler's objects never reach the webhook,
+    so an outage of it can only ever touch our own.
+  map-changed-on-update: an UPDATE reaches the webhook only when it changes
+    the map (or makes the template ours). A controller removing a finalizer,
+    a label added by hand, a rollout restart: none of them can be refused
+    for a map that was there before, nor blocked while the webhook is down.
+*/}}
+{{- define "gpu-scheduler.matchConditions" -}}
+{{- $new := .path -}}
+{{- $old := printf "oldObject%s" (trimPrefix "object" .path) -}}
+{{- $newMap := include "gpu-scheduler.celHasMap" $new -}}
+{{- $oldMap := include "gpu-scheduler.celHasMap" $old -}}
+- name: scheduled-by-us
   expression: >-
-    has(object.spec.template) && has(object.spec.template.spec) &&
-    has(object.spec.template.spec.schedulerName) &&
-    object.spec.template.spec.schedulerName == {{ .Values.schedulerName | squote }}
+    {{ include "gpu-scheduler.celScheduledByUs" (dict "path" $new "schedulerName" .schedulerName) }}
+{{- if .onUpdate }}
+- name: map-changed-on-update
+  expression: >-
+    request.operation != 'UPDATE' ||
+    !{{ include "gpu-scheduler.celScheduledByUs" (dict "path" $old "schedulerName" .schedulerName) }} ||
+    {{ $newMap }} != {{ $oldMap }} ||
+    ({{ $newMap }} && {{ $new }}.metadata.annotations['gpu-scheduling-map'] != {{ $old }}.metadata.annotations['gpu-scheduling-map'])
+{{- end }}
 {{- end -}}
 
 {{/* Webhooks never see kube-system nor our own namespace, so they can never block the pods that would fix them. */}}

@@ -27,6 +27,16 @@ class BindResult:
     status: int
     message: str = ""
 
+    @property
+    def maybe_stored(self) -> bool:
+        """A failure that does not prove the binding was not stored: no answer at all, a 5xx,
+        or a 409 from a storage error. The fault tests saw etcd commit a binding that was then
+        answered 409 "rpc error: code = Unavailable ... EOF", and a killed client's binding
+        stored while the audit log says 504."""
+        if self.outcome is not BindOutcome.FAILED:
+            return False
+        return self.status == 0 or self.status >= 500 or self.status == 409
+
 
 def binding_body(namespace: str, name: str, uid: str, node: str) -> dict:
     """A v1 Binding; the uid makes the apiserver refuse a same-named newer pod."""

@@ -23,7 +23,9 @@ from kubernetes.client import Configuration
 from kubernetes.client.rest import RESTClientObject
 from kubernetes.config.config_exception import ConfigException
 
-# Sent once per request; the apiserver logs and audits it.
+# Sent with every request; the apiserver logs and audits it. A process adds
+# its identity (the one it holds the leader Lease with), so an audit log says
+# which replica made each binding.
 USER_AGENT = "gpu-scheduler"
 
 # Requests that are retried on connection errors (a keep-alive connection the
@@ -113,15 +115,24 @@ class KubeClient:
     requests.
     """
 
-    def __init__(self, configuration: Configuration, *, pool_size: int = 32, qps: float = 0, burst: int = 1) -> None:
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        pool_size: int = 32,
+        qps: float = 0,
+        burst: int = 1,
+        user_agent: str = USER_AGENT,
+    ) -> None:
         configuration.connection_pool_maxsize = pool_size
         self._configuration = configuration
+        self._user_agent = user_agent
         self._pool = RESTClientObject(configuration).pool_manager
         self._base = configuration.host.rstrip("/")
         self._limiter = TokenBucket(qps, burst, time.monotonic())
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
         if content_type:
             headers["Content-Type"] = content_type
         # Read per request: in-cluster and exec credentials rotate, and the
@@ -175,12 +186,13 @@ class KubeClient:
         return self.call("GET", path, query=query)
 
     @contextmanager
-    def stream(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[Iterator[bytes]]:
-        """An open watch: yields an iterator over the response's lines.
+    def stream(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[WatchStream]:
+        """An open watch: yields a WatchStream, an iterator over the response's lines.
 
-        The read timeout must be longer than the server's timeoutSeconds so a
-        quiet but healthy watch is not cut, yet short enough to notice a dead
-        connection (bookmarks keep a healthy one talking).
+        read_timeout bounds each wait for data, not the whole watch: it must
+        be longer than the gap between the apiserver's bookmarks, so a quiet
+        but healthy watch is not cut, yet short enough to notice a dead
+        connection soon.
         """
         try:
             response = self._pool.request(
@@ -196,7 +208,7 @@ class KubeClient:
         try:
             if response.status != 200:
                 raise ApiError("GET", path, response.status, response.read())
-            yield _lines_or_api_error(response, path)
+            yield WatchStream(response, path)
         finally:
             # Close before handing back: a half-read watch connection cannot
             # carry another request, so the pool must open a fresh one.
@@ -204,15 +216,31 @@ class KubeClient:
             response.release_conn()
 
 
-def _lines_or_api_error(response: urllib3.HTTPResponse, path: str) -> Iterator[bytes]:
-    """The watch's lines; a connection that breaks mid-stream (the apiserver
-    restarting) ends in ApiError(status 0) like any other unanswered request,
-    so callers handle one exception type for "reconnect"."""
-    try:
-        yield from response
-    except urllib3.exceptions.HTTPError as err:
-        raise ApiError("GET", path, 0, str(err)) from err
+class WatchStream:
+    """The lines of an open watch. A connection that breaks mid-stream (the
+    apiserver restarting) ends in ApiError(status 0) like any other unanswered
+    request, so callers handle one exception type for "reconnect"."""
+
+    def __init__(self, response: urllib3.HTTPResponse, path: str) -> None:
+        self._response = response
+        self._path = path
+        self.interrupted = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._response
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            if self.interrupted:
+                return
+            raise ApiError("GET", self._path, 0, str(err)) from err
+
+    def interrupt(self) -> None:
+        """Ends the iteration now, from any thread (a read blocked on a quiet stream returns)."""
+        self.interrupted = True
+        self._response.shutdown()
 
 
-def new_client(kubeconfig: str | None, *, pool_size: int, qps: float, burst: int) -> KubeClient:
-    return KubeClient(load_configuration(kubeconfig), pool_size=pool_size, qps=qps, burst=burst)
+def new_client(
+    kubeconfig: str | None, *, pool_size: int, qps: float, burst: int, user_agent: str = USER_AGENT
+) -> KubeClient:
+    return KubeClient(load_configuration(kubeconfig), pool_size=pool_size, qps=qps, burst=burst, user_agent=user_agent)

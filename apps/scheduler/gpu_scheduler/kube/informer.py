@@ -2,11 +2,20 @@
 
 An informer lists a resource once (in pages, so 10,000 pods never sit in
 memory as one response), hands the trimmed objects to its handler, then
-watches from the list's resourceVersion. A watch that ends is resumed from the
-last resourceVersion it saw (bookmarks keep that fresh on quiet streams). When
-the apiserver has compacted that version away it answers 410 Gone, either as
-an HTTP status or as an ERROR event in the stream; then the informer lists
-again and the handler reconciles with the complete new set.
+watches from the list's resourceVersion. Every event and bookmark moves the
+informer's resourceVersion on, and a watch that ends, by the server's timeout
+or broken mid-stream, is resumed from the last one it saw, so no event is
+replayed or skipped. When the apiserver has compacted that version away it
+answers 410 Gone, either as an HTTP status or as an ERROR event in the stream;
+then the informer lists again and the handler reconciles with the complete new
+set. A handler that raises on an event also makes it list again: the event
+cannot be dropped silently, and a list brings the handler back in line.
+
+A stream that goes quiet without closing (a dead peer, a stuck proxy) is cut
+by the read timeout: the apiserver sends a bookmark about every minute on a
+healthy watch (allowWatchBookmarks), so no read waits longer than that. An
+informer whose list or watch keeps failing says so (current()), which /readyz
+reports.
 """
 
 from __future__ import annotations
@@ -15,8 +24,10 @@ import json
 import logging
 import random
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpu_scheduler.kube.client import ApiError, KubeClient
 
@@ -24,30 +35,45 @@ log = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 500
 # client-go spreads watch lifetimes over 5-10 minutes so many clients don't
-# reconnect in step; a watch's read timeout leaves room past the server's end.
+# reconnect in step.
 WATCH_SECONDS_MIN = 300
 WATCH_SECONDS_MAX = 600
-WATCH_READ_GRACE = 30.0
+# kube-apiserver's watch cache sends each watcher a bookmark every minute
+# (and one just before timeoutSeconds); a read that waits longer than this
+# has lost its peer, whatever timeoutSeconds says.
+WATCH_READ_TIMEOUT = 90.0
+# A cache whose list or watch has failed for this long is not being kept current.
+STALE_AFTER_SECONDS = 20.0
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
+
+EXPIRED = "expired"
+HANDLER_ERROR = "handler-error"
+REQUESTED = "requested"
+RELIST_REASONS = (EXPIRED, HANDLER_ERROR, REQUESTED)
 
 
 class ResourceGone(Exception):
     """The resourceVersion to resume from is too old (HTTP 410): list again."""
 
 
-class WatchHandler(Protocol):
-    def replace(self, objects: list[dict]) -> None:
-        """The complete current set after a list; anything not in it is gone."""
+class Resync(Exception):
+    """A handler failed on an object: list again, so the cache is whole again."""
 
-    def upsert(self, obj: dict) -> None:
+
+class WatchHandler(Protocol):
+    def replace(self, objects: list[Any], listed_at: float) -> None:
+        """The complete current set after a list whose first page was asked for at
+        listed_at (time.monotonic()); anything not in it is gone."""
+
+    def upsert(self, obj: Any) -> None:
         """An object was added or modified."""
 
-    def delete(self, obj: dict) -> None:
+    def delete(self, obj: Any) -> None:
         """An object was deleted, or no longer matches the selector."""
 
 
-Trim = Callable[[dict], dict]
+Trim = Callable[[dict], Any]
 
 
 class Informer:
@@ -75,43 +101,100 @@ class Informer:
         if label_selector:
             self._selectors["labelSelector"] = label_selector
         self.synced = threading.Event()
-        self.relists = 0
+        self.relists: Counter[str] = Counter()  # reason (RELIST_REASONS) -> lists after the first
+        self.resource_version: str | None = None  # the last one seen in a list, event or bookmark
+        self.read_timeout = WATCH_READ_TIMEOUT
+        self._failing_since: float | None = None  # monotonic; None while lists and watches work
+        self._delay = ERROR_BACKOFF_INITIAL  # the next pause after a failure; doubles while they go on
+        self._last_error = ""
+        self._resync = threading.Event()
+        self._stream = None  # the open watch, so that a resync can interrupt it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def request_resync(self) -> None:
+        """Asks for a list now: the owner needs the complete current set to settle a doubt.
+        An open watch is interrupted; the list follows at once."""
+        self._resync.set()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def current(self, now: float | None = None) -> str | None:
+        """None while the cache is listed and its list+watch works (or failed only briefly);
+        else what is wrong, for /readyz."""
+        if not self.synced.is_set():
+            return f"{self.name}: not listed yet" + (f" ({self._last_error})" if self._last_error else "")
+        failing_since = self._failing_since
+        now = time.monotonic() if now is None else now
+        if failing_since is not None and now - failing_since > STALE_AFTER_SECONDS:
+            return f"{self.name}: list/watch failing for {now - failing_since:.0f}s ({self._last_error})"
+        return None
+
+    def _working(self) -> None:
+        self._failing_since = None
+        self._delay = ERROR_BACKOFF_INITIAL
+
+    def _failing(self, error: str) -> None:
+        self._last_error = error[:300]
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+
     def _run(self) -> None:
-        resource_version: str | None = None
-        delay = ERROR_BACKOFF_INITIAL
         while not self._stop.is_set():
+            if self._resync.is_set() and self.resource_version is not None:
+                self._resync.clear()
+                self.relists[REQUESTED] += 1
+                self.resource_version = None
+            listing = self.resource_version is None
+            if listing:
+                self._resync.clear()  # this list answers every request made so far
             try:
-                if resource_version is None:
-                    resource_version = self.list()
+                if listing:
+                    self.resource_version = self.list()
                     self.synced.set()
-                resource_version = self.watch(resource_version)
-                delay = ERROR_BACKOFF_INITIAL
+                self.watch()
             except ResourceGone:
-                log.info("%s: resourceVersion %s expired, listing again", self.name, resource_version)
-                self.relists += 1
-                resource_version = None
+                log.info("%s: resourceVersion %s expired, listing again", self.name, self.resource_version)
+                self.relists[EXPIRED] += 1
+                self.resource_version = None
+            except Resync as err:
+                # A failed event: list again at once. A failed list: after a
+                # pause, so a handler that keeps failing cannot spin.
+                self.relists[HANDLER_ERROR] += 1
+                self.resource_version = None
+                if listing:
+                    self._pause(str(err))
+                else:
+                    log.error("%s: %s; listing again", self.name, err)
             except (ApiError, OSError, ValueError) as err:
-                # Network trouble or an apiserver restart: resume from where we
-                # were after a pause, so a flapping apiserver isn't hammered.
-                log.warning("%s: watch failed, retrying in %.1fs: %s", self.name, delay, err)
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, ERROR_BACKOFF_MAX)
+                # Network trouble, an apiserver restart, a stream cut or gone
+                # quiet: resume from the last version seen after a pause, so a
+                # flapping apiserver isn't hammered.
+                self._pause(str(err))
+
+    def _pause(self, error: str) -> None:
+        self._failing(error)
+        log.warning("%s: list/watch failed, retrying in %.1fs: %s", self.name, self._delay, error)
+        self._stop.wait(self._delay * random.uniform(0.8, 1.2))
+        self._delay = min(self._delay * 2, ERROR_BACKOFF_MAX)
 
     def list(self) -> str:
         """Lists every page; hands the handler the complete set; returns its resourceVersion."""
-        objects: list[dict] = []
+        objects: list[Any] = []
+        listed_at = time.monotonic()
         query = dict(self._selectors, limit=str(LIST_PAGE_SIZE))
         while True:
             try:
@@ -123,55 +206,76 @@ class Informer:
                     query.pop("continue")
                     continue
                 raise
-            objects.extend(self._trim(item) for item in page.get("items") or ())
+            try:
+                objects.extend(self._trim(item) for item in page.get("items") or ())
+            except Exception as err:
+                log.exception("%s: reading a listed object failed", self.name)
+                raise Resync(f"reading a listed object failed: {err!r}") from err
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
-                self._handler.replace(objects)
+                try:
+                    self._handler.replace(objects, listed_at)
+                except Exception as err:
+                    log.exception("%s: handling the list failed", self.name)
+                    raise Resync(f"handling the list failed: {err!r}") from err
+                self._working()
                 return metadata["resourceVersion"]
             query["continue"] = token
 
-    def watch(self, resource_version: str, seconds: int | None = None) -> str:
-        """Follows one watch until the server ends it; returns the last resourceVersion.
+    def watch(self, seconds: int | None = None) -> None:
+        """Follows one watch from self.resource_version until the server ends it, moving
+        self.resource_version on with every event and bookmark.
 
-        Raises ResourceGone when resource_version is too old to resume from.
+        Raises ResourceGone when that version is too old to resume from, Resync when the
+        handler failed on an event, ApiError when the stream breaks or stays silent longer
+        than the read timeout.
         """
         seconds = seconds or random.randint(WATCH_SECONDS_MIN, WATCH_SECONDS_MAX)
         query = dict(
             self._selectors,
             watch="1",
-            resourceVersion=resource_version,
+            resourceVersion=self.resource_version or "",
             allowWatchBookmarks="true",
             timeoutSeconds=str(seconds),
         )
         try:
-            with self._client.stream(self._path, query, seconds + WATCH_READ_GRACE) as lines:
+            with self._client.stream(self._path, query, self.read_timeout) as lines:
+                self._stream = lines
+                self._working()
+                if self._resync.is_set():
+                    return  # asked for while connecting
                 for line in lines:
-                    if self._stop.is_set():
+                    if self._stop.is_set() or self._resync.is_set():
                         break
                     if line.strip():
-                        resource_version = self._dispatch(json.loads(line), resource_version)
+                        self._dispatch(json.loads(line))
         except ApiError as err:
             if err.status == 410:
                 raise ResourceGone() from err
             raise
-        return resource_version
+        finally:
+            self._stream = None
 
-    def _dispatch(self, event: dict, resource_version: str) -> str:
+    def _dispatch(self, event: dict) -> None:
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise ResourceGone()
             raise ApiError("WATCH", self._path, int(obj.get("code") or 0), json.dumps(obj))
-        new_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
-        if kind == "BOOKMARK":
-            return new_version
-        try:
-            if kind == "DELETED":
-                self._handler.delete(self._trim(obj))
-            elif kind in ("ADDED", "MODIFIED"):
-                self._handler.upsert(self._trim(obj))
-        except Exception:  # a bug in one handler call must not kill the cache
-            log.exception("%s: handling %s event failed", self.name, kind)
-        return new_version
+        new_version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind != "BOOKMARK":
+            try:
+                if kind == "DELETED":
+                    self._handler.delete(self._trim(obj))
+                elif kind in ("ADDED", "MODIFIED"):
+                    self._handler.upsert(self._trim(obj))
+            except Exception as err:
+                # The cache may now be wrong about this object: list again rather
+                # than drop the event. (The version stays where it was: a list
+                # replaces it anyway.)
+                log.exception("%s: handling a %s event failed", self.name, kind)
+                raise Resync(f"handling a {kind} event failed: {err!r}") from err
+        if new_version:
+            self.resource_version = new_version

@@ -1,21 +1,48 @@
-"""Pods cut down to what scheduling reads, so 10,000 cached pods stay small.
+"""API objects cut down to what scheduling reads, so 10,000 cached pods stay small.
 
 A pod from the API carries its whole spec and status (often kilobytes, plus
-kubectl's last-applied annotation); decide() and the ledger read only the
-identity, the map and placement annotations, the index label or annotation,
-the owner kinds, the node and the phase.
+kubectl's last-applied annotation). Three shapes are kept:
+
+- a pending pod of this scheduler (trim_pending_pod): API JSON with only what
+  decide() reads (identity, map and placement annotations, index label or
+  annotation, owner kinds, node selector, required node affinity, tolerations,
+  the PodScheduled condition), plus "requests": its resource requests, parsed;
+- a pod on a node, of any scheduler (assigned_pod): a scheduling.AssignedPod,
+  its node, requests and, for this scheduler's pods, the GPUs it holds;
+- a node (node_info): a scheduling.NodeInfo with its allocatable parsed.
+
+Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
+parser, into canonical integers: cpu in millicores, everything else in units
+(bytes for memory and storage), rounded up as kube-scheduler rounds.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
-from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION
+from kubernetes.utils import parse_quantity
+
+from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, PlacementError, placement_for
 from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, STATEFULSET_INDEX_LABEL
+from gpu_scheduler.scheduling import (
+    CPU,
+    DEFAULT_ALIAS_LABEL,
+    AssignedPod,
+    NodeInfo,
+    Requests,
+    injected_devices,
+    requests_of,
+)
 
 KEPT_ANNOTATIONS = (MAP_ANNOTATION, PLACEMENT_ANNOTATION, JOB_INDEX_KEY)
 KEPT_LABELS = (STATEFULSET_INDEX_LABEL, JOB_INDEX_KEY)
 TERMINAL_PHASES = ("Succeeded", "Failed")
+POD_SCHEDULED = "PodScheduled"
+_TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 
 
 def _kept(mapping: dict | None, keys: tuple[str, ...]) -> dict | None:
@@ -28,10 +55,94 @@ def _kept(mapping: dict | None, keys: tuple[str, ...]) -> dict | None:
     return kept or None
 
 
-def trim_pod(pod: dict) -> dict:
-    """The pod as API JSON, with only the fields scheduling reads."""
+# -- quantities and requests ------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical_amount(resource: str, quantity: object) -> int:
+    """A quantity as the integer the filters compare: millicores for cpu, units (rounded up)
+    for the rest. A quantity the parser refuses counts as 0 (the API server validates them).
+    Cached: the same few quantities ("100m", "1Gi") come with every pod of a workload, and the
+    parser's Decimal arithmetic is the costliest part of reading a pod."""
+    try:
+        value = parse_quantity(quantity)
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+    return math.ceil(value * 1000) if resource == CPU else math.ceil(value)
+
+
+def _amounts(resources: Mapping | None) -> dict[str, int]:
+    if not isinstance(resources, Mapping):
+        return {}
+    return {name: canonical_amount(name, q) if isinstance(q, str | int | float) else 0 for name, q in resources.items()}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, amount in more.items():
+        total[name] = total.get(name, 0) + amount
+
+
+def _max(total: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > total.get(name, 0):
+            total[name] = amount
+
+
+def _container_requests(container: Mapping) -> dict[str, int]:
+    return _amounts(((container.get("resources") or {}).get("requests")) if isinstance(container, Mapping) else None)
+
+
+def pod_requests(pod: Mapping) -> Requests:
+    """What the pod requests of its node, computed as kube-scheduler does: the sum of its
+    containers; at least what any init container needs while it runs (with the sidecars
+    started before it); sidecars (restartPolicy Always) for the pod's whole life; pod-level
+    requests (spec.resources) where given; plus the RuntimeClass overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        _add(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        needs = _container_requests(container)
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            _add(total, needs)
+            _add(sidecars, needs)
+            running = dict(sidecars)
+        else:
+            running = dict(needs)
+            _add(running, sidecars)
+        _max(init_peak, running)
+    _max(total, init_peak)
+    pod_level = _amounts((spec.get("resources") or {}).get("requests"))
+    total.update({name: amount for name, amount in pod_level.items() if name in ("cpu", "memory")})
+    _add(total, _amounts(spec.get("overhead")))
+    return requests_of(total)
+
+
+# -- pods -------------------------------------------------------------------------------------------
+
+
+def _node_affinity(spec: Mapping) -> dict | None:
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}} if required else None
+
+
+def _tolerations(items: Iterable | None) -> list[dict] | None:
+    kept = [
+        {f: t[f] for f in _TOLERATION_FIELDS if t.get(f) is not None} for t in items or () if isinstance(t, Mapping)
+    ]
+    return kept or None
+
+
+def trim_pending_pod(pod: dict) -> dict:
+    """A pending pod of this scheduler as API JSON with only what decide() reads, plus
+    "requests" (pod_requests)."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
     trimmed_meta = {
         "namespace": metadata.get("namespace"),
         "name": metadata.get("name"),
@@ -53,11 +164,55 @@ def trim_pod(pod: dict) -> dict:
         trimmed_meta["ownerReferences"] = owners
     if metadata.get("deletionTimestamp"):
         trimmed_meta["deletionTimestamp"] = metadata["deletionTimestamp"]
-    return {
-        "metadata": trimmed_meta,
-        "spec": {"schedulerName": spec.get("schedulerName"), "nodeName": spec.get("nodeName") or ""},
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
+    trimmed_spec: dict = {"schedulerName": spec.get("schedulerName"), "nodeName": spec.get("nodeName") or ""}
+    if spec.get("nodeSelector"):
+        trimmed_spec["nodeSelector"] = spec["nodeSelector"]
+    affinity = _node_affinity(spec)
+    if affinity:
+        trimmed_spec["affinity"] = affinity
+    tolerations = _tolerations(spec.get("tolerations"))
+    if tolerations:
+        trimmed_spec["tolerations"] = tolerations
+    trimmed_status: dict = {"phase": status.get("phase")}
+    scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
+    if scheduled:
+        trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
+    return {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
+
+
+def pod_scheduled_condition(pod: Mapping) -> dict | None:
+    """The PodScheduled condition a trimmed pending pod carries, or None."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == POD_SCHEDULED:
+            return condition
+    return None
+
+
+def held_devices(pod: Mapping) -> tuple[str, ...]:
+    """The GPUs a bound pod of this scheduler holds: as the webhook injected them, else as its
+    map says; () when neither can be read."""
+    injected = injected_devices(pod)
+    if injected is not None:
+        return tuple(d for d in injected.split(",") if d)
+    try:
+        return placement_for(pod).devices
+    except PlacementError:
+        return ()
+
+
+def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
+    """A pod on a node, of any scheduler: what it takes of the node; for this scheduler's
+    pods, also the GPUs it holds."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    devices = held_devices(pod) if spec.get("schedulerName") == scheduler_name else ()
+    return AssignedPod(
+        uid=metadata.get("uid") or "",
+        key=f"{metadata.get('namespace')}/{metadata.get('name')}",
+        node=spec.get("nodeName") or "",
+        requests=pod_requests(pod),
+        devices=devices,
+    )
 
 
 def pod_key(pod: dict) -> str:
@@ -65,8 +220,21 @@ def pod_key(pod: dict) -> str:
     return f"{metadata['namespace']}/{metadata['name']}"
 
 
+def pod_uid(pod: Mapping) -> str:
+    return (pod.get("metadata") or {}).get("uid") or ""
+
+
 def is_terminal(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+# -- nodes -------------------------------------------------------------------------------------------
+
+
+def node_info(node: dict, alias_label: str = DEFAULT_ALIAS_LABEL) -> NodeInfo:
+    """The node as scheduling reads it, allocatable parsed."""
+    info = NodeInfo.from_api(node, alias_label)
+    return replace(info, allocatable=_amounts((node.get("status") or {}).get("allocatable")))
 
 
 def node_name(node: dict) -> str:

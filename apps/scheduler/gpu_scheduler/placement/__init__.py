@@ -15,6 +15,7 @@ from .errors import (
     MalformedEntryError,
     MapLineError,
     MapTooLargeError,
+    MigDeviceError,
     MissingEntryError,
     MissingMapError,
     PlacementError,
@@ -29,12 +30,18 @@ from .grammar import (
     parse_map,
     parse_map_uncached,
 )
+from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
 # What the webhook injected, as JSON: {"index": 0, "node": "node1", "cudaVisibleDevices": "0,1"}
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+# The map's ordinals are the host's nvidia-smi order, which is PCI bus order;
+# CUDA's default order (fastest first) can differ, so the webhook sets this
+# beside CUDA_ENV unless a container sets it itself. docs/gpus.md says more.
+CUDA_ORDER_ENV = "CUDA_DEVICE_ORDER"
+CUDA_ORDER = "PCI_BUS_ID"
 
 
 def map_text(pod: Mapping, namespace: str | None = None) -> str:
@@ -64,6 +71,10 @@ def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
 
 __all__ = [
     "CUDA_ENV",
+    "CUDA_ORDER",
+    "CUDA_ORDER_ENV",
+    "MAX_DEVICE_ORDINAL",
+    "MAX_INDEX",
     "MAX_MAP_BYTES",
     "MAP_ANNOTATION",
     "PLACEMENT_ANNOTATION",
@@ -79,6 +90,7 @@ __all__ = [
     "MapLineError",
     "MapTooLargeError",
     "MissingEntryError",
+    "MigDeviceError",
     "MissingMapError",
     "PlacementError",
     "PodIndexError",

@@ -56,6 +56,10 @@ class DuplicateDeviceError(MapLineError):
     """The same device appears twice in one entry."""
 
 
+class MigDeviceError(MapLineError):
+    """A MIG device shares its line with another device, which CUDA cannot give one process."""
+
+
 class EmptyMapError(MapLineError):
     """The annotation has no entry at all."""
 

@@ -27,8 +27,10 @@ from .errors import (
     MalformedEntryError,
     MapLineError,
     MapTooLargeError,
+    MigDeviceError,
     quote,
 )
+from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX, bounded_int, shown
 
 # Kubernetes refuses more than 256 KiB of annotations on one object, so no
 # valid map is larger; the webhook sees a pod before that check and must not
@@ -36,8 +38,6 @@ from .errors import (
 MAX_MAP_BYTES = 256 * 1024
 # Errors kept with their text; past this they are only counted.
 MAX_ERRORS_KEPT = 100
-# Indexes come from StatefulSet ordinals and Job completion indexes, both int32.
-MAX_INDEX = 2**31 - 1
 MAX_NODE_NAME = 253
 MAX_LABEL_VALUE = 63
 
@@ -99,9 +99,9 @@ class SchedulingMap(Mapping[int, MapEntry]):
 def _parse_index(line: int, text: str, token: str) -> int:
     if not _INDEX.fullmatch(token):
         raise InvalidIndexError(line, text, f"index {quote(token)} in {quote(text)} is not a non-negative integer")
-    index = int(token)
-    if index > MAX_INDEX:
-        raise InvalidIndexError(line, text, f"index {token} in {quote(text)} is larger than {MAX_INDEX}")
+    index = bounded_int(token, MAX_INDEX)
+    if index is None:
+        raise InvalidIndexError(line, text, f"index {shown(token)} in {quote(text)} is larger than {MAX_INDEX}")
     return index
 
 
@@ -145,7 +145,16 @@ def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
         device = raw.strip()
         if not device:
             raise InvalidDeviceError(line, text, f"empty device in {quote(text)} (stray comma?)")
-        if _DEVICE_ORDINAL.fullmatch(device) or _DEVICE_UUID.fullmatch(device):
+        if _DEVICE_ORDINAL.fullmatch(device):
+            if bounded_int(device, MAX_DEVICE_ORDINAL) is None:
+                raise InvalidDeviceError(
+                    line,
+                    text,
+                    f"device {shown(device)} in {quote(text)} is larger than {MAX_DEVICE_ORDINAL}, "
+                    "the largest CUDA device ordinal",
+                )
+            identity = device_identity(device)
+        elif _DEVICE_UUID.fullmatch(device):
             identity = device_identity(device)
         else:
             raise InvalidDeviceError(
@@ -158,7 +167,29 @@ def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
             raise DuplicateDeviceError(line, text, f"device {device} appears twice in {quote(text)}")
         seen.add(identity)
         devices.append(device)
+    _check_mig(line, text, devices)
     return tuple(devices)
+
+
+def _check_mig(line: int, text: str, devices: list[str]) -> None:
+    """One CUDA process enumerates a single MIG device and nothing beside it
+    (NVIDIA's MIG user guide, "CUDA device enumeration"): a line that gives a
+    pod more would promise devices the pod cannot use."""
+    migs = [device for device in devices if device.startswith("MIG-")]
+    if len(migs) > 1:
+        raise MigDeviceError(
+            line,
+            text,
+            f"{quote(text)} lists {len(migs)} MIG devices; one CUDA process sees at most one MIG device, "
+            "so give each pod a single MIG device",
+        )
+    if migs and len(devices) > 1:
+        raise MigDeviceError(
+            line,
+            text,
+            f"{quote(text)} puts MIG device {migs[0]} beside whole GPUs; one CUDA process sees at most one "
+            "MIG device and no GPU beside it, so give the pod either that MIG device alone or whole GPUs",
+        )
 
 
 def _parse_line(line: int, text: str) -> MapEntry:

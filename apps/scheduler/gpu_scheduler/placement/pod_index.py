@@ -11,12 +11,14 @@ import re
 from collections.abc import Mapping
 
 from .errors import PodIndexError, quote
+from .numbers import MAX_INDEX, bounded_int, shown
 
 STATEFULSET_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 JOB_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 _TRAILING_INDEX = re.compile(r"-([0-9]+)$")
 _DIGITS = re.compile(r"[0-9]+")
+_SHOWN_NAME = 60
 
 
 def pod_key(pod: Mapping, namespace: str | None = None) -> str:
@@ -35,10 +37,27 @@ def controller_kind(pod: Mapping) -> str | None:
     return None
 
 
+def _named(pod: Mapping, namespace: str | None) -> str:
+    # A real pod's name has at most 253 characters; a hostile admission
+    # request's may be megabytes, which a message must not repeat.
+    key = pod_key(pod, namespace)
+    return key if len(key) <= 2 * _SHOWN_NAME else f"{key[:_SHOWN_NAME]}...{key[-_SHOWN_NAME:]}"
+
+
+def _bounded_index(digits: str, source: str, pod: Mapping, namespace: str | None) -> int:
+    index = bounded_int(digits, MAX_INDEX)
+    if index is None:
+        raise PodIndexError(
+            f"pod {_named(pod, namespace)}: the index {shown(digits)} from {source} is larger than {MAX_INDEX}, "
+            "the largest a line of the map can give"
+        )
+    return index
+
+
 def _index_value(value: object, source: str, pod: Mapping, namespace: str | None) -> int:
     if isinstance(value, str) and _DIGITS.fullmatch(value):
-        return int(value)
-    raise PodIndexError(f"pod {pod_key(pod, namespace)}: {source} is {quote(str(value))}, not a non-negative integer")
+        return _bounded_index(value, source, pod, namespace)
+    raise PodIndexError(f"pod {_named(pod, namespace)}: {source} is {quote(str(value))}, not a non-negative integer")
 
 
 def pod_index(pod: Mapping, namespace: str | None = None) -> int:
@@ -60,13 +79,13 @@ def pod_index(pod: Mapping, namespace: str | None = None) -> int:
     kind = controller_kind(pod)
     if kind not in (None, "StatefulSet"):
         raise PodIndexError(
-            f"pod {pod_key(pod, namespace)} is created by a {kind}, whose pods have no stable index; "
+            f"pod {_named(pod, namespace)} is created by a {kind}, whose pods have no stable index; "
             "use a StatefulSet, an Indexed Job, or bare pods named <name>-<index>"
         )
     match = _TRAILING_INDEX.search(meta.get("name") or "")
     if match is None:
         raise PodIndexError(
-            f"pod {pod_key(pod, namespace)} has no index: name it <name>-<index> "
+            f"pod {_named(pod, namespace)} has no index: name it <name>-<index> "
             f"or set the label {STATEFULSET_INDEX_LABEL}"
         )
-    return int(match.group(1))
+    return _bounded_index(match.group(1), "its name", pod, namespace)

@@ -1,9 +1,12 @@
 """`gpu-scheduler scheduler`: flags, wiring, and the process lifecycle.
 
-The process runs until SIGTERM or SIGINT: then it takes no new pods, lets the
-binds in flight finish, hands back the leader lease and exits 0. If it loses
-the lease (it could not renew in time), it stops binding at once and exits 1
-so that its Deployment restarts it as a standby, as kube-scheduler does.
+At start the process lists pods and nodes and waits until every cache has
+synced; only then does it run for leadership (or, without election, lead),
+as kube-scheduler does: a replica that bound before its caches were loaded
+could give away a held GPU. It runs until SIGTERM or SIGINT: then it takes no
+new pods, lets the binds in flight finish, hands back the leader lease and
+exits 0. If it loses the lease (it could not renew in time), it stops binding
+at once and exits 1 so that its Deployment restarts it as a standby.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 
 from gpu_scheduler.config import boolean, env, env_help, positive_float, positive_int
 
@@ -25,6 +29,8 @@ EVENT_SENDERS = 1
 EXTRA_CONNECTIONS = 8
 DRAIN_SECONDS = 10.0
 EVENT_FLUSH_SECONDS = 2.0
+# While the caches load, say every so often that the process is still waiting.
+SYNC_REPORT_SECONDS = 10.0
 
 
 def _port(value: str) -> int:
@@ -88,6 +94,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=int(env("KUBE_API_BURST", "1000")),
         help=env_help("requests to the apiserver allowed in a burst above the QPS", "KUBE_API_BURST"),
+    )
+    add(
+        "--pod-initial-backoff-seconds",
+        type=positive_float,
+        default=float(env("POD_INITIAL_BACKOFF_SECONDS", "1")),
+        help=env_help(
+            "wait before the first retry of a pod that could not be placed; doubles with each retry",
+            "POD_INITIAL_BACKOFF_SECONDS",
+        ),
+    )
+    add(
+        "--pod-max-backoff-seconds",
+        type=positive_float,
+        default=float(env("POD_MAX_BACKOFF_SECONDS", "60")),
+        help=env_help("longest wait between retries of a pod", "POD_MAX_BACKOFF_SECONDS"),
     )
     add(
         "--leader-elect",
@@ -156,8 +177,17 @@ def _check_lease_timing(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_backoff(args: argparse.Namespace) -> str | None:
+    if args.pod_initial_backoff_seconds > args.pod_max_backoff_seconds:
+        return (
+            f"--pod-initial-backoff-seconds ({args.pod_initial_backoff_seconds:g}) must not be longer "
+            f"than --pod-max-backoff-seconds ({args.pod_max_backoff_seconds:g})"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    problem = _check_lease_timing(args) if args.leader_elect else None
+    problem = (_check_lease_timing(args) if args.leader_elect else None) or _check_backoff(args)
     if problem:
         log.error("%s", problem)
         return 2
@@ -165,30 +195,40 @@ def run(args: argparse.Namespace) -> int:
     # and prometheus_client take a while to import).
     from kubernetes.config.config_exception import ConfigException
 
-    from gpu_scheduler.kube.client import new_client
+    from gpu_scheduler.kube.client import USER_AGENT, new_client
     from gpu_scheduler.kube.events import EventRecorder
     from gpu_scheduler.kube.leader import LeaderElector, new_identity
+    from gpu_scheduler.kube.pod_status import PodConditionWriter
     from gpu_scheduler.scheduling import SharingPolicy
 
     from .health import HealthServer
     from .metrics import SchedulerMetrics
     from .runner import Scheduler, SchedulerConfig
 
+    # One identity per process: the Lease holder's name, and in every request's User-Agent,
+    # so that an audit log tells which replica made each binding.
+    identity = new_identity()
+    user_agent = f"{USER_AGENT} ({identity})"
     try:
         client = new_client(
             args.kubeconfig,
             pool_size=args.workers + EXTRA_CONNECTIONS,
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
+            user_agent=user_agent,
         )
         # Events and the Lease get clients of their own, each with its own
         # rate limit, as in kube-scheduler: a burst of binds must neither
         # starve lease renewal (and lose leadership) nor be slowed by the
         # Scheduled event that follows each bind.
         events_client = new_client(
-            args.kubeconfig, pool_size=EVENT_SENDERS + 1, qps=args.kube_api_qps, burst=args.kube_api_burst
+            args.kubeconfig,
+            pool_size=EVENT_SENDERS + 2,
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+            user_agent=user_agent,
         )
-        lease_client = new_client(args.kubeconfig, pool_size=2, qps=0, burst=1)
+        lease_client = new_client(args.kubeconfig, pool_size=2, qps=0, burst=1, user_agent=user_agent)
     except (ConfigException, OSError, ValueError) as err:
         where = args.kubeconfig or "in-cluster config or ~/.kube/config"
         log.error("cannot load the cluster configuration (%s): %s; pass --kubeconfig or set KUBECONFIG", where, err)
@@ -213,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             lease_client,
             namespace=args.leader_elect_resource_namespace,
             name=args.leader_elect_resource_name,
-            identity=new_identity(),
+            identity=identity,
             lease_duration=args.leader_elect_lease_duration,
             renew_deadline=args.leader_elect_renew_deadline,
             retry_period=args.leader_elect_retry_period,
@@ -222,9 +262,17 @@ def run(args: argparse.Namespace) -> int:
         )
     may_bind = elector.is_leader if elector else (lambda: True)
     config = SchedulerConfig(
-        args.scheduler_name, args.namespace, SharingPolicy.parse(args.gpu_sharing), args.alias_label, args.workers
+        args.scheduler_name,
+        args.namespace,
+        SharingPolicy.parse(args.gpu_sharing),
+        args.alias_label,
+        args.workers,
+        args.pod_initial_backoff_seconds,
+        args.pod_max_backoff_seconds,
     )
-    scheduler = Scheduler(client, config, recorder, metrics, may_bind)
+    # PodScheduled conditions share the Events' client and rate limit: both report, neither binds.
+    conditions = PodConditionWriter(events_client)
+    scheduler = Scheduler(client, config, recorder, metrics, may_bind, conditions)
 
     def healthy() -> str | None:
         dead = scheduler.dead_parts()
@@ -233,7 +281,10 @@ def run(args: argparse.Namespace) -> int:
         return f"stopped: {', '.join(dead)}" if dead else None
 
     def ready() -> str | None:
-        return None if scheduler.synced() else "caches not synced yet (initial list of pods and nodes)"
+        # Not ready until every cache has listed, nor while one is not kept current
+        # (its watch failing for a while): decisions would rest on stale data.
+        problems = scheduler.not_current()
+        return f"caches not current: {'; '.join(problems)}" if problems else None
 
     try:
         server = HealthServer(args.bind_address, args.metrics_port, metrics.registry, healthy, ready)
@@ -250,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
 
     server.start()
     recorder.start()
+    conditions.start()
     scheduler.start()
     log.info(
         "scheduler started",
@@ -260,10 +312,15 @@ def run(args: argparse.Namespace) -> int:
                 "gpu_sharing": args.gpu_sharing,
                 "workers": args.workers,
                 "leader_elect": args.leader_elect,
+                "identity": identity,
                 "metrics": f"{args.bind_address}:{server.port}",
             }
         },
     )
+    if not _wait_synced(scheduler, stop):
+        log.info("stopped before the caches synced")
+        server.stop()
+        return 0
     if elector is not None:
         elector.start()
     else:
@@ -281,6 +338,20 @@ def run(args: argparse.Namespace) -> int:
         elector.release()
     # The last pods' Scheduled events are worth a moment; the lease is already free.
     recorder.flush(EVENT_FLUSH_SECONDS)
+    conditions.flush(EVENT_FLUSH_SECONDS)
     server.stop()
     log.info("stopped", extra={"fields": {"drained": drained}})
     return 0
+
+
+def _wait_synced(scheduler, stop: threading.Event) -> bool:
+    """Waits until every cache has listed once; False if asked to stop first."""
+    started = time.monotonic()
+    while not scheduler.wait_synced(0.5):
+        if stop.is_set():
+            return False
+        waited = time.monotonic() - started
+        if waited // SYNC_REPORT_SECONDS != (waited - 0.5) // SYNC_REPORT_SECONDS:
+            log.info("waiting for the caches to sync: %s", "; ".join(scheduler.not_current()))
+    log.info("caches synced", extra={"fields": {"seconds": round(time.monotonic() - started, 3)}})
+    return True

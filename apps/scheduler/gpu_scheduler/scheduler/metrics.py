@@ -39,7 +39,7 @@ class _StateCollector(Collector):
         queue_counts: Callable[[], dict[str, int]],
         gpus_held: Callable[[], dict[str, int]],
         events_dropped: Callable[[], int],
-        relists: Callable[[], dict[str, int]],
+        relists: Callable[[], dict[tuple[str, str], int]],
     ) -> None:
         self._queue_counts = queue_counts
         self._gpus_held = gpus_held
@@ -66,11 +66,13 @@ class _StateCollector(Collector):
         )
         relists = CounterMetricFamily(
             "gpu_scheduler_watch_relists",
-            "Re-lists after a watch's resourceVersion expired (410 Gone).",
-            labels=["cache"],
+            "Lists after the first, by cache and reason: the watch's resourceVersion expired "
+            "(410 Gone), a handler failed on an event (handler-error), or the scheduler asked "
+            "for one to settle a binding whose answer was lost (requested).",
+            labels=["cache", "reason"],
         )
-        for cache, count in sorted(self._relists().items()):
-            relists.add_metric([cache], count)
+        for (cache, reason), count in sorted(self._relists().items()):
+            relists.add_metric([cache, reason], count)
         yield relists
 
 
@@ -115,6 +117,6 @@ class SchedulerMetrics:
         queue_counts: Callable[[], dict[str, int]],
         gpus_held: Callable[[], dict[str, int]],
         events_dropped: Callable[[], int],
-        relists: Callable[[], dict[str, int]],
+        relists: Callable[[], dict[tuple[str, str], int]],
     ) -> None:
         self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists))

@@ -1,21 +1,22 @@
 """The scheduling loop: caches fed by watches, a queue, and bind workers.
 
 Threads:
-  informer-pending  watches this scheduler's unbound pods -> the queue
-  informer-bound    watches this scheduler's bound pods   -> the GPU ledger
-  informer-nodes    watches nodes                         -> the node index
-  bind-N            take a pod off the queue, decide, bind, report
-  events-N          send Events (kube.events), never in a bind's way
-One lock guards the queue, node index and ledger; decide() runs under it (it
-takes microseconds), the bind call does not. A pod's GPUs are held in the
-ledger from the moment it is chosen for binding ("assumed", as kube-scheduler
-says), so two pods decided back to back cannot both take a GPU under
---gpu-sharing=deny; the hold is dropped if the bind fails and confirmed when
-the bound-pod watch sees the pod on its node.
+  informer-pending-pods   this scheduler's unbound pods          -> the queue
+  informer-assigned-pods  every pod on a node, of any scheduler  -> node usage and the GPU ledger
+  informer-nodes          nodes                                  -> the node index
+  bind-N                  take a pod off the queue, decide, bind, report
+  events-N, pod-conditions  Events and PodScheduled conditions, never in a bind's way
+All state lives in one SchedulerState (state.py) behind one lock; decide()
+runs under it (microseconds), the API calls do not.
+
+No pod is taken off the queue before every informer has listed once (as
+kube-scheduler waits for its caches to sync): deciding on a half-loaded
+ledger could give away a held GPU.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -26,27 +27,22 @@ from dataclasses import dataclass
 from gpu_scheduler.kube.binder import BindOutcome, bind
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
-from gpu_scheduler.kube.informer import Informer
-from gpu_scheduler.kube.objects import is_terminal, node_name, pod_key, trim_pod
-from gpu_scheduler.placement import PlacementError, placement_for
-from gpu_scheduler.scheduling import (
-    Decision,
-    GpuLedger,
-    NodeIndex,
-    NodeInfo,
-    SharingPolicy,
-    decide,
-    injected_devices,
-    unschedulable_reason,
-)
+from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
+from gpu_scheduler.kube.objects import assigned_pod, node_info, pod_key, trim_pending_pod
+from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
+from gpu_scheduler.scheduling import AssignedPod, Decision, NodeInfo, SharingPolicy
 
 from .metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
-from .queue import SchedulingQueue
+from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
+from .state import SchedulerState
 
 log = logging.getLogger("gpu_scheduler.scheduler")
 
-# Without leadership a worker re-checks this often whether it may start.
+# Without leadership or synced caches a worker re-checks this often whether it may start.
 IDLE_POLL_SECONDS = 0.5
+# kube-scheduler's field selector for the pods its cache keeps: on a node and not finished.
+# A pod that finishes leaves the selector, which the watch reports as DELETED.
+ASSIGNED_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 @dataclass(frozen=True)
@@ -56,25 +52,8 @@ class SchedulerConfig:
     policy: SharingPolicy
     alias_label: str
     workers: int
-
-
-def held_devices(pod: dict) -> tuple[str, ...] | None:
-    """The GPUs a bound pod holds: as the webhook injected them, else as its map says."""
-    injected = injected_devices(pod)
-    if injected is not None:
-        return tuple(d for d in injected.split(",") if d)
-    try:
-        return placement_for(pod).devices
-    except PlacementError:
-        return None
-
-
-def _became_usable(before: NodeInfo | None, after: NodeInfo) -> bool:
-    """Whether a node change can let waiting pods bind: it appeared, became
-    Ready, was uncordoned, or its alias changed."""
-    if before is None or before.alias != after.alias:
-        return True
-    return unschedulable_reason(before) is not None and unschedulable_reason(after) is None
+    initial_backoff: float = INITIAL_BACKOFF_SECONDS
+    max_backoff: float = MAX_BACKOFF_SECONDS
 
 
 class Scheduler:
@@ -85,44 +64,51 @@ class Scheduler:
         recorder: EventRecorder,
         metrics: SchedulerMetrics,
         may_bind: Callable[[], bool],
+        conditions: PodConditionWriter | None = None,
     ) -> None:
         self._client = client
         self._config = config
         self._recorder = recorder
+        self._conditions = conditions
         self._metrics = metrics
         self._may_bind = may_bind
-        self.nodes = NodeIndex(config.alias_label)
-        self.ledger = GpuLedger()
-        self.queue = SchedulingQueue()
+        self.state = SchedulerState(config.alias_label, config.policy, config.initial_backoff, config.max_backoff)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
-        self._assumed: dict[str, str] = {}  # pod key -> uid: held before the watch saw it bound
-        self._bound: set[str] = set()  # pod keys held because the watch saw them bound
         self._leading = False
         self._stopping = False
         self._in_flight = 0
 
-        pods_path = f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace else "/api/v1/pods"
         name = config.scheduler_name
+        pending_path = f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace else "/api/v1/pods"
         self.informers = [
             Informer(
                 client,
-                pods_path,
-                _PendingPods(self),
-                trim_pod,
+                pending_path,
+                _Handler(self._pending_replace, self._pending_upsert, self._pending_delete),
+                trim_pending_pod,
                 name="pending-pods",
                 field_selector=f"spec.schedulerName={name},spec.nodeName=",
             ),
+            # Every namespace, whatever --namespace says: pods of other namespaces and
+            # schedulers use the same nodes.
             Informer(
                 client,
-                pods_path,
-                _BoundPods(self),
-                trim_pod,
-                name="bound-pods",
-                field_selector=f"spec.schedulerName={name},spec.nodeName!=",
+                "/api/v1/pods",
+                _Handler(self._assigned_replace, self._assigned_upsert, self._assigned_delete),
+                functools.partial(assigned_pod, scheduler_name=name),
+                name="assigned-pods",
+                field_selector=ASSIGNED_SELECTOR,
             ),
-            Informer(client, "/api/v1/nodes", _Nodes(self), dict, name="nodes"),
+            Informer(
+                client,
+                "/api/v1/nodes",
+                _Handler(self._nodes_replace, self._node_upsert, self._node_delete),
+                functools.partial(node_info, alias_label=config.alias_label),
+                name="nodes",
+            ),
         ]
+        self._assigned = self.informers[1]
         self._workers = [
             threading.Thread(target=self._work_loop, name=f"bind-{i}", daemon=True) for i in range(config.workers)
         ]
@@ -130,7 +116,7 @@ class Scheduler:
             self.queue_counts,
             self.gpus_held,
             lambda: recorder.dropped,
-            lambda: {i.name: i.relists for i in self.informers},
+            lambda: {(i.name, reason): i.relists[reason] for i in self.informers for reason in RELIST_REASONS},
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -147,6 +133,11 @@ class Scheduler:
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)
+
+    def not_current(self) -> list[str]:
+        """What keeps the caches from being current (for /readyz); [] when they are."""
+        now = time.monotonic()
+        return [problem for i in self.informers if (problem := i.current(now))]
 
     def dead_parts(self) -> list[str]:
         dead = [f"informer {i.name}" for i in self.informers if not i.alive()]
@@ -177,11 +168,11 @@ class Scheduler:
 
     def queue_counts(self) -> dict[str, int]:
         with self._lock:
-            return self.queue.counts()
+            return self.state.queue.counts()
 
     def gpus_held(self) -> dict[str, int]:
         with self._lock:
-            return self.ledger.held_per_node()
+            return self.state.cache.ledger.held_per_node()
 
     # -- the work loop ------------------------------------------------------------------------------
 
@@ -190,13 +181,13 @@ class Scheduler:
         with self._work:
             while not self._stopping:
                 timeout = IDLE_POLL_SECONDS
-                if self._leading:
+                if self._leading and self.synced():
                     now = time.monotonic()
-                    item = self.queue.pop(now)
+                    item = self.state.pop(now)
                     if item is not None:
                         self._in_flight += 1
                         return item
-                    due = self.queue.next_due()
+                    due = self.state.queue.next_due()
                     timeout = None if due is None else max(0.0, due - now)
                 self._work.wait(timeout)
             return None
@@ -206,38 +197,35 @@ class Scheduler:
             item = self._next()
             if item is None:
                 return
-            key, pod = item
+            uid, pod = item
             try:
-                self._attempt(key, pod)
-            except Exception:  # one pod's surprise must not cost a worker
-                log.exception("scheduling %s failed", key)
-                with self._work:
-                    self.queue.retry_later(key, time.monotonic(), random.random())
+                self._attempt(uid, pod)
+            except Exception:  # one pod's surprise must not cost a worker, nor leak its hold
+                log.exception("scheduling %s failed", pod_key(pod))
+                self._update(self.state.attempt_failed, uid, time.monotonic(), random.random())
             finally:
                 with self._work:
                     self._in_flight -= 1
                     self._work.notify_all()
 
-    def _attempt(self, key: str, pod: dict) -> None:
-        started = time.perf_counter()
-        uid = pod["metadata"].get("uid") or ""
-        if pod["metadata"].get("deletionTimestamp"):
-            with self._work:
-                self.queue.give_up_until_changed(key)  # being deleted; its DELETED event ends it
-            return
+    def _update(self, change: Callable[..., bool | None], *args: object) -> None:
+        """Applies a change to the state under the lock; wakes the workers if pods became active."""
         with self._work:
-            decision = decide(pod, self.nodes, self.ledger, self._config.policy)
-            if decision.bind:
-                self._hold(key, decision.node, decision.entry.devices)
-                self._assumed[key] = uid
+            if change(*args):
+                self._work.notify_all()
+
+    def _attempt(self, uid: str, pod: dict) -> None:
+        started = time.perf_counter()
+        with self._work:
+            decision = self.state.decide(uid, pod)
+        if decision is None:
+            return  # being deleted; its DELETED event ends it
         if not decision.bind:
-            self._refuse(key, pod, decision, started)
+            self._refuse(uid, pod, decision, started)
             return
         if not self._may_bind():
             # Leadership ended between taking the pod and binding it.
-            with self._work:
-                self._forget_assumed(key, uid)
-                self.queue.retry_later(key, time.monotonic(), random.random())
+            self._update(self.state.not_leading, uid, time.monotonic(), random.random())
             return
 
         bind_started = time.perf_counter()
@@ -245,43 +233,45 @@ class Scheduler:
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
 
         if result.outcome in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND):
-            # On 409 the pod is on a node already; the bound-pod watch puts
-            # the hold where it really is.
-            with self._work:
-                self.queue.done(key, uid)
-            self._recorder.forget(key)
+            # On 409 the pod is on a node already; the assigned-pods watch puts the hold
+            # where it really is.
+            self._update(self.state.bound, uid, time.monotonic())
+            self._forget(uid, pod)
             if result.outcome is BindOutcome.BOUND:
                 self._announce(pod, decision)
             self._finish(SCHEDULED, decision, started, outcome=result.outcome.value)
             return
-        with self._work:
-            self._forget_assumed(key, uid)
-            if result.outcome is BindOutcome.POD_GONE:
-                self.queue.done(key, uid)
-            else:
-                self.queue.retry_later(key, time.monotonic(), random.random())
-        if result.outcome is BindOutcome.FAILED:
-            self._recorder.record(
-                pod,
-                WARNING,
-                "FailedScheduling",
-                "Binding",
-                f"binding to node {decision.node} failed: {result.message or result.status}",
-                coalesce=True,
-            )
+        if result.outcome is BindOutcome.POD_GONE:
+            self._update(self.state.pod_gone, uid)
+            self._forget(uid, pod)
+        else:
+            now = time.monotonic()
+            self._update(self.state.bind_failed, uid, decision.node, result.maybe_stored, now, random.random())
+            if result.maybe_stored:
+                # A list of the pods on nodes, started from now on, shows whether the binding
+                # was stored, and so whether the hold stays.
+                self._assigned.request_resync()
+            message = f"binding to node {decision.node} failed: {result.message or result.status}"
+            self._recorder.record(pod, WARNING, "FailedScheduling", "Binding", message, coalesce=True)
+            if self._conditions is not None:
+                self._conditions.unschedulable(pod, message, SCHEDULER_ERROR)
         self._finish(
             ERROR, decision, started, outcome=result.outcome.value, reason=result.message or str(result.status)
         )
 
-    def _refuse(self, key: str, pod: dict, decision: Decision, started: float) -> None:
-        with self._work:
-            if decision.retryable:
-                waiting_on = (decision.entry.node if decision.entry else None, decision.node)
-                self.queue.retry_later(key, time.monotonic(), random.random(), waiting_on)
-            else:
-                self.queue.give_up_until_changed(key)
-        self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", decision.reason or "", coalesce=True)
-        self._finish(UNSCHEDULABLE, decision, started, reason=decision.reason)
+    def _refuse(self, uid: str, pod: dict, decision: Decision, started: float) -> None:
+        self._update(self.state.refused, uid, decision, time.monotonic(), random.random())
+        reason = decision.reason or ""
+        self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", reason, coalesce=True)
+        if self._conditions is not None:
+            self._conditions.unschedulable(pod, reason)
+        self._finish(UNSCHEDULABLE, decision, started, reason=decision.reason, filter=decision.plugin)
+
+    def _forget(self, uid: str, pod: dict) -> None:
+        """The pod is placed or gone: its Event series and pending condition write go."""
+        self._recorder.forget(pod_key(pod))
+        if self._conditions is not None:
+            self._conditions.forget(uid)
 
     def _announce(self, pod: dict, decision: Decision) -> None:
         metadata = pod["metadata"]
@@ -314,119 +304,44 @@ class Scheduler:
             },
         )
 
-    def _forget_assumed(self, key: str, uid: str) -> None:
-        """Drops a hold taken for a bind that did not happen (lock held)."""
-        if self._assumed.get(key) == uid:
-            del self._assumed[key]
-            if key not in self._bound:
-                self._release(key)
-
-    def _hold(self, key: str, node: str, devices: tuple[str, ...]) -> None:
-        self.ledger.hold(key, node, devices)
-
-    def _release(self, key: str) -> None:
-        """Frees a pod's GPUs and retries pods waiting on that node (lock held)."""
-        node = self.ledger.node_of(key)
-        if self.ledger.release(key) and node is not None and self.queue.wake([node]):
-            self._work.notify_all()
-
     # -- watch handlers (called on informer threads) ---------------------------------------------
 
-    def _pending_replace(self, pods: list[dict]) -> None:
+    def _pending_replace(self, pods: list[dict], _listed_at: float) -> None:
         with self._work:
-            self.queue.replace({pod_key(p): p for p in pods})
+            dropped = self.state.pending_replace(pods)
             self._work.notify_all()
+        # A pod that left while the watch was away is placed or gone: its Event series goes.
+        for key in dropped:
+            self._recorder.forget(key)
 
     def _pending_upsert(self, pod: dict) -> None:
-        with self._work:
-            if self.queue.upsert(pod_key(pod), pod):
-                self._work.notify()
+        self._update(self.state.pending_upsert, pod)
 
     def _pending_delete(self, pod: dict) -> None:
-        key = pod_key(pod)
-        with self._work:
-            self.queue.delete(key)
-        self._recorder.forget(key)
+        self._update(self.state.pending_delete, pod)
+        self._forget(pod["metadata"].get("uid") or "", pod)
 
-    def _bound_replace(self, pods: list[dict]) -> None:
-        with self._work:
-            current = {pod_key(p) for p in pods if not is_terminal(p)}
-            for key in self._bound - current:
-                self._bound.discard(key)
-                if key not in self._assumed:
-                    self._release(key)
-            for pod in pods:
-                self._bound_upsert_locked(pod)
+    def _assigned_replace(self, pods: list[AssignedPod], listed_at: float) -> None:
+        self._update(self.state.assigned_replace, pods, listed_at)
 
-    def _bound_upsert(self, pod: dict) -> None:
-        with self._work:
-            self._bound_upsert_locked(pod)
+    def _assigned_upsert(self, pod: AssignedPod) -> None:
+        self._update(self.state.assigned_upsert, pod)
 
-    def _bound_upsert_locked(self, pod: dict) -> None:
-        key = pod_key(pod)
-        if is_terminal(pod):
-            self._bound_gone_locked(key)
-            return
-        self._assumed.pop(key, None)
-        self._bound.add(key)
-        devices = held_devices(pod)
-        if devices is None:
-            # No readable placement: nothing to hold, nothing to conflict with.
-            self._release(key)
-            return
-        self._hold(key, pod["spec"]["nodeName"], devices)
+    def _assigned_delete(self, pod: AssignedPod) -> None:
+        self._update(self.state.assigned_delete, pod)
 
-    def _bound_delete(self, pod: dict) -> None:
-        with self._work:
-            self._bound_gone_locked(pod_key(pod))
+    def _nodes_replace(self, nodes: list[NodeInfo], _listed_at: float) -> None:
+        self._update(self.state.nodes_replace, nodes)
 
-    def _bound_gone_locked(self, key: str) -> None:
-        self._assumed.pop(key, None)
-        self._bound.discard(key)
-        self._release(key)
+    def _node_upsert(self, node: NodeInfo) -> None:
+        self._update(self.state.node_upsert, node)
 
-    def _nodes_replace(self, nodes: list[dict]) -> None:
-        with self._work:
-            names = {node_name(n) for n in nodes}
-            for name in self.nodes.names():
-                if name not in names:
-                    self.nodes.delete(name)
-            for node in nodes:
-                self._node_upsert_locked(node)
-
-    def _node_upsert(self, node: dict) -> None:
-        with self._work:
-            self._node_upsert_locked(node)
-
-    def _node_upsert_locked(self, node: dict) -> None:
-        before = self.nodes.get(node_name(node))
-        after = self.nodes.upsert(node)
-        if _became_usable(before, after):
-            names = [after.name] + [a for a in (after.alias,) if a]
-            if self.queue.wake(names):
-                self._work.notify_all()
-
-    def _node_delete(self, node: dict) -> None:
-        with self._work:
-            self.nodes.delete(node_name(node))
+    def _node_delete(self, node: NodeInfo) -> None:
+        self._update(self.state.node_delete, node.name)
 
 
-class _PendingPods:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.replace = scheduler._pending_replace
-        self.upsert = scheduler._pending_upsert
-        self.delete = scheduler._pending_delete
-
-
-class _BoundPods:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.replace = scheduler._bound_replace
-        self.upsert = scheduler._bound_upsert
-        self.delete = scheduler._bound_delete
-
-
-class _Nodes:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.replace = scheduler._nodes_replace
-        self.upsert = scheduler._node_upsert
-        self.delete = scheduler._node_delete
+@dataclass(frozen=True)
+class _Handler:
+    replace: Callable
+    upsert: Callable
+    delete: Callable

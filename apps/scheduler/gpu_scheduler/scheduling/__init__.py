@@ -1,31 +1,47 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
+from .cache import AssignedPod, ClusterCache
 from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Decision, decide, injected_devices
+from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
     DEFAULT_ALIAS_LABEL,
+    GPU_RESOURCE,
     AmbiguousAliasError,
     NodeIndex,
     NodeInfo,
     NodeNotFoundError,
     NodeResolutionError,
-    unschedulable_reason,
+    Taint,
 )
+from .resources import CPU, MEMORY, PODS, NodeUsage, Requests, requests_of
 
 __all__ = [
+    "CPU",
     "DEFAULT_ALIAS_LABEL",
     "ENV_NOT_INJECTED",
+    "GPU_RESOURCE",
     "GPU_SHARED",
-    "BindWarning",
+    "MEMORY",
+    "PODS",
     "AmbiguousAliasError",
+    "AssignedPod",
+    "BindWarning",
+    "ClusterCache",
     "Decision",
+    "FilterFailure",
     "GpuLedger",
     "NodeIndex",
     "NodeInfo",
     "NodeNotFoundError",
     "NodeResolutionError",
+    "NodeUsage",
+    "Requests",
     "SharingPolicy",
+    "Taint",
     "decide",
     "injected_devices",
-    "unschedulable_reason",
+    "requests_of",
+    "run_filters",
+    "unavailable_message",
 ]

@@ -1,7 +1,8 @@
-"""One scheduling decision: filter (node exists, Ready, not cordoned) and reserve (GPU ledger).
+"""One scheduling decision: resolve the map's node, filter it (scheduling.filters) and
+check the GPU ledger under the sharing policy.
 
-Pure: the caller reads the pod and the caches, acts on the Decision (bind,
-events, retry) and calls ledger.hold() once the binding succeeded.
+Pure: the caller passes the pod (as kube.objects.trim_pending_pod leaves it) and
+the cache, acts on the Decision (assume, bind, events, retry).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..placement import PLACEMENT_ANNOTATION, MapEntry, PlacementError, placement_for, pod_key
-from .ledger import GpuLedger, SharingPolicy
-from .nodes import NodeIndex, NodeResolutionError, unschedulable_reason
+from .cache import ClusterCache
+from .filters import run_filters, unavailable_message
+from .ledger import SharingPolicy
+from .nodes import NodeResolutionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class Decision:
     reason: str | None = None  # why not, for a FailedScheduling event
     warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
     retryable: bool = False  # True: time or a node change can help; False: only a change to the pod can
+    plugin: str | None = None  # the filter that refused the node, if one did
 
     @property
     def index(self) -> int | None:
@@ -63,13 +67,9 @@ def _sharing_message(conflicts: list[tuple[str, str]], node: str) -> str:
     return f"on node {node}, {held}"
 
 
-def decide(
-    pod: Mapping,
-    nodes: NodeIndex,
-    ledger: GpuLedger,
-    policy: SharingPolicy = SharingPolicy.WARN,
-) -> Decision:
+def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPolicy.WARN) -> Decision:
     key = pod_key(pod)
+    uid = (pod.get("metadata") or {}).get("uid") or ""
     try:
         entry = placement_for(pod)
     except PlacementError as err:
@@ -91,12 +91,20 @@ def decide(
         )
 
     try:
-        node = nodes.resolve(entry.node)
+        node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
         return Decision(key, entry, None, bind=False, reason=str(err), retryable=True)
-    why_not = unschedulable_reason(node)
-    if why_not:
-        return Decision(key, entry, node.name, bind=False, reason=why_not, retryable=True)
+    failure = run_filters(pod.get("spec") or {}, pod.get("requests") or (), entry.devices, node, cache.usage(node.name))
+    if failure is not None:
+        return Decision(
+            key,
+            entry,
+            node.name,
+            bind=False,
+            retryable=True,
+            reason=unavailable_message(failure, node.name, entry.line),
+            plugin=failure.plugin,
+        )
 
     warnings = []
     if injected is None:
@@ -107,7 +115,7 @@ def decide(
                 "is the gpu-scheduler webhook installed?",
             )
         )
-    conflicts = ledger.conflicts(key, node.name, entry.devices)
+    conflicts = cache.ledger.conflicts(uid, node.name, entry.devices)
     if conflicts and policy is SharingPolicy.DENY:
         return Decision(
             key,

@@ -1,9 +1,17 @@
-"""Which GPUs are held, by which pods, and what to do when a map asks for a held one."""
+"""Which GPUs are held, by which pods, and what to do when a map asks for a held one.
+
+Holds are keyed by pod UID, never by name: a pod deleted and recreated under
+the same name is another pod, and the old one's late DELETED event must not
+free the new one's GPUs. Devices are compared by placement.device_identity, so
+`0` and `00`, or a UUID in upper and lower case, are one GPU.
+"""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+
+from ..placement import device_identity
 
 
 class SharingPolicy(enum.Enum):
@@ -21,48 +29,56 @@ class SharingPolicy(enum.Enum):
 
 
 class GpuLedger:
-    """(node, device) pairs held by bound pods that have not ended."""
+    """(node, device) pairs held by pods, by UID; each pod's name is kept for messages."""
 
     def __init__(self) -> None:
-        self._by_pod: dict[str, tuple[str, tuple[str, ...]]] = {}
-        self._holders: dict[tuple[str, str], set[str]] = {}
+        self._by_pod: dict[str, tuple[str, str, tuple[str, ...]]] = {}  # uid -> (pod key, node, device identities)
+        self._holders: dict[tuple[str, str], set[str]] = {}  # (node, device identity) -> uids
 
-    def hold(self, pod_key: str, node: str, devices: Iterable[str]) -> None:
-        self.release(pod_key)
-        devices = tuple(devices)
-        self._by_pod[pod_key] = (node, devices)
-        for device in devices:
-            self._holders.setdefault((node, device), set()).add(pod_key)
+    def hold(self, uid: str, pod_key: str, node: str, devices: Iterable[str]) -> None:
+        """The pod holds these GPUs on this node (replacing what it held before)."""
+        self.release(uid)
+        identities = tuple(dict.fromkeys(device_identity(d) for d in devices))
+        if not identities:
+            return
+        self._by_pod[uid] = (pod_key, node, identities)
+        for device in identities:
+            self._holders.setdefault((node, device), set()).add(uid)
 
-    def release(self, pod_key: str) -> bool:
-        held = self._by_pod.pop(pod_key, None)
+    def release(self, uid: str) -> str | None:
+        """Frees the pod's GPUs; returns the node they were on, or None if it held none."""
+        held = self._by_pod.pop(uid, None)
         if held is None:
-            return False
-        node, devices = held
-        for device in devices:
+            return None
+        _, node, identities = held
+        for device in identities:
             holders = self._holders.get((node, device))
             if holders is not None:
-                holders.discard(pod_key)
+                holders.discard(uid)
                 if not holders:
                     del self._holders[(node, device)]
-        return True
+        return node
 
-    def holds(self, pod_key: str) -> bool:
-        return pod_key in self._by_pod
+    def holds(self, uid: str) -> bool:
+        return uid in self._by_pod
 
-    def node_of(self, pod_key: str) -> str | None:
+    def node_of(self, uid: str) -> str | None:
         """The node on which the pod holds GPUs, or None."""
-        held = self._by_pod.get(pod_key)
-        return held[0] if held else None
+        held = self._by_pod.get(uid)
+        return held[1] if held else None
 
-    def conflicts(self, pod_key: str, node: str, devices: Iterable[str]) -> list[tuple[str, str]]:
-        """(other pod, device) for each requested device another pod holds on that node."""
+    def conflicts(self, uid: str, node: str, devices: Iterable[str]) -> list[tuple[str, str]]:
+        """(other pod's key, device as requested) for each device another pod holds on that node."""
         found = []
         for device in devices:
-            for other in sorted(self._holders.get((node, device), ())):
-                if other != pod_key:
-                    found.append((other, device))
+            holders = self._holders.get((node, device_identity(device)), ())
+            for other in sorted(self._by_pod[h][0] for h in holders if h != uid):
+                found.append((other, device))
         return found
+
+    def holders(self) -> dict[tuple[str, str], frozenset[str]]:
+        """(node, device identity) -> UIDs holding it: for invariant checks and debugging."""
+        return {where: frozenset(uids) for where, uids in self._holders.items()}
 
     def held_per_node(self) -> dict[str, int]:
         counts: dict[str, int] = {}

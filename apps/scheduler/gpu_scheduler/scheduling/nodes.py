@@ -1,9 +1,9 @@
-"""The nodes a map may name, found by name or by alias label, and whether they can take a pod."""
+"""The nodes a map may name, found by name or by alias label, and what scheduling reads of them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..placement import PlacementError
 
@@ -24,15 +24,31 @@ class AmbiguousAliasError(NodeResolutionError):
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, PreferNoSchedule or NoExecute
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """What scheduling needs of a node; a fraction of the API object's size."""
+    """What scheduling needs of a node; a fraction of the API object's size.
+
+    `allocatable` is in canonical units (cpu in millicores, memory and storage
+    in bytes, everything else in units); kube.objects.node_info fills it,
+    since parsing quantities is the Kubernetes client's job, not this layer's.
+    """
 
     name: str
     alias: str | None
     ready: bool
     not_ready_message: str
     unschedulable: bool
-    gpus: int
+    gpus: int  # nvidia.com/gpu capacity, 0 when not advertised
+    gpus_advertised: bool = False  # whether the node reports nvidia.com/gpu at all
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_api(cls, node: Mapping, alias_label: str = DEFAULT_ALIAS_LABEL) -> NodeInfo:
@@ -50,23 +66,23 @@ class NodeInfo:
             gpus = int(capacity.get(GPU_RESOURCE, 0))
         except (TypeError, ValueError):
             gpus = 0
+        labels = meta.get("labels") or {}
+        taints = tuple(
+            Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+            for t in spec.get("taints") or ()
+            if isinstance(t, Mapping)
+        )
         return cls(
             name=meta.get("name", ""),
-            alias=(meta.get("labels") or {}).get(alias_label),
+            alias=labels.get(alias_label),
             ready=ready,
             not_ready_message=message,
             unschedulable=bool(spec.get("unschedulable")),
             gpus=gpus,
+            gpus_advertised=GPU_RESOURCE in capacity,
+            labels=dict(labels),
+            taints=taints,
         )
-
-
-def unschedulable_reason(node: NodeInfo) -> str | None:
-    """Why no pod may be bound to this node now, or None."""
-    if not node.ready:
-        return f"node {node.name} is not Ready ({node.not_ready_message})"
-    if node.unschedulable:
-        return f"node {node.name} is cordoned (spec.unschedulable=true)"
-    return None
 
 
 class NodeIndex:
@@ -77,8 +93,9 @@ class NodeIndex:
         self._by_name: dict[str, NodeInfo] = {}
         self._by_alias: dict[str, set[str]] = {}
 
-    def upsert(self, node: Mapping) -> NodeInfo:
-        info = NodeInfo.from_api(node, self.alias_label)
+    def upsert(self, node: NodeInfo | Mapping) -> NodeInfo:
+        """Stores the node (a NodeInfo, or API JSON read with NodeInfo.from_api); returns its NodeInfo."""
+        info = node if isinstance(node, NodeInfo) else NodeInfo.from_api(node, self.alias_label)
         self._forget_alias(self._by_name.get(info.name))
         self._by_name[info.name] = info
         if info.alias is not None:

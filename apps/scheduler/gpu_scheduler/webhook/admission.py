@@ -27,7 +27,13 @@ from ..placement import (
     placement_for,
     pod_key,
 )
-from .patch import CONTAINER_LISTS, placement_annotation, placement_patch
+from .patch import (
+    CONTAINER_LISTS,
+    new_ephemeral_containers_patch,
+    placement_annotation,
+    placement_patch,
+    recorded_placement,
+)
 
 # Kubernetes' limit on the annotations of one object together (keys + values).
 TOTAL_ANNOTATION_BYTES = 256 * 1024
@@ -147,6 +153,8 @@ def _check_metadata(obj: dict, where: str) -> dict:
 def _check_pod_spec(spec: dict, where: str) -> None:
     for name in CONTAINER_LISTS:
         for position, container in enumerate(_list_of_objects(spec.get(name), f"{where}.{name}")):
+            # Names tell a new debug container from those already there.
+            _string(container.get("name"), f"{where}.{name}[{position}].name")
             _list_of_objects(container.get("env"), f"{where}.{name}[{position}].env")
 
 
@@ -194,15 +202,16 @@ def _map_errors(err: InvalidMapError) -> str:
 
 
 def mutate(review: object, scheduler_name: str) -> Decision:
-    """Give a new pod of `scheduler_name` its placement, or deny it with the reason."""
+    """Give a new pod of `scheduler_name` its placement, or deny it with the reason;
+    give a debug container added to a running pod of ours the devices of its pod."""
     request = read_review(review)
     if _request_kind(request) != ("", "Pod"):
         raise BadRequest(f"/mutate handles Pods, got {_request_kind(request)[1][:60]!r}; fix the webhook's rules")
     operation, subresource = request.get("operation"), request.get("subResource") or ""
-    # Adding a debug container (pods/ephemeralcontainers) may touch nothing but
-    # ephemeral containers; any other update leaves a running pod alone.
-    debug = operation == "UPDATE" and subresource == "ephemeralcontainers"
-    if operation != "CREATE" and not debug:
+    if operation == "UPDATE" and subresource == "ephemeralcontainers":
+        return _debug_containers(request, scheduler_name)
+    if operation != "CREATE":
+        # Any other update leaves a running pod alone.
         return _pass(request, {"operation": operation})
     pod = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(pod, "request.object")
@@ -222,19 +231,45 @@ def mutate(review: object, scheduler_name: str) -> Decision:
     except PlacementError as err:
         return _deny(request, str(err), fields)
     fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
-    overflow = None if debug else annotation_overflow(pod, entry)
+    overflow = annotation_overflow(pod, entry)
     if overflow:
         return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
-    operations = (
-        placement_patch(pod, entry, container_lists=("ephemeralContainers",), annotate=False)
-        if debug
-        else placement_patch(pod, entry)
-    )
+    return _patched(request, placement_patch(pod, entry), fields)
+
+
+def _patched(request: dict, operations: list[dict], fields: dict) -> Decision:
     if not operations:
         return _allow(request, fields)
     patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
     review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch)
     return Decision(review_out, PATCHED, fields)
+
+
+def _debug_containers(request: dict, scheduler_name: str) -> Decision:
+    """`kubectl debug` on a pod of ours (the pods/ephemeralcontainers subresource).
+
+    The new ephemeral containers get the devices the pod's other containers
+    were given at creation, as its placement annotation records them: not the
+    map's current line, which may have changed since. Containers already in
+    oldObject are left alone, since the API server refuses any change to them;
+    and nothing is ever denied here, since a map mistake must not stop anyone
+    from debugging.
+    """
+    pod = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(pod, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or None
+    fields = {"pod": pod_key(pod, namespace), "subresource": "ephemeralcontainers"}
+    if _scheduler_name(pod, "request.object") != scheduler_name:
+        return _pass(request, fields)
+    _check_pod_spec(pod.get("spec") or {}, "request.object.spec")
+    old = _mapping(request.get("oldObject"), "request.oldObject (required for UPDATE)", optional=False)
+    _check_pod_spec(_mapping(old.get("spec"), "request.oldObject.spec"), "request.oldObject.spec")
+    recorded = recorded_placement(pod)
+    if recorded is None:
+        # Created without the webhook: its containers have no devices from us either.
+        return _allow(request, dict(fields, placement="none recorded"))
+    fields.update(recorded)
+    return _patched(request, new_ephemeral_containers_patch(pod, old, recorded["devices"]), fields)
 
 
 # -- /validate -------------------------------------------------------------
@@ -283,7 +318,11 @@ def validate(review: object, scheduler_name: str) -> Decision:
         _check_metadata(template, "request.object." + ".".join(path))
     if _scheduler_name(template, ".".join(["request.object", *path])) != scheduler_name:
         return _pass(request, fields)
-    text = ((template.get("metadata") or {}).get("annotations") or {}).get(MAP_ANNOTATION)
+    text = _map_of(template)
+    if request.get("operation") == "UPDATE" and _judged_before(request, path, scheduler_name, text):
+        # The Job controller removing a finalizer, a label, a rollout restart:
+        # only a change to the map is judged, never a map that was already there.
+        return _pass(request, dict(fields, map="unchanged"))
     if text is None:
         warning = (
             f"{what} uses schedulerName {scheduler_name} but {where} has no {MAP_ANNOTATION}: "
@@ -295,6 +334,31 @@ def validate(review: object, scheduler_name: str) -> Decision:
     except InvalidMapError as err:
         return _deny(request, f"{what}: {MAP_ANNOTATION} in {where}: {_map_errors(err)}", fields)
     return _allow(request, fields, _index_warnings(kind, obj, scheduling_map, what))
+
+
+def _map_of(template: dict) -> object:
+    return ((template.get("metadata") or {}).get("annotations") or {}).get(MAP_ANNOTATION)
+
+
+def _judged_before(request: dict, path: tuple[str, ...], scheduler_name: str, text: object) -> bool:
+    """Whether oldObject already had this map, in a template of our scheduler.
+
+    The chart's map-changed-on-update matchCondition keeps such updates from
+    reaching the webhook at all; this is the same rule for a webhook
+    registered without it. Without a usable oldObject, the map is judged.
+    """
+    old = request.get("oldObject")
+    for step in path:
+        old = old.get(step) if isinstance(old, dict) else None
+    if not isinstance(old, dict):
+        return False
+    spec = old.get("spec")
+    if not isinstance(spec, dict) or spec.get("schedulerName") != scheduler_name:
+        return False
+    metadata = old.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    old_text = annotations.get(MAP_ANNOTATION) if isinstance(annotations, dict) else None
+    return old_text == text
 
 
 def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) -> list[str]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 
-from ..placement import CUDA_ENV, PLACEMENT_ANNOTATION, MapEntry
+from ..placement import CUDA_ENV, CUDA_ORDER, CUDA_ORDER_ENV, PLACEMENT_ANNOTATION, MapEntry
 
 # Every list of containers in a pod spec. Ephemeral containers only ever
-# appear through the pods/ephemeralcontainers subresource, but a debug
-# container on a GPU pod should see the same GPUs as the others.
+# appear through the pods/ephemeralcontainers subresource (see
+# new_ephemeral_containers_patch); a pod spec that carries some is patched alike.
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
@@ -59,26 +59,62 @@ def env_with(env: list[dict], name: str, value: str) -> list[dict]:
     return result
 
 
-def placement_patch(pod: dict, entry: MapEntry, container_lists=CONTAINER_LISTS, annotate: bool = True) -> list[dict]:
-    """The operations that make `pod` match `entry`; empty when it already does."""
-    devices = entry.cuda_visible_devices
+def placement_env(env: list[dict], devices: str) -> list[dict]:
+    """`env` with CUDA_VISIBLE_DEVICES set to `devices` and, right after it,
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA numbers the GPUs as nvidia-smi and the
+    map do. A container that sets CUDA_DEVICE_ORDER itself (value or valueFrom)
+    keeps its own entry: it chose how its ordinals are read."""
+    result = env_with(env, CUDA_ENV, devices)
+    if any(item.get("name") == CUDA_ORDER_ENV for item in env):
+        return result
+    after = next(i for i, item in enumerate(result) if item.get("name") == CUDA_ENV) + 1
+    result.insert(after, {"name": CUDA_ORDER_ENV, "value": CUDA_ORDER})
+    return result
+
+
+def _env_operation(field: str, position: int, container: dict, devices: str) -> list[dict]:
+    """The one `add` that gives a container its placement env; none when it has it."""
+    env = container.get("env")
+    wanted = placement_env(env or [], devices)
+    if env == wanted:
+        return []
+    return [{"op": "add", "path": f"/spec/{field}/{position}/env", "value": wanted}]
+
+
+def placement_patch(pod: dict, entry: MapEntry) -> list[dict]:
+    """The operations that make a new `pod` match `entry`; empty when it already does."""
     operations = []
     spec = pod.get("spec") or {}
-    for field in container_lists:
+    for field in CONTAINER_LISTS:
         for position, container in enumerate(spec.get(field) or []):
-            env = container.get("env")
-            wanted = env_with(env or [], CUDA_ENV, devices)
-            if env != wanted:
-                operations.append(
-                    {
-                        "op": "add",
-                        "path": f"/spec/{field}/{position}/env",
-                        "value": wanted,
-                    }
-                )
-    if annotate:
-        operations.extend(_annotation_operations(pod, placement_annotation(entry)))
+            operations.extend(_env_operation(field, position, container, entry.cuda_visible_devices))
+    operations.extend(_annotation_operations(pod, placement_annotation(entry)))
     return operations
+
+
+def new_ephemeral_containers_patch(pod: dict, old_pod: dict, devices: str) -> list[dict]:
+    """The operations that give the ephemeral containers `pod` has and `old_pod`
+    had not (by name, unique in a pod) the placement env. Existing ones are never
+    touched: the API server refuses any change to an ephemeral container."""
+    existing = {c.get("name") for c in (old_pod.get("spec") or {}).get("ephemeralContainers") or []}
+    operations = []
+    for position, container in enumerate((pod.get("spec") or {}).get("ephemeralContainers") or []):
+        if container.get("name") not in existing:
+            operations.extend(_env_operation("ephemeralContainers", position, container, devices))
+    return operations
+
+
+def recorded_placement(pod: dict) -> dict | None:
+    """What the placement annotation says this pod's containers were given at
+    creation, {"index", "node", "devices"}; None when it has none (or not one of ours)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("cudaVisibleDevices"), str):
+        return None
+    return {"index": value.get("index"), "node": value.get("node"), "devices": value["cudaVisibleDevices"]}
 
 
 def _annotation_operations(pod: dict, value: str) -> list[dict]:

@@ -1,0 +1,181 @@
+"""Everything a scheduler process believes, and every way it changes, in one place.
+
+The queue of pending pods (queue.SchedulingQueue) and the cluster cache of
+nodes, pods on nodes and GPUs (scheduling.ClusterCache) change only through
+the methods below: one per watch event and one per outcome of an attempt.
+Reading this file tells every way a pod is queued, a GPU held or freed.
+
+Pure and single-threaded: the runner calls it under one lock and does the API
+calls outside it; tests drive it directly (tests/test_scheduler_state.py runs
+it as a hypothesis state machine). Pods are keyed by UID throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpu_scheduler.kube.objects import pod_key, pod_uid
+from gpu_scheduler.scheduling import (
+    AssignedPod,
+    ClusterCache,
+    Decision,
+    NodeInfo,
+    SharingPolicy,
+    decide,
+)
+
+from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
+
+
+class SchedulerState:
+    def __init__(
+        self,
+        alias_label: str,
+        policy: SharingPolicy,
+        initial_backoff: float = INITIAL_BACKOFF_SECONDS,
+        max_backoff: float = MAX_BACKOFF_SECONDS,
+    ) -> None:
+        self.policy = policy
+        self.cache = ClusterCache(alias_label)
+        self.queue = SchedulingQueue(initial_backoff, max_backoff)
+
+    # -- pending pods of this scheduler (its own watch) -----------------------------------------
+    # Each returns whether pods became active (the runner then wakes its workers).
+
+    def pending_replace(self, pods: Iterable[dict]) -> list[str]:
+        """A list of the pending pods. Returns the keys of the pods it dropped (their Event series
+        are forgotten). The cache is left alone: a pod that left the pending set was bound or
+        deleted, and only the pods-on-nodes list can tell which."""
+        dropped = self.queue.replace({pod_uid(p): p for p in pods})
+        return [pod_key(p) for p in dropped]
+
+    def pending_upsert(self, pod: dict) -> bool:
+        return self.queue.upsert(pod_uid(pod), pod)
+
+    def pending_delete(self, pod: dict) -> bool:
+        """The pod left the pending set. With no node in its last state it was deleted unbound:
+        a hold assumed for it (a binding whose answer was lost) can go."""
+        uid = pod_uid(pod)
+        self.queue.delete(uid)
+        if (pod.get("spec") or {}).get("nodeName"):
+            return False  # bound: the pods-on-nodes watch confirms its hold
+        return self._wake(self.cache.forget(uid))
+
+    # -- pods on nodes, of every scheduler (the assigned-pods watch) ---------------------------------
+
+    def assigned_replace(self, pods: Iterable[AssignedPod], listed_at: float) -> bool:
+        before = self.cache.uids()
+        freed = self.cache.replace_pods(pods, listed_at)
+        # A pod whose assumed hold expired here is not woken by its own hold leaving: it waits
+        # out its backoff (else a failed binding, the list it asks for and the retry would spin).
+        return self._wake(*freed, sparing=before - self.cache.uids())
+
+    def assigned_upsert(self, pod: AssignedPod) -> bool:
+        return self._wake(self.cache.add_pod(pod))
+
+    def assigned_delete(self, pod: AssignedPod) -> bool:
+        return self._wake(self.cache.remove_pod(pod.uid))
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def nodes_replace(self, nodes: Iterable[NodeInfo]) -> bool:
+        nodes = list(nodes)
+        names = {n.name for n in nodes}
+        for name in self.cache.nodes.names():
+            if name not in names:
+                self.cache.nodes.delete(name)
+        woke = False
+        for node in nodes:
+            woke = self.node_upsert(node) or woke
+        return woke
+
+    def node_upsert(self, node: NodeInfo) -> bool:
+        """A node appeared or changed: pods waiting on it (by name or alias) are tried again at
+        once, since any change to what the filters read may let them on."""
+        before = self.cache.nodes.get(node.name)
+        after = self.cache.nodes.upsert(node)
+        if before == after:
+            return False
+        return self._wake(after.name, after.alias, before.alias if before else None)
+
+    def node_delete(self, name: str) -> None:
+        self.cache.nodes.delete(name)
+
+    # -- attempts ------------------------------------------------------------------------------------
+
+    def pop(self, now: float) -> tuple[str, dict] | None:
+        return self.queue.pop(now)
+
+    def decide(self, uid: str, pod: dict) -> Decision | None:
+        """Decides for a pod taken off the queue; on "bind", assumes it (its requests and GPUs are
+        held on the node from now on). None when the pod is being deleted (dropped until its
+        DELETED event)."""
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.queue.give_up_until_changed(uid)
+            return None
+        decision = decide(pod, self.cache, self.policy)
+        if decision.bind:
+            self.cache.assume(
+                AssignedPod(
+                    uid, decision.pod_key, decision.node or "", pod.get("requests") or (), decision.entry.devices
+                )
+            )
+        return decision
+
+    def refused(self, uid: str, decision: Decision, now: float, jitter: float) -> None:
+        """The pod cannot go to its node now; it waits. The cache is left alone: a hold kept from
+        an earlier binding whose answer was lost may be real (the pending watch may lag behind
+        the binding), and a list settles it (see bind_failed)."""
+        if decision.retryable:
+            waiting_on = (decision.entry.node if decision.entry else None, decision.node)
+            self.queue.retry_later(uid, now, jitter, [n for n in waiting_on if n])
+        else:
+            self.queue.give_up_until_changed(uid)
+
+    def bound(self, uid: str, now: float) -> None:
+        """The binding was stored (or the pod already had a node: a 409 "already assigned").
+        The hold stays assumed until the pods-on-nodes watch shows where the pod is."""
+        self.cache.finish_binding(uid, now)
+        self.queue.done(uid)
+
+    def bind_failed(self, uid: str, node: str | None, maybe_stored: bool, now: float, jitter: float) -> bool:
+        """The binding failed. When the answer proves it was not stored (a 4xx), the hold goes.
+        When it does not (no answer, a 5xx, a 409 from a storage error) the binding may have
+        been stored: the hold stays, as a finished binding, until the watch shows the pod on
+        its node or a list started from now on does not (the runner asks for one at once).
+        Either way the pod is tried again later."""
+        woke = False
+        if maybe_stored:
+            self.cache.finish_binding(uid, now)
+        else:
+            woke = self._wake(self.cache.forget(uid))
+        self.queue.retry_later(uid, now, jitter, [node] if node else ())
+        return woke
+
+    def pod_gone(self, uid: str) -> bool:
+        """The binding answered 404: the pod was deleted before it."""
+        self.queue.done(uid)
+        return self._wake(self.cache.forget(uid))
+
+    def not_leading(self, uid: str, now: float, jitter: float) -> bool:
+        """Leadership ended between the decision and the binding: nothing was sent."""
+        woke = self._wake(self.cache.forget(uid))
+        self.queue.retry_later(uid, now, jitter)
+        return woke
+
+    def attempt_failed(self, uid: str, now: float, jitter: float) -> bool:
+        """The attempt raised (a bug, not an answer from the API server). A hold whose binding
+        call had not ended goes, as kube-scheduler forgets an assumed pod on any error (had the
+        binding been stored, the watch brings the hold back); one whose binding call ended stays
+        for the watch to confirm or a list to end."""
+        woke = False
+        if self.cache.binding_in_flight(uid):
+            woke = self._wake(self.cache.forget(uid))
+        self.queue.retry_later(uid, now, jitter)
+        return woke
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
+        """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
+        return self.queue.wake([n for n in names if n], sparing) > 0

@@ -1,0 +1,161 @@
+"""What the scheduler believes about the cluster: nodes, the pods on them, their GPUs.
+
+One owner for every way a node's resources or a GPU can be held or freed, in
+kube-scheduler's cache words:
+
+  assume          a pod was chosen for a node; it holds its requests and GPUs
+                  there before the binding is even sent, so two pods decided
+                  back to back cannot both take the last CPU or a GPU
+  finish_binding  the binding call came back (or its answer was lost); the pod
+                  stays assumed until a watch or a list shows it on a node
+  confirm         the assigned-pods watch (add_pod) or a list shows the pod on
+                  a node: it is no longer assumed, and holds what it really holds
+  forget          the binding failed, or the attempt ended in an error, or the
+                  pod turned out to be unbound after all: the hold goes
+  expire          a re-list taken after a binding finished that does not show
+                  the pod has seen the pod deleted (or never bound): the hold goes
+
+Pods are keyed by UID: a pod deleted and recreated under the same name is
+another pod. Pure and single-threaded; the runner calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .ledger import GpuLedger
+from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex
+from .resources import EMPTY_USAGE, NodeUsage, Requests
+
+
+@dataclass(frozen=True, slots=True)
+class AssignedPod:
+    """What the cache keeps of a pod on a node (or assumed to be)."""
+
+    uid: str
+    key: str  # namespace/name, for messages
+    node: str
+    requests: Requests = ()
+    devices: tuple[str, ...] = ()  # the GPUs it holds, as its map wrote them; () if none
+
+
+@dataclass(slots=True)
+class _Assumed:
+    binding_finished_at: float | None = None  # monotonic; None while the binding is in flight
+
+
+class ClusterCache:
+    def __init__(self, alias_label: str = DEFAULT_ALIAS_LABEL) -> None:
+        self.nodes = NodeIndex(alias_label)
+        self.ledger = GpuLedger()
+        self._pods: dict[str, AssignedPod] = {}  # uid -> pod, assumed or confirmed
+        self._assumed: dict[str, _Assumed] = {}  # uid -> binding state, for pods not yet confirmed
+        self._usage: dict[str, NodeUsage] = {}  # node name -> what its pods request
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def usage(self, node: str) -> NodeUsage:
+        return self._usage.get(node, EMPTY_USAGE)
+
+    def pod(self, uid: str) -> AssignedPod | None:
+        return self._pods.get(uid)
+
+    def is_assumed(self, uid: str) -> bool:
+        return uid in self._assumed
+
+    def assumed_uids(self) -> frozenset[str]:
+        return frozenset(self._assumed)
+
+    def uids(self) -> set[str]:
+        """Every pod the cache holds something for, assumed or confirmed."""
+        return set(self._pods)
+
+    def binding_in_flight(self, uid: str) -> bool:
+        """Assumed, and its binding call has not ended yet."""
+        assumed = self._assumed.get(uid)
+        return assumed is not None and assumed.binding_finished_at is None
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    # -- the scheduler's own decisions --------------------------------------------------------
+
+    def assume(self, pod: AssignedPod) -> None:
+        """The pod is about to be bound to pod.node: hold its resources and GPUs there."""
+        self._put(pod)
+        self._assumed[pod.uid] = _Assumed()
+
+    def finish_binding(self, uid: str, now: float) -> None:
+        """The binding call ended (bound, or no answer): wait for a watch or a list to confirm."""
+        assumed = self._assumed.get(uid)
+        if assumed is not None:
+            assumed.binding_finished_at = now
+
+    def forget(self, uid: str) -> str | None:
+        """Drops an assumed pod (the bind failed, the attempt broke, the pod is unbound after
+        all); a confirmed pod is left alone. Returns the node it freed, or None."""
+        if uid not in self._assumed:
+            return None
+        del self._assumed[uid]
+        return self._drop(uid)
+
+    # -- what the assigned-pods watch says ------------------------------------------------------
+
+    def add_pod(self, pod: AssignedPod) -> str | None:
+        """The pod is on pod.node (an ADDED or MODIFIED event): confirms an assumed pod.
+        Returns the node where it held something else before (it was assumed elsewhere, or
+        its requests changed), so that pods waiting there are retried; else None."""
+        self._assumed.pop(pod.uid, None)
+        before = self._pods.get(pod.uid)
+        if before == pod:
+            return None
+        self._put(pod)
+        return before.node if before is not None else None
+
+    def remove_pod(self, uid: str) -> str | None:
+        """The pod is gone (deleted, or finished): frees what it held; returns its node."""
+        self._assumed.pop(uid, None)
+        return self._drop(uid)
+
+    def replace_pods(self, pods: Iterable[AssignedPod], listed_at: float) -> set[str]:
+        """A re-list: the complete set of pods on nodes, as of a list started at listed_at
+        (monotonic). Confirmed pods not in it are gone. An assumed pod not in it is dropped
+        when its binding finished before the list started (the list would show it, had it
+        stayed bound); one still binding, or bound since, is kept. Returns freed nodes."""
+        listed = {pod.uid: pod for pod in pods}
+        freed: set[str] = set()
+        for uid in [u for u in self._pods if u not in listed]:
+            assumed = self._assumed.get(uid)
+            if assumed is not None and (
+                assumed.binding_finished_at is None or assumed.binding_finished_at >= listed_at
+            ):
+                continue
+            node = self.remove_pod(uid)
+            if node is not None:
+                freed.add(node)
+        for pod in listed.values():
+            node = self.add_pod(pod)
+            if node is not None:
+                freed.add(node)
+        return freed
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _put(self, pod: AssignedPod) -> None:
+        self._drop(pod.uid)
+        self._pods[pod.uid] = pod
+        self._usage.setdefault(pod.node, NodeUsage()).add(pod.requests)
+        self.ledger.hold(pod.uid, pod.key, pod.node, pod.devices)
+
+    def _drop(self, uid: str) -> str | None:
+        pod = self._pods.pop(uid, None)
+        if pod is None:
+            return None
+        usage = self._usage.get(pod.node)
+        if usage is not None:
+            usage.remove(pod.requests)
+            if usage.empty():
+                del self._usage[pod.node]
+        self.ledger.release(uid)
+        return pod.node

@@ -1,0 +1,90 @@
+"""The filters a pinned node must pass before the pod is bound there, in kube-scheduler's order
+and with its plugin names and words.
+
+The map chooses the node; these only say whether it can take the pod now, so
+that the kubelet does not reject it later. kube-scheduler stops at the first
+filter that fails for a node and reports that filter's reasons; so does this.
+Every failure here can be cured by a change to the node or to the pods on it,
+so the pod is retried (on backoff, and at once when the node changes or frees
+resources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .affinity import REASON as AFFINITY_REASON
+from .affinity import matches_node_affinity
+from .nodes import GPU_RESOURCE, NodeInfo
+from .resources import NodeUsage, Requests, insufficient
+from .taints import UNSCHEDULABLE_TAINT, taint_reason, tolerated, untolerated_taint
+
+NODE_READY = "NodeReady"
+NODE_UNSCHEDULABLE = "NodeUnschedulable"
+TAINT_TOLERATION = "TaintToleration"
+NODE_AFFINITY = "NodeAffinity"
+NODE_RESOURCES_FIT = "NodeResourcesFit"
+GPU_DEVICES = "GPUDevices"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterFailure:
+    plugin: str  # kube-scheduler's plugin name (ours for NodeReady and GPUDevices)
+    reasons: tuple[str, ...]
+
+
+def _ordinal_beyond(device: str, count: int) -> bool:
+    """Whether an ordinal device token names a GPU the node does not have. Compared as text
+    first: a token may have thousands of digits, too many for int()."""
+    digits = device.lstrip("0") or "0"
+    if len(digits) > len(str(count)):
+        return True
+    return int(digits) >= count
+
+
+def gpu_reasons(devices: tuple[str, ...], node: NodeInfo) -> list[str]:
+    """Ordinals at or beyond the node's nvidia.com/gpu capacity, when the node advertises one.
+    UUIDs cannot be checked against anything the node object says and pass."""
+    if not node.gpus_advertised:
+        return []
+    beyond = [d for d in devices if d.isascii() and d.isdigit() and _ordinal_beyond(d, node.gpus)]
+    if not beyond:
+        return []
+    have = f"GPUs 0-{node.gpus - 1}" if node.gpus > 1 else ("GPU 0" if node.gpus == 1 else "no GPU")
+    return [f"node(s) had {have} ({GPU_RESOURCE}: {node.gpus}), not GPU {', '.join(beyond)}"]
+
+
+def run_filters(
+    pod_spec: Mapping, requests: Requests, devices: tuple[str, ...], node: NodeInfo, usage: NodeUsage
+) -> FilterFailure | None:
+    """The first filter the node fails for this pod, or None when it can take it."""
+    tolerations = pod_spec.get("tolerations") or ()
+    if not node.ready:
+        # kube-scheduler learns this from the not-ready taint the node controller adds; we
+        # read the condition too, so a node that just failed is refused before it is tainted.
+        return FilterFailure(NODE_READY, (f"node(s) were not Ready ({node.not_ready_message})",))
+    if node.unschedulable and not tolerated(tolerations, UNSCHEDULABLE_TAINT):
+        return FilterFailure(NODE_UNSCHEDULABLE, ("node(s) were unschedulable",))
+    taint = untolerated_taint(node.taints, tolerations)
+    if taint is not None:
+        return FilterFailure(TAINT_TOLERATION, (taint_reason(taint),))
+    if not matches_node_affinity(pod_spec, node):
+        return FilterFailure(NODE_AFFINITY, (AFFINITY_REASON,))
+    reasons = insufficient(requests, node.allocatable, usage)
+    if reasons:
+        return FilterFailure(NODE_RESOURCES_FIT, tuple(reasons))
+    reasons = gpu_reasons(devices, node)
+    if reasons:
+        return FilterFailure(GPU_DEVICES, tuple(reasons))
+    return None
+
+
+def unavailable_message(failure: FilterFailure, node: str, line: int) -> str:
+    """kube-scheduler's FitError text for one node ("0/1 nodes are available: 1 Insufficient
+    cpu."), then which node the map pins the pod to and the filter that refused it."""
+    counted = ", ".join(sorted(f"1 {reason}" for reason in failure.reasons))
+    return (
+        f"0/1 nodes are available: {counted}. The map (line {line}) pins the pod to node {node}, "
+        f"which {failure.plugin} refused."
+    )

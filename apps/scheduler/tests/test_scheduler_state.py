@@ -1,0 +1,389 @@
+"""The scheduler's state (queue + cache) driven event by event: how a GPU hold is taken, confirmed,
+forgotten and expired, and a hypothesis state machine against a model of the API server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gpu_scheduler.kube.objects import node_info, trim_pending_pod
+from gpu_scheduler.scheduler.queue import ACTIVE, BACKOFF, IN_FLIGHT
+from gpu_scheduler.scheduler.state import SchedulerState
+from gpu_scheduler.scheduling import AssignedPod, SharingPolicy
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+NODES = ("node1", "node2")
+
+
+def api_node(name: str, unschedulable: bool = False) -> dict:
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}
+    return {
+        "metadata": {"name": name, "labels": {"gpu-node-name": name}},
+        "spec": {"unschedulable": unschedulable},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> dict:
+    """A pending pod of this scheduler as its watch delivers it (trimmed)."""
+    return trim_pending_pod(
+        {
+            "metadata": {
+                "namespace": "ml",
+                "name": name,
+                "uid": uid,
+                "annotations": {
+                    "gpu-scheduling-map": f"0={node}:{device}\n",
+                    "gpu-scheduler/placement": json.dumps({"cudaVisibleDevices": device}),
+                },
+            },
+            "spec": {"schedulerName": "gpu-scheduler", "nodeName": bound_to},
+        }
+    )
+
+
+def on_node(uid: str, name: str, node: str, device: str) -> AssignedPod:
+    return AssignedPod(uid, f"ml/{name}", node, (), (device,))
+
+
+@pytest.fixture
+def state() -> SchedulerState:
+    state = SchedulerState("gpu-node-name", SharingPolicy.DENY)
+    state.nodes_replace([node_info(api_node(n)) for n in NODES])
+    return state
+
+
+def attempt(state: SchedulerState, now: float = 0.0):
+    uid, pod = state.pop(now)
+    return uid, state.decide(uid, pod)
+
+
+def held(state: SchedulerState) -> dict:
+    return {where: sorted(uids) for where, uids in state.cache.ledger.holders().items()}
+
+
+def test_a_hold_assumed_for_a_pod_deleted_during_a_watch_gap_is_dropped_at_the_relist(state):
+    # Bug 2: bound, then deleted while the pods-on-nodes watch was away (it never saw the pod
+    # bound, nor deleted); the watch ends in 410 and lists again. The old scheduler kept the
+    # assumed hold for ever; under deny, the next pod for that GPU waited for ever.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, decision = attempt(state)
+    assert decision.bind and held(state) == {("node1", "0"): ["ua"]}
+    state.bound(uid, now=1.0)
+    state.pending_delete(pending("a-0", "ua", "node1", "0", bound_to="node1"))  # left the pending set: bound
+    assert held(state) == {("node1", "0"): ["ua"]}  # still held: nothing says it is gone
+
+    state.assigned_replace([], listed_at=2.0)  # the re-list after 410, without the pod
+    assert held(state) == {}
+    state.pending_upsert(pending("b-0", "ub", "node1", "0"))
+    assert attempt(state, 3.0)[1].bind
+
+
+def test_a_relist_started_before_the_binding_ended_keeps_the_assumed_hold(state):
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, _ = attempt(state)
+    state.assigned_replace([], listed_at=0.5)  # in flight: the list cannot know
+    state.bound(uid, now=1.0)
+    state.assigned_replace([], listed_at=0.9)  # started before the binding's answer
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([on_node("ua", "a-0", "node1", "0")], listed_at=1.5)  # confirmed
+    assert not state.cache.is_assumed("ua") and held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([], listed_at=5.0)  # and later gone
+    assert held(state) == {}
+
+
+def test_an_attempt_that_raises_before_its_binding_ended_forgets_its_hold(state):
+    # Bug 2: the catch-all error path of the runner never forgot the assumed hold.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, decision = attempt(state)
+    assert decision.bind and held(state)
+    state.attempt_failed(uid, now=0.1, jitter=0.5)
+    assert held(state) == {} and state.queue.state_of("ua") == BACKOFF
+
+
+def test_a_binding_whose_outcome_is_unknown_keeps_its_hold_until_a_list_says(state):
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, _ = attempt(state)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([], listed_at=2.0)  # the list after: not bound after all
+    assert held(state) == {}
+    # With an answer that proves nothing was stored (a 4xx), the hold goes at once.
+    state.pending_upsert(pending("b-0", "ub", "node2", "1"))
+    uid, _ = attempt(state, 100.0)
+    state.bind_failed(uid, "node2", maybe_stored=False, now=100.0, jitter=0.5)
+    assert held(state) == {}
+
+
+def test_a_refusal_after_a_lost_answer_keeps_the_hold_the_binding_may_have_taken(state):
+    # The binding was stored but its answer lost; the pending watch has not said so yet, and
+    # the retry is refused (node cordoned meanwhile). Dropping the hold here would let another
+    # pod take the GPU the first one really has.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, _ = attempt(state)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
+    state.node_upsert(node_info(api_node("node1", unschedulable=True)))
+    uid, decision = attempt(state, 10.0)
+    assert decision.plugin == "NodeUnschedulable"
+    state.refused(uid, decision, now=10.0, jitter=0.5)
+    # Another pod, one that tolerates the cordon (as DaemonSet pods do), wants the same GPU.
+    other = pending("b-0", "ub", "node1", "0")
+    other["spec"]["tolerations"] = [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]
+    state.pending_upsert(other)
+    uid, decision = attempt(state, 10.5)
+    assert uid == "ub" and not decision.bind
+    assert "GPU 0 by ml/a-0" in decision.reason
+
+
+def test_a_failed_binding_waits_out_its_backoff_after_the_list_it_asked_for_drops_its_hold(state):
+    # Found by the fault suite: a binding refused with a 5xx asks for a list; the list drops
+    # the hold; had that woken the pod itself, it would retry at once, again and again.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    state.assigned_upsert(on_node("holder", "h-0", "node1", "1"))
+    state.pending_upsert(pending("w-0", "uw", "node1", "1"))  # waits for GPU 1
+    uid, _ = attempt(state)
+    other, decision = attempt(state)
+    state.refused(other, decision, now=0.0, jitter=0.5)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
+    state.assigned_replace([], listed_at=2.0)  # holder gone too, a-0 never bound
+    assert held(state) == {}
+    assert state.queue.state_of("ua") == BACKOFF  # not woken by its own hold leaving
+    assert state.queue.state_of("uw") == ACTIVE  # woken: GPU 1 is free
+
+
+def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer(state):
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, _ = attempt(state)
+    state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
+    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # deleted, never bound
+    assert held(state) == {} and "ua" not in state.queue
+
+
+def test_the_late_deleted_event_of_an_old_pod_does_not_free_its_namesakes_gpus(state):
+    # Bug 2: holds were keyed by name.
+    state.assigned_upsert(on_node("old", "web-0", "node1", "0"))
+    state.pending_upsert(pending("web-0", "new", "node1", "1"))
+    uid, decision = attempt(state)
+    assert uid == "new" and decision.bind
+    state.assigned_delete(on_node("old", "web-0", "node1", "0"))
+    assert held(state) == {("node1", "1"): ["new"]}
+    state.pending_upsert(pending("other-0", "other", "node1", "1"))
+    assert not attempt(state)[1].bind
+
+
+def test_freed_gpus_and_node_changes_wake_the_pods_waiting_on_them(state):
+    state.assigned_upsert(on_node("holder", "h-0", "node1", "0"))
+    state.pending_upsert(pending("w-0", "uw", "node1", "0"))
+    uid, decision = attempt(state)
+    state.refused(uid, decision, now=0.0, jitter=0.5)
+    assert state.queue.state_of("uw") == BACKOFF
+    assert state.assigned_delete(on_node("holder", "h-0", "node1", "0")) is True
+    assert state.queue.state_of("uw") == ACTIVE
+    uid, decision = attempt(state)
+    assert decision.bind
+    # A cordoned node: the pod waits, and the uncordon wakes it.
+    state.pending_upsert(pending("c-0", "uc", "node2", "0"))
+    state.node_upsert(node_info(api_node("node2", unschedulable=True)))
+    uid, decision = attempt(state)
+    assert decision.plugin == "NodeUnschedulable"
+    state.refused(uid, decision, now=0.0, jitter=0.5)
+    assert state.node_upsert(node_info(api_node("node2", unschedulable=True))) is False  # no change
+    assert state.node_upsert(node_info(api_node("node2"))) is True
+    assert state.queue.state_of("uc") == ACTIVE
+
+
+def test_a_relist_of_pending_pods_names_the_ones_it_dropped():
+    state = SchedulerState("gpu-node-name", SharingPolicy.WARN)
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    state.pending_upsert(pending("b-0", "ub", "node1", "1"))
+    assert state.pending_replace([pending("b-0", "ub", "node1", "1")]) == ["ml/a-0"]
+
+
+# -- the state machine ---------------------------------------------------------------------------
+
+
+class SchedulerStateMachine(RuleBasedStateMachine):
+    """The scheduler's state against a model of the API server under --gpu-sharing=deny.
+
+    The model holds the truth: pods (pending, bound or deleted) and nodes. Bindings change it
+    when they are sent; the two pod watches deliver its changes later, in order, or are lost
+    and replaced by a list (410). Invariants: every pod in one queue state, the queue's
+    structures agree; no GPU bound to two live pods, and none held twice in the ledger; a
+    popped pod is neither deleted (as far as the watch said) nor already in flight; and once
+    every event is delivered and the pods on nodes are listed, the ledger holds exactly what
+    the bound pods hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = SchedulerState("gpu-node-name", SharingPolicy.DENY, initial_backoff=1.0, max_backoff=8.0)
+        self.state.nodes_replace([node_info(api_node(n)) for n in NODES])
+        self.now = 0.0
+        self.pods: dict[str, dict] = {}  # uid -> {"name", "node", "device", "bound": node | "", "deleted"}
+        self.pending_events: list[tuple[str, dict]] = []
+        self.assigned_events: list[tuple[str, AssignedPod]] = []
+        self.deleted_seen: set[str] = set()  # uids whose pending DELETED event was delivered
+        self.in_flight: dict[str, object] = {}  # uid -> decision, between pop and the binding's end
+        self.count = 0
+
+    # -- the world ---------------------------------------------------------------------------
+
+    def _pending_obj(self, uid: str) -> dict:
+        pod = self.pods[uid]
+        return pending(pod["name"], uid, pod["node"], pod["device"], bound_to=pod["bound"])
+
+    def _assigned_obj(self, uid: str) -> AssignedPod:
+        pod = self.pods[uid]
+        return on_node(uid, pod["name"], pod["bound"], pod["device"])
+
+    @rule(node=st.sampled_from(NODES), device=st.sampled_from("0123"), reuse_name=st.booleans())
+    def create_pod(self, node, device, reuse_name):
+        gone = [p["name"] for p in self.pods.values() if p["deleted"]]
+        name = gone[0] if reuse_name and gone else f"p-{self.count}"
+        self.count += 1
+        uid = f"uid-{self.count}"
+        self.pods[uid] = {"name": name, "node": node, "device": device, "bound": "", "deleted": False}
+        self.pending_events.append(("upsert", self._pending_obj(uid)))
+
+    @rule(data=st.data())
+    def delete_pod(self, data):
+        live = sorted(u for u, p in self.pods.items() if not p["deleted"])
+        if not live:
+            return
+        uid = data.draw(st.sampled_from(live))
+        self.pods[uid]["deleted"] = True
+        if self.pods[uid]["bound"]:
+            self.assigned_events.append(("delete", self._assigned_obj(uid)))
+        else:
+            self.pending_events.append(("delete", self._pending_obj(uid)))
+
+    # -- the watches -----------------------------------------------------------------------------
+
+    @rule()
+    def deliver_pending_event(self):
+        if self.pending_events:
+            kind, pod = self.pending_events.pop(0)
+            uid = pod["metadata"]["uid"]
+            if kind == "upsert":
+                self.state.pending_upsert(pod)
+            else:
+                self.state.pending_delete(pod)
+                if not pod["spec"]["nodeName"]:
+                    self.deleted_seen.add(uid)
+
+    @rule()
+    def deliver_assigned_event(self):
+        if self.assigned_events:
+            kind, pod = self.assigned_events.pop(0)
+            (self.state.assigned_upsert if kind == "upsert" else self.state.assigned_delete)(pod)
+
+    @rule()
+    def relist_pending(self):
+        self.pending_events.clear()
+        live = [u for u, p in self.pods.items() if not p["deleted"] and not p["bound"]]
+        self.deleted_seen |= {u for u, p in self.pods.items() if p["deleted"] and not p["bound"]}
+        self.state.pending_replace([self._pending_obj(u) for u in live])
+
+    @rule()
+    def relist_assigned(self):
+        self.assigned_events.clear()
+        self.now += 0.01
+        bound = [u for u, p in self.pods.items() if not p["deleted"] and p["bound"]]
+        self.state.assigned_replace([self._assigned_obj(u) for u in bound], listed_at=self.now)
+
+    @rule(node=st.sampled_from(NODES), unschedulable=st.booleans())
+    def change_node(self, node, unschedulable):
+        self.state.node_upsert(node_info(api_node(node, unschedulable)))
+
+    @rule(seconds=st.floats(0.1, 10))
+    def time_passes(self, seconds):
+        self.now += seconds
+
+    # -- the workers -------------------------------------------------------------------------------
+
+    @rule()
+    def take_a_pod(self):
+        popped = self.state.pop(self.now)
+        if popped is None:
+            return
+        uid, pod = popped
+        assert uid not in self.in_flight, f"{uid} popped while in flight"
+        assert uid not in self.deleted_seen, f"{uid} popped after its deletion was seen"
+        decision = self.state.decide(uid, pod)
+        if decision is None:
+            return
+        if decision.bind:
+            self.in_flight[uid] = decision
+        else:
+            self.state.refused(uid, decision, self.now, 0.5)
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data(), answer=st.sampled_from(["answered", "refused", "lost", "lost-after-storing", "raised"]))
+    def binding_ends(self, data, answer):
+        uid = data.draw(st.sampled_from(sorted(self.in_flight)))
+        decision = self.in_flight.pop(uid)
+        pod = self.pods[uid]
+        self.now += 0.01
+        if answer == "raised":
+            self.state.attempt_failed(uid, self.now, 0.5)
+            return
+        if answer == "refused":  # a 4xx: nothing stored
+            self.state.bind_failed(uid, decision.node, maybe_stored=False, now=self.now, jitter=0.5)
+            return
+        if answer == "answered":
+            if pod["deleted"]:
+                self.state.pod_gone(uid)
+                return
+            if not pod["bound"]:
+                pod["bound"] = decision.node  # stored: 201
+                self.pending_events.append(("delete", self._pending_obj(uid)))
+                self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+            self.state.bound(uid, self.now)  # 201, or 409 "already assigned"
+            return
+        if answer == "lost-after-storing" and not pod["deleted"] and not pod["bound"]:
+            pod["bound"] = decision.node
+            self.pending_events.append(("delete", self._pending_obj(uid)))
+            self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+        self.state.bind_failed(uid, decision.node, maybe_stored=True, now=self.now, jitter=0.5)
+
+    # -- invariants --------------------------------------------------------------------------------
+
+    @invariant()
+    def the_queue_is_consistent(self):
+        self.state.queue.check()
+        still_queued = [u for u in self.in_flight if u in self.state.queue]
+        assert all(self.state.queue.state_of(u) == IN_FLIGHT for u in still_queued)
+        assert self.state.queue.counts()[IN_FLIGHT] == len(still_queued)
+
+    @invariant()
+    def no_gpu_is_given_twice(self):
+        bound = [(p["bound"], p["device"]) for p in self.pods.values() if p["bound"] and not p["deleted"]]
+        assert len(bound) == len(set(bound)), f"two live pods bound to one GPU: {sorted(bound)}"
+        for where, uids in self.state.cache.ledger.holders().items():
+            assert len(uids) == 1, f"{where} held by {sorted(uids)}"
+
+    @rule()
+    def settle(self):
+        """Every event delivered, the pods on nodes listed, nothing in flight: the cache agrees
+        with the world (no hold leaked, none missing)."""
+        if self.in_flight:
+            return
+        while self.pending_events:
+            self.deliver_pending_event()
+        while self.assigned_events:
+            self.deliver_assigned_event()
+        self.relist_assigned()
+        truth = {(p["bound"], p["device"]): {u} for u, p in self.pods.items() if p["bound"] and not p["deleted"]}
+        assert {w: set(u) for w, u in self.state.cache.ledger.holders().items()} == truth
+        assert not self.state.cache.assumed_uids()
+
+
+TestSchedulerStateMachine = SchedulerStateMachine.TestCase
+TestSchedulerStateMachine.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -1,0 +1,132 @@
+"""A real KinD cluster for the `kind` tests: brought up with `make kind-up`, as users do.
+
+The tests use their own cluster name (KIND_TEST_CLUSTER, default
+gpu-scheduler-kind-test) and kubeconfig, so they never touch a cluster a user
+made with `make kind-up`. Where no Docker engine answers they are skipped with
+a message that says what to install; under CI=true they fail instead (and
+scripts/docker-engine.sh may start an engine first, as `make kind-up` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache"
+KUBECTL = CACHE / "bin" / "kubectl"
+CLUSTER = os.environ.get("KIND_TEST_CLUSTER", "gpu-scheduler-kind-test")
+KUBECONFIG = CACHE / "kind" / f"{CLUSTER}.kubeconfig"
+# A cold first run builds kind, the node image's binaries and CoreDNS.
+UP_TIMEOUT = 3600
+
+
+def run(argv: list, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command, capturing text output; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+
+
+def tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout[-chars:]}\nstderr:\n{result.stderr[-chars:]}"
+
+
+def kind_env() -> dict[str, str]:
+    return {**os.environ, "KIND_CLUSTER": CLUSTER, "KIND_KUBECONFIG": str(KUBECONFIG)}
+
+
+def make(target: str, timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
+    return run(["make", "--no-print-directory", target], timeout=timeout, cwd=REPO, env=kind_env())
+
+
+def cluster_containers() -> list[str]:
+    """Names of the Docker containers kind made for the test cluster (any state)."""
+    found = run(["docker", "ps", "-a", "--filter", f"label=io.x-k8s.kind.cluster={CLUSTER}", "--format", "{{.Names}}"])
+    assert found.returncode == 0, tail(found)
+    return sorted(found.stdout.split())
+
+
+def docker_network_exists(name: str) -> bool:
+    return run(["docker", "network", "inspect", name]).returncode == 0
+
+
+@dataclass
+class Kind:
+    """The test cluster: kubectl against it, and how it was made."""
+
+    kubeconfig: Path
+    network_existed_before: bool
+    up_seconds: float
+
+    def kubectl(self, *args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], timeout=timeout, input=stdin)
+
+    def ok(self, *args: str, timeout: float = 120, stdin: str | None = None) -> str:
+        result = self.kubectl(*args, timeout=timeout, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {tail(result)}"
+        return result.stdout
+
+    def get(self, *args: str) -> dict:
+        return json.loads(self.ok("get", *args, "-o", "json"))
+
+    def apply(self, manifest: dict, namespace: str) -> None:
+        self.ok("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+
+    def namespace(self, name: str) -> str:
+        self.ok("create", "namespace", name)
+        return name
+
+    def wait_for(self, what: str, predicate, timeout: float = 180, interval: float = 1.0):
+        """Polls `predicate` until it returns a truthy value; fails naming `what`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout}s waiting for {what}", pytrace=False)
+            time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A Docker engine that answers, or a skip (a failure under CI=true) saying what to install."""
+    ensure = run(["bash", REPO / "scripts" / "docker-engine.sh", "ensure"], timeout=600)
+    if ensure.returncode == 0:
+        return
+    message = f"the KinD tests need a Docker engine (https://docs.docker.com/engine/install/): {ensure.stderr.strip()}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary(docker_engine) -> Path:
+    if not KUBECTL.exists():
+        fetched = run(["bash", REPO / "scripts" / "fetch-tools.sh"], timeout=600)
+        assert KUBECTL.exists(), f"scripts/fetch-tools.sh did not provide {KUBECTL}: {tail(fetched)}"
+    return KUBECTL
+
+
+@pytest.fixture(scope="module")
+def kind(kubectl_binary) -> Kind:
+    """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure."""
+    network_existed = docker_network_exists("kind")
+    started = time.monotonic()
+    up = make("kind-up")
+    up_seconds = time.monotonic() - started
+    print(f"\nmake kind-up: {up_seconds:.0f}s\n{up.stderr[-3000:]}")
+    cluster = Kind(KUBECONFIG, network_existed, up_seconds)
+    try:
+        assert up.returncode == 0, f"make kind-up failed: {tail(up, 8000)}"
+        yield cluster
+    finally:
+        if cluster_containers():
+            make("kind-down", timeout=300)

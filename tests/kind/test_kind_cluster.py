@@ -1,0 +1,252 @@
+"""KinD for real: `make kind-up`, real kubelets running real containers, `make kind-down`.
+
+One cluster for the module (tests/kind/conftest.py), in order: the nodes the
+task's map names; a pod placed on node3 by the real kube-scheduler whose
+container's output `kubectl logs` shows; a Service reached by its DNS name
+from a pod on another node (CoreDNS, kube-proxy, the pod network); `kind
+load docker-image` of an image built here; a worker restarted with `docker
+restart` getting its pod network back; `make kind-up` again reusing the
+cluster and repairing it; `make kind-down` leaving no container, volume, network or kubeconfig
+behind. What is checked is what the cluster and Docker report, never our
+scripts' own logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+
+import pytest
+
+from .conftest import CLUSTER, REPO, Kind, cluster_containers, docker_network_exists, kind_env, make, run, tail
+
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]
+
+WORKERS = ["node1", "node2", "node3", "node4"]
+ECHO_DIR = REPO / "tests" / "kind" / "echo"
+
+
+@pytest.fixture(scope="module")
+def echo_image(kind) -> str:
+    """A small image built here (never pulled), tagged by a hash of its inputs, loaded with `kind load`."""
+    base = run(["bash", REPO / "scripts" / "debian-base.sh"], timeout=600)
+    assert base.returncode == 0, tail(base)
+    base_image = base.stdout.strip()
+    digest = hashlib.sha256(base_image.encode())
+    for path in sorted(ECHO_DIR.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    image = f"gpu-scheduler-kind-test-echo:{digest.hexdigest()[:12]}"
+    if run(["docker", "image", "inspect", image]).returncode != 0:
+        built = run(["docker", "build", "--build-arg", f"BASE_IMAGE={base_image}", "-t", image, ECHO_DIR], timeout=600)
+        assert built.returncode == 0, tail(built)
+    loaded = run(["bash", REPO / "scripts" / "kind.sh", "load", image], timeout=600, env=kind_env())
+    assert loaded.returncode == 0, tail(loaded)
+    return image
+
+
+def node_ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+
+
+def internal_ip(node: dict) -> str:
+    (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    return address
+
+
+def container_of(kind: Kind, node_name: str) -> str:
+    """The Docker container that is Kubernetes node `node_name` (matched by IP, not by naming convention)."""
+    ip = internal_ip(kind.get("node", node_name))
+    for container in cluster_containers():
+        found = run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", container])
+        if ip in found.stdout.split():
+            return container
+    pytest.fail(f"no container of cluster {CLUSTER} has node {node_name}'s IP {ip}", pytrace=False)
+
+
+def echo_pod(name: str, image: str, node: str, command: list[str] | None = None) -> dict:
+    """A pod pinned to `node` by a nodeSelector, so the real kube-scheduler places it.
+
+    Guaranteed QoS (requests == limits): kubelet then asks containerd for a
+    negative oom_score_adj, the case our nodes cannot grant as such.
+    """
+    container = {
+        "name": "echo",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {"limits": {"cpu": "50m", "memory": "32Mi"}, "requests": {"cpu": "50m", "memory": "32Mi"}},
+        "ports": [{"containerPort": 8080}],
+    }
+    if command:
+        container["command"] = command
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never" if command else "Always",
+            "containers": [container],
+        },
+    }
+
+
+def wait_for_phase(kind: Kind, namespace: str, pod: str, phases: set[str], timeout: float = 180) -> dict:
+    def current():
+        found = kind.get("pod", pod, "-n", namespace)
+        return found if found["status"].get("phase") in phases else None
+
+    return kind.wait_for(f"pod {namespace}/{pod} to reach {phases}", current, timeout=timeout)
+
+
+def wait_ready_pod(kind: Kind, namespace: str, pod: str) -> dict:
+    def ready():
+        found = kind.get("pod", pod, "-n", namespace)
+        statuses = found["status"].get("containerStatuses") or []
+        return found if statuses and all(s["ready"] for s in statuses) else None
+
+    return kind.wait_for(f"pod {namespace}/{pod} to be ready", ready)
+
+
+def client_output(kind: Kind, namespace: str, image: str, node: str, script: str) -> str:
+    """Runs `script` in a pod on `node` to completion and returns its `kubectl logs`."""
+    name = f"client-{uuid.uuid4().hex[:6]}"
+    kind.apply(echo_pod(name, image, node, ["bash", "-c", script]), namespace)
+    pod = wait_for_phase(kind, namespace, name, {"Succeeded", "Failed"})
+    logs = kind.ok("logs", "-n", namespace, name)
+    assert pod["status"]["phase"] == "Succeeded", f"client pod on {node} failed; its log:\n{logs}"
+    return logs
+
+
+def test_workers_are_node1_to_node4_ready_with_alias_labels_and_simulated_gpus(kind):
+    nodes = {n["metadata"]["name"]: n for n in kind.get("nodes")["items"]}
+
+    print(f"\ncluster up in {kind.up_seconds:.0f}s; nodes: {sorted(nodes)}")
+    assert sorted(nodes) == sorted([f"{CLUSTER}-control-plane", *WORKERS])
+    assert all(node_ready(n) for n in nodes.values()), {name: node_ready(n) for name, n in nodes.items()}
+    for name in WORKERS:
+        assert nodes[name]["metadata"]["labels"]["gpu-node-name"] == name
+        assert nodes[name]["status"]["capacity"]["nvidia.com/gpu"] == "4"
+        assert nodes[name]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert "nvidia.com/gpu" not in nodes[f"{CLUSTER}-control-plane"]["status"]["capacity"]
+
+
+def test_kind_load_puts_a_locally_built_image_into_every_node(kind, echo_image):
+    for node in [f"{CLUSTER}-control-plane", *WORKERS]:
+        container = container_of(kind, node)
+        images = run(["docker", "exec", container, "ctr", "--namespace=k8s.io", "images", "ls", "-q"])
+        assert f"docker.io/library/{echo_image}" in images.stdout.split(), f"{container}: {images.stdout}"
+
+
+def test_a_pod_on_node3_runs_its_container_and_kubectl_logs_shows_its_output(kind, echo_image):
+    namespace = kind.namespace(f"kind-{uuid.uuid4().hex[:6]}")
+    kind.apply(echo_pod("echo", echo_image, "node3"), namespace)
+
+    pod = wait_ready_pod(kind, namespace, "echo")
+    wide = kind.ok("get", "pod", "echo", "-n", namespace, "-o", "wide")
+    logs = kind.wait_for("the echo server's first log line", lambda: kind.ok("logs", "-n", namespace, "echo"))
+
+    print(f"\n{wide}{logs}")
+    assert pod["spec"]["nodeName"] == "node3"
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    assert wide.splitlines()[1].split()[6] == "node3", wide
+    assert "echo-server on node3 listening on 8080" in logs
+
+
+def test_a_service_resolves_through_coredns_and_answers_a_pod_on_another_node(kind, echo_image):
+    namespace = kind.namespace(f"kind-{uuid.uuid4().hex[:6]}")
+    kind.apply(echo_pod("echo", echo_image, "node3"), namespace)
+    kind.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+        namespace,
+    )
+    wait_ready_pod(kind, namespace, "echo")
+    cluster_ip = kind.get("service", "echo", "-n", namespace)["spec"]["clusterIP"]
+    fqdn = f"echo.{namespace}.svc.cluster.local"
+
+    output = client_output(
+        kind,
+        namespace,
+        echo_image,
+        "node1",
+        f"getent hosts {fqdn}; exec 3<>/dev/tcp/{fqdn}/80; timeout 10 cat <&3",
+    )
+
+    print(f"\nfrom node1: {output}")
+    assert output.split()[:2] == [cluster_ip, fqdn], output
+    assert "hello from node3" in output
+
+
+def test_a_restarted_worker_gets_its_pod_network_back(kind, echo_image):
+    namespace = kind.namespace(f"kind-{uuid.uuid4().hex[:6]}")
+    container = container_of(kind, "node4")
+    other_cidrs = {n["spec"]["podCIDR"] for n in kind.get("nodes")["items"] if n["metadata"]["name"] != "node4"}
+
+    restarted = run(["docker", "restart", container], timeout=120)
+    assert restarted.returncode == 0, tail(restarted)
+    started = time.monotonic()
+    # A new network namespace: the routes to the other nodes' pods are gone
+    # until the node's gpu-scheduler-cni service puts them back.
+    routes = kind.wait_for(
+        f"routes to {sorted(other_cidrs)} in {container}",
+        lambda: (lambda r: r if other_cidrs <= set(r.split()) else None)(
+            run(["docker", "exec", container, "ip", "-4", "route"]).stdout
+        ),
+    )
+    kind.apply(echo_pod("echo", echo_image, "node4"), namespace)
+    pod = wait_ready_pod(kind, namespace, "echo")
+    print(f"\n{container} restarted; routes back after {time.monotonic() - started:.0f}s:\n{routes}")
+
+    output = client_output(
+        kind, namespace, echo_image, "node1", f"exec 3<>/dev/tcp/{pod['status']['podIP']}/8080; timeout 10 cat <&3"
+    )
+    assert "hello from node4" in output
+    # kubelet re-registered; the simulated GPUs survive (its device-plugin
+    # checkpoint is on the node's /var volume), as docs/delivery.md says.
+    assert kind.get("node", "node4")["status"]["allocatable"].get("nvidia.com/gpu") == "4"
+
+
+def test_kind_up_again_reuses_the_cluster_and_repairs_lost_simulated_gpus(kind):
+    before = {c: run(["docker", "inspect", "-f", "{{.Id}}", c]).stdout for c in cluster_containers()}
+    zero = '{"status":{"capacity":{"nvidia.com/gpu":"0"},"allocatable":{"nvidia.com/gpu":"0"}}}'
+    kind.ok("patch", "node", "node2", "--subresource=status", "--type=merge", "-p", zero)
+
+    started = time.monotonic()
+    again = make("kind-up", timeout=600)
+    seconds = time.monotonic() - started
+
+    print(f"\nsecond make kind-up: {seconds:.0f}s")
+    assert again.returncode == 0, tail(again)
+    assert {c: run(["docker", "inspect", "-f", "{{.Id}}", c]).stdout for c in cluster_containers()} == before
+    nodes = kind.get("nodes")["items"]
+    gpus = {n["metadata"]["name"]: n["status"]["allocatable"].get("nvidia.com/gpu") for n in nodes}
+    assert all(gpus[name] == "4" for name in WORKERS), gpus
+
+
+def test_kind_down_removes_containers_volumes_network_and_kubeconfig(kind):
+    containers = cluster_containers()
+    volumes = set()
+    for container in containers:
+        mounts = json.loads(run(["docker", "inspect", "-f", "{{json .Mounts}}", container]).stdout)
+        volumes |= {m["Name"] for m in mounts if m["Type"] == "volume"}
+    assert containers and volumes and kind.kubeconfig.exists()
+
+    started = time.monotonic()
+    down = make("kind-down", timeout=300)
+    seconds = time.monotonic() - started
+
+    print(f"\nmake kind-down: {seconds:.0f}s")
+    assert down.returncode == 0, tail(down)
+    assert cluster_containers() == []
+    left = run(["docker", "volume", "ls", "-q"]).stdout.split()
+    assert volumes.isdisjoint(left), sorted(volumes & set(left))
+    assert not kind.kubeconfig.exists()
+    if not kind.network_existed_before:
+        assert not docker_network_exists("kind"), "make kind-down left the docker network kind it created"
