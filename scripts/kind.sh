@@ -6,6 +6,8 @@
 #   down    delete the cluster, its kubeconfig, and the docker network `kind`
 #           when `up` created it and nothing else uses it
 #   load    IMAGE...: kind load docker-image into every node
+#   kubeconfig  (re)write $KIND_KUBECONFIG for the existing cluster; fails when
+#           there is none
 #   images  docker build both images
 #   e2e     load the images into the cluster, helm install both charts (the
 #           check's pods must all run), run the e2e suite against the cluster
@@ -290,6 +292,13 @@ cmd_load() {
   kind_cmd load docker-image --name "$CLUSTER" "$@"
 }
 
+cmd_kubeconfig() {
+  need_docker "kind get kubeconfig"
+  cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
+  ensure_state
+  write_kubeconfig
+}
+
 cmd_images() {
   need_docker "make images"
   docker build -t "$SCHEDULER_IMAGE" "$REPO_ROOT/apps/scheduler"
@@ -350,7 +359,8 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   load) shift; cmd_load "$@" ;;
+  kubeconfig) cmd_kubeconfig ;;
   images) cmd_images ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 up|down|load IMAGE...|images|e2e" ;;
+  *) die "usage: $0 up|down|load IMAGE...|kubeconfig|images|e2e" ;;
 esac
