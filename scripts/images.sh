@@ -17,7 +17,8 @@
 #   PYTHON_IMAGE     base image for both; unset: the Dockerfiles' pinned
 #                    upstream python:3.11 image when it is present or can be
 #                    pulled, else an offline Debian one (scripts/python-base.Dockerfile)
-#   IMAGE_VERSION    org.opencontainers.image.version  (the app's pyproject version)
+#   IMAGE_VERSION    org.opencontainers.image.version  (scripts/version.py: the release
+#                    version every chart, app and Dockerfile declares)
 #   IMAGE_SOURCE     org.opencontainers.image.source   (CI_PROJECT_URL, else the
 #                    git remote `origin`, else the placeholder in the Dockerfiles)
 # Output: progress on stderr; on success, the two image references on stdout
@@ -216,7 +217,7 @@ build_one() {
   local app="$1" base="$2" target="$3" ref version revision source inputs_hash
   ref="$(image_ref "$app")"
   wheelhouse_for "$app" "$target"
-  version="${IMAGE_VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/apps/$app/pyproject.toml")}"
+  version="${IMAGE_VERSION:-$(python3 "$REPO_ROOT/scripts/version.py")}" || die "no release version (scripts/version.py)"
   revision="$(revision_of "$app")"
   source="$(source_url)"
   inputs_hash="$(

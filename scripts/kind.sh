@@ -332,11 +332,12 @@ cmd_e2e() {
   local scheduler_repo scheduler_tag check_repo check_tag
   read -r scheduler_repo scheduler_tag <<<"$(split_image "$SCHEDULER_IMAGE")"
   read -r check_repo check_tag <<<"$(split_image "$CHECK_IMAGE")"
-  # pullPolicy Never: the nodes run exactly the images just loaded.
+  # pullPolicy Never: the nodes run exactly the images just loaded. registry
+  # empty: the charts' default names the GitLab registry of a release.
   log "e2e: helm install gpu-scheduler into $SCHEDULER_NAMESPACE"
   "$BIN_DIR/helm" upgrade --install gpu-scheduler "$REPO_ROOT/charts/gpu-scheduler" \
     --namespace "$SCHEDULER_NAMESPACE" --create-namespace \
-    --set-string image.repository="$scheduler_repo" --set-string image.tag="$scheduler_tag" \
+    --set-string image.registry= --set-string image.repository="$scheduler_repo" --set-string image.tag="$scheduler_tag" \
     --set image.pullPolicy=Never --wait --timeout 5m
   # --wait: every check pod Running, i.e. admitted by the webhook and bound by
   # the scheduler. Its pods then leave again: they would hold the same GPUs
@@ -344,7 +345,7 @@ cmd_e2e() {
   log "e2e: helm install gpu-scheduler-check into $CHECK_NAMESPACE"
   "$BIN_DIR/helm" upgrade --install gpu-scheduler-check "$REPO_ROOT/charts/gpu-scheduler-check" \
     --namespace "$CHECK_NAMESPACE" --create-namespace \
-    --set-string image.repository="$check_repo" --set-string image.tag="$check_tag" \
+    --set-string image.registry= --set-string image.repository="$check_repo" --set-string image.tag="$check_tag" \
     --set image.pullPolicy=Never --wait --timeout 5m
   "$BIN_DIR/kubectl" --namespace "$CHECK_NAMESPACE" get pods -o wide
   "$BIN_DIR/helm" uninstall gpu-scheduler-check --namespace "$CHECK_NAMESPACE" --wait

@@ -96,8 +96,9 @@ class Rendered:
         return found[0]
 
     def pod_owners(self) -> list[dict]:
-        """Every object with a pod template: Deployments, StatefulSets, Jobs."""
-        return self.of_kind("Deployment", "StatefulSet", "Job")
+        """Every object that makes pods: Deployments, StatefulSets, Jobs, CronJobs, and bare
+        Pods (the `helm test` hook)."""
+        return self.of_kind("Deployment", "StatefulSet", "Job", "CronJob", "Pod")
 
 
 @functools.cache
@@ -127,6 +128,10 @@ def render(helm):
 
 
 def pod_spec(owner: dict) -> dict:
+    if owner["kind"] == "Pod":
+        return owner["spec"]
+    if owner["kind"] == "CronJob":
+        return owner["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     return owner["spec"]["template"]["spec"]
 
 

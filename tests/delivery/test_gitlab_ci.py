@@ -81,6 +81,32 @@ def test_images_are_built_by_kaniko_and_pushed_with_commit_and_branch_tags():
     assert "/kaniko/.docker/config.json" in script
 
 
+def test_a_release_tag_pushes_images_as_the_tag_and_the_charts_app_version():
+    build = JOBS["build-image"]
+    script = " ".join(build["script"])
+
+    # The version label and the :X.Y.Z tag come from scripts/version.py, through the
+    # wheelhouse job's dotenv report; release-check has refused any other tag first.
+    assert JOBS["wheelhouse"]["artifacts"]["reports"]["dotenv"] == "release.env"
+    assert "scripts/version.py" in " ".join(JOBS["wheelhouse"]["script"])
+    assert {"job": "release-check", "optional": True} in build["needs"]
+    assert '--build-arg VERSION="$RELEASE_VERSION"' in script
+    assert "--destination $CI_REGISTRY_IMAGE/$IMAGE:$CI_COMMIT_TAG" in script
+    assert "--destination $CI_REGISTRY_IMAGE/$IMAGE:$RELEASE_VERSION" in script
+    assert 'if [ -n "$CI_COMMIT_TAG" ]' in script
+
+
+def test_release_jobs_run_on_tags_only_and_charts_are_published_after_the_e2e():
+    for name in ("release-check", "publish-charts"):
+        assert JOBS[name]["rules"] == [{"if": "$CI_COMMIT_TAG"}], name
+    publish = JOBS["publish-charts"]
+    script = " ".join(publish["script"])
+
+    assert publish["needs"] == ["release-check", "e2e-kind"]
+    assert "helm package charts/gpu-scheduler charts/gpu-scheduler-check" in script
+    assert 'helm push "$chart" "oci://$CI_REGISTRY_IMAGE/charts"' in script
+
+
 def test_e2e_runs_kind_on_the_pushed_images():
     e2e = JOBS["e2e-kind"]
     script = " ".join(e2e["script"])
@@ -100,9 +126,9 @@ def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check
         "gpu-scheduler",
         "gpu-scheduler-check",
     ]
-    sets = [line for line in deploy["script"] if line.startswith("argocd app set")]
-    for line in sets:
-        assert '--helm-set-string image.tag="$CI_COMMIT_SHORT_SHA"' in line
+    # What runs is what git says: the ApplicationSet of this commit, no live overrides.
+    assert deploy["script"][0] == "argocd appset create --upsert argocd/applicationset.yaml"
+    assert not [line for line in deploy["script"] if "app set" in line or "helm-set" in line]
 
 
 def test_gitlab_ci_local_lists_every_job(gitlab_ci_local):
@@ -111,6 +137,48 @@ def test_gitlab_ci_local_lists_every_job(gitlab_ci_local):
     assert result.returncode == 0, result.stdout + result.stderr
     names = {line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()}
     assert {"lint", "test-unit", "build-image:", "e2e-kind", "deploy"} <= names, result.stdout
+
+
+def release_check(tool, tag: str, registry: str):
+    return run_pipeline(
+        tool,
+        "release-check",
+        "--variable",
+        f"CI_COMMIT_TAG={tag}",
+        "--variable",
+        f"RELEASE_REGISTRY={registry}",
+        timeout=120,
+    )
+
+
+def test_release_check_passes_a_tag_of_the_charts_version_under_gitlab_ci_local(gitlab_ci_local):
+    version = run(["python3", REPO / "scripts" / "version.py"]).stdout.strip()
+    registry = re.search(r"^  registry: (\S+)", (REPO / "charts/gpu-scheduler/values.yaml").read_text(), re.M)[1]
+
+    result = release_check(gitlab_ci_local, f"v{version}", registry)
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "PASS  release-check" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("tag", "registry", "message"),
+    [
+        ("v99.0.0", None, "tag 'v99.0.0' does not match the version"),
+        (None, "registry.example.com/elsewhere", "this pipeline pushes the images to registry.example.com/elsewhere"),
+    ],
+)
+def test_release_check_fails_a_tag_that_would_release_something_unpullable(gitlab_ci_local, tag, registry, message):
+    version = run(["python3", REPO / "scripts" / "version.py"]).stdout.strip()
+    default_registry = re.search(r"^  registry: (\S+)", (REPO / "charts/gpu-scheduler/values.yaml").read_text(), re.M)[
+        1
+    ]
+
+    result = release_check(gitlab_ci_local, tag or f"v{version}", registry or default_registry)
+
+    assert result.returncode != 0
+    assert "FAIL  release-check" in result.stdout
+    assert message in result.stdout
 
 
 def test_lint_job_passes_under_gitlab_ci_local(gitlab_ci_local):

@@ -87,7 +87,18 @@ EXPECTED_RBAC = {
             "verbs": ["get", "update"],
         },
     ],
+    # `helm test`: the probe pod in tests.namespace, and the nodes to pick one from.
+    ("Role", "gpu-scheduler-smoke-test"): [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    ],
+    ("ClusterRole", "gpu-scheduler-smoke-test"): [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    ],
 }
+# The renewal CronJob's standing identity may do exactly what the hook Jobs may.
+EXPECTED_RBAC[("Role", "gpu-scheduler-certs-renewal")] = EXPECTED_RBAC[("Role", "gpu-scheduler-certs")]
+EXPECTED_RBAC[("ClusterRole", "gpu-scheduler-certs-renewal")] = EXPECTED_RBAC[("ClusterRole", "gpu-scheduler-certs")]
 
 
 def test_rbac_grants_exactly_the_calls_the_code_makes(render):
@@ -114,6 +125,8 @@ def test_each_service_account_is_bound_only_to_its_own_role(render):
 
     scheduler = [("ServiceAccount", "gpu-scheduler-scheduler", SCHEDULER_NAMESPACE)]
     certs = [("ServiceAccount", "gpu-scheduler-certs", SCHEDULER_NAMESPACE)]
+    renewal = [("ServiceAccount", "gpu-scheduler-certs-renewal", SCHEDULER_NAMESPACE)]
+    smoke_test = [("ServiceAccount", "gpu-scheduler-smoke-test", SCHEDULER_NAMESPACE)]
     assert bindings == {
         ("ClusterRoleBinding", "gpu-scheduler-scheduler"): (
             "gpu-scheduler-scheduler",
@@ -125,6 +138,10 @@ def test_each_service_account_is_bound_only_to_its_own_role(render):
         ),
         ("RoleBinding", "gpu-scheduler-certs"): ("gpu-scheduler-certs", certs),
         ("ClusterRoleBinding", "gpu-scheduler-certs"): ("gpu-scheduler-certs", certs),
+        ("RoleBinding", "gpu-scheduler-certs-renewal"): ("gpu-scheduler-certs-renewal", renewal),
+        ("ClusterRoleBinding", "gpu-scheduler-certs-renewal"): ("gpu-scheduler-certs-renewal", renewal),
+        ("RoleBinding", "gpu-scheduler-smoke-test"): ("gpu-scheduler-smoke-test", smoke_test),
+        ("ClusterRoleBinding", "gpu-scheduler-smoke-test"): ("gpu-scheduler-smoke-test", smoke_test),
     }
 
 
@@ -228,9 +245,22 @@ def test_webhooks_never_see_kube_system_nor_the_release_namespace(render, namesp
                     "key": "kubernetes.io/metadata.name",
                     "operator": "NotIn",
                     "values": ["kube-system", namespace],
-                }
+                },
+                OPT_OUT,
             ]
         }, webhook["name"]
+
+
+OPT_OUT = {"key": "gpu-scheduler.io/webhook", "operator": "NotIn", "values": ["disabled"]}
+
+
+def test_namespaces_and_objects_labelled_disabled_are_never_sent_to_the_webhook(render):
+    found = webhooks(render(SCHEDULER_CHART))
+
+    assert len(found) == 3
+    for webhook in found:
+        assert OPT_OUT in webhook["namespaceSelector"]["matchExpressions"], webhook["name"]
+        assert webhook["objectSelector"] == {"matchExpressions": [OPT_OUT]}, webhook["name"]
 
 
 @pytest.mark.parametrize(("policy", "timeout"), [("Fail", 5), ("Ignore", 12)])
@@ -341,9 +371,12 @@ def test_cert_jobs_create_the_secret_first_and_patch_the_ca_after_install(render
         assert annotations(job)["helm.sh/hook-delete-policy"] == ("before-hook-creation,hook-succeeded")
         assert pod_spec(job)["serviceAccountName"] == "gpu-scheduler-certs"
         assert pod_spec(job)["automountServiceAccountToken"] is True
-    # The configurations do not exist before install: only the post hook patches them.
-    assert not any(a.startswith("--patch-webhook") for a in container_args(create))
-    assert flag(container_args(patch), "patch-webhook") == "gpu-scheduler"
+    # Both trust a renewed CA in the configurations before the Secret changes; before
+    # install the configurations do not exist yet, and only the pre hook may find none.
+    for job in (create, patch):
+        assert flag(container_args(job), "patch-webhook") == "gpu-scheduler"
+    assert "--allow-missing-webhook" in container_args(create)
+    assert "--allow-missing-webhook" not in container_args(patch)
     for kind in WEBHOOK_KINDS:
         rendered.one(kind, "gpu-scheduler")
 
@@ -542,8 +575,13 @@ def test_image_reference_is_built_from_registry_repository_and_tag(render):
         "image.pullPolicy=Always",
     )
 
+    # The default is pullable: the GitLab registry a release pipeline pushes to, at the
+    # chart's appVersion (the tag the release pushed).
     for owner in default.pod_owners():
-        assert pod_spec(owner)["containers"][0]["image"] == "gpu-scheduler:0.1.0"
+        assert (
+            pod_spec(owner)["containers"][0]["image"]
+            == "registry.gitlab.com/your-group/gpu-scheduler/gpu-scheduler:0.1.0"
+        )
     for owner in custom.pod_owners():
         container = pod_spec(owner)["containers"][0]
         assert container["image"] == "registry.example.com/team/gpu-scheduler:abc1234"
@@ -573,6 +611,8 @@ def test_every_object_carries_the_recommended_labels(render):
             "scheduler",
             "webhook",
             "certs",
+            "quota",
+            "smoke-test",
         }
 
 

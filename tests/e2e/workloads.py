@@ -43,7 +43,8 @@ TASK_EXPECTED = {
 
 def check_chart(namespace: str) -> list[dict]:
     """The objects of charts/gpu-scheduler-check with its default values, the task's map
-    among them (a headless Service and the StatefulSet); only the image tag is ours."""
+    among them (a headless Service and the StatefulSet); only the image is ours (the locally
+    built gpu-scheduler-check:<tag>, not the chart's default registry)."""
     rendered = subprocess.run(
         [
             str(HELM),
@@ -52,6 +53,8 @@ def check_chart(namespace: str) -> list[dict]:
             str(CHECK_CHART),
             "--namespace",
             namespace,
+            "--set-string",
+            "image.registry=",
             "--set-string",
             f"image.tag={IMAGE_TAG}",
         ],

@@ -77,7 +77,13 @@ def release(kubeconfig, api_client):
     )
     assert rendered.returncode == 0, rendered.stderr
     documents = tuple(d for d in yaml.safe_load_all(rendered.stdout) if d)
-    rbac = [d for d in documents if d["kind"] in RBAC_KINDS]
+    # Not the `helm test` hook's: it lives in the probe's namespace and is tested on its own
+    # (tests/delivery/test_release_cluster.py).
+    rbac = [
+        d
+        for d in documents
+        if d["kind"] in RBAC_KINDS and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") != "test"
+    ]
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": namespace}})
     applied = run([KUBECTL, "--kubeconfig", kubeconfig, "apply", "-n", namespace, "-f", "-"], yaml.safe_dump_all(rbac))
     assert applied.returncode == 0, applied.stderr

@@ -21,6 +21,10 @@ SUBCOMMANDS = {
     ),
     "certs": ("gpu_scheduler.certs.command", "create the webhook's CA and serving certificate (files or a Secret)"),
     "map": ("gpu_scheduler.mapcli", "validate a gpu-scheduling-map or generate one for a cluster"),
+    "smoke-test": (
+        "gpu_scheduler.smoketest",
+        "prove an installed release works: a probe pod admitted with CUDA_VISIBLE_DEVICES and bound by its map",
+    ),
 }
 
 

@@ -11,7 +11,7 @@ from gpu_scheduler.certs.cluster import (
     ensure_secret,
     patch_ca_bundle,
 )
-from gpu_scheduler.kube.client import KubeClient, load_configuration
+from gpu_scheduler.kube.client import ApiError, KubeClient, load_configuration
 from kubernetes import client
 from webhook_server import CLI
 
@@ -184,3 +184,49 @@ def test_certs_command_in_cluster_mode_twice(kubeconfig, core, namespace, webhoo
     assert f"Secret {namespace}/webhook-tls kept" in second.stderr
     assert second.stdout == first.stdout
     assert "caBundle already current" in second.stderr
+
+
+def test_a_pre_install_run_creates_the_secret_when_no_configuration_exists_yet(kubeconfig, core, namespace):
+    absent = f"absent-{uuid.uuid4().hex[:8]}"
+    command = [CLI, "certs", "--kubeconfig", kubeconfig, "--namespace", namespace, "--service", SERVICE]
+    command += ["--secret", "webhook-tls", "--patch-webhook", absent]
+
+    strict = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+    tolerant = subprocess.run(
+        [*command, "--allow-missing-webhook"], check=False, capture_output=True, text=True, timeout=60
+    )
+
+    assert strict.returncode == 1
+    assert (
+        f"neither a MutatingWebhookConfiguration nor a ValidatingWebhookConfiguration named {absent!r}" in strict.stderr
+    )
+    assert tolerant.returncode == 0, tolerant.stderr
+    assert f"no webhook configuration named {absent} yet: nothing to patch" in tolerant.stderr
+    assert secret_data(core, namespace, "webhook-tls")[0] == "kubernetes.io/tls"
+
+
+def test_a_renewal_the_api_server_would_refuse_adds_no_ca(kube, core, namespace, webhook_configurations):
+    # An immutable Secret cannot be rewritten: the dry run of the write is refused, so
+    # before_write never runs and no CA of a certificate that was never stored is trusted.
+    name, admission = webhook_configurations
+    before = ca_bundles(admission, name)
+    old = bundle_for(namespace, service="old-service")
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "webhook-tls"},
+            "type": "kubernetes.io/tls",
+            "immutable": True,
+            "data": {
+                "tls.crt": base64.b64encode(old.tls_cert_pem).decode(),
+                "tls.key": base64.b64encode(old.tls_key_pem).decode(),
+                "ca.crt": base64.b64encode(old.ca_cert_pem).decode(),
+            },
+        },
+    )
+    trusted = []
+
+    with pytest.raises(ApiError, match="HTTP 422"):
+        ensure_secret(kube, namespace, "webhook-tls", bundle_for(namespace), before_write=trusted.append)
+
+    assert trusted == [] and ca_bundles(admission, name) == before

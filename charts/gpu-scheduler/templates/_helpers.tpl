@@ -148,7 +148,12 @@ The MatchConditions of a webhook for the template at .path (see above):
 {{- end }}
 {{- end -}}
 
-{{/* Webhooks never see kube-system nor our own namespace, so they can never block the pods that would fix them. */}}
+{{/*
+The webhooks' namespaceSelector and objectSelector. They never see kube-system
+nor our own namespace, so they can never block the pods that would fix them;
+and never a namespace or object labelled gpu-scheduler.io/webhook=disabled,
+the opt-out (NotIn also matches objects without the label).
+*/}}
 {{- define "gpu-scheduler.webhookNamespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
@@ -157,6 +162,16 @@ namespaceSelector:
       values:
         - kube-system
         - {{ .Release.Namespace }}
+    {{- include "gpu-scheduler.webhookOptOut" . | nindent 4 }}
+objectSelector:
+  matchExpressions:
+    {{- include "gpu-scheduler.webhookOptOut" . | nindent 4 }}
+{{- end -}}
+{{- define "gpu-scheduler.webhookOptOut" -}}
+- key: gpu-scheduler.io/webhook
+  operator: NotIn
+  values:
+    - disabled
 {{- end -}}
 
 {{/* Sync wave 1 for the webhook configurations; in cert-manager mode, where the cainjector finds the CA. */}}
@@ -176,4 +191,77 @@ helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
 {{- end }}
 helm.sh/hook-weight: "-10"
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
+
+{{/* The priority classes the API server may limit to kube-system unless a quota names them. */}}
+{{- define "gpu-scheduler.criticalClasses" -}}
+{{- list "system-cluster-critical" "system-node-critical" | toJson -}}
+{{- end -}}
+
+{{/* A PodDisruptionBudget for one component, only when it has more than one replica: with one, minAvailable would block every drain. */}}
+{{- define "gpu-scheduler.podDisruptionBudget" -}}
+{{- if gt (int .replicas) 1 }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "gpu-scheduler.labels" (dict "root" .root "component" .component) | nindent 4 }}
+  annotations:
+    argocd.argoproj.io/sync-wave: {{ .wave | quote }}
+spec:
+  minAvailable: {{ .minAvailable }}
+  selector:
+    matchLabels:
+      {{- include "gpu-scheduler.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The spec of a Job running `gpu-scheduler certs` for this release: the hook
+Jobs and the renewal CronJob share it. Kept: an existing Secret still good for
+these names. Written: a missing, expiring or mismatched one, after its new CA
+was trusted in the webhook configurations (job mode; in provided mode the Role
+forbids the write and the Job fails instead). preInstall: the configurations
+may not exist yet.
+*/}}
+{{- define "gpu-scheduler.certsJobSpec" -}}
+{{- $root := .root -}}
+backoffLimit: 3
+activeDeadlineSeconds: 300
+template:
+  metadata:
+    labels:
+      {{- include "gpu-scheduler.labels" (dict "root" $root "component" "certs") | nindent 6 }}
+  spec:
+    restartPolicy: Never
+    serviceAccountName: {{ .serviceAccount }}
+    # The ServiceAccount leaves the token out; these pods need it.
+    automountServiceAccountToken: true
+    {{- include "gpu-scheduler.podCommon" $root | nindent 4 }}
+    containers:
+      - name: certs
+        image: {{ include "gpu-scheduler.image" $root }}
+        imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+        args:
+          - certs
+          - --secret={{ include "gpu-scheduler.tlsSecretName" $root }}
+          - --namespace={{ $root.Release.Namespace }}
+          - --service={{ include "gpu-scheduler.webhookName" $root }}
+          - --patch-webhook={{ include "gpu-scheduler.webhookConfigurationName" $root }}
+          {{- if .preInstall }}
+          - --allow-missing-webhook
+          {{- end }}
+          - --log-format={{ $root.Values.logFormat }}
+          - --log-level={{ $root.Values.logLevel }}
+        resources:
+          {{- toYaml $root.Values.certs.job.resources | nindent 10 }}
+        securityContext:
+          {{- toYaml $root.Values.securityContext | nindent 10 }}
+        volumeMounts:
+          {{- include "gpu-scheduler.tmpVolumeMount" $root | nindent 10 }}
+    volumes:
+      {{- include "gpu-scheduler.tmpVolume" $root | nindent 6 }}
 {{- end -}}

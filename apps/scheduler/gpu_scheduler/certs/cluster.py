@@ -1,8 +1,8 @@
 """Keep the webhook's certificate in a Secret and its CA in the webhook configurations.
 
-Both functions are idempotent, so the Helm hook Job that calls them can run on
-every install and upgrade: an existing Secret that is still good is kept, and a
-caBundle that is already right is not written again.
+Both are idempotent, so the Helm hook Jobs and the renewal CronJob that call
+them can run any number of times: an existing Secret that is still good is
+kept, and a caBundle that is already right is not written again.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import base64
 import binascii
 import datetime
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -96,16 +97,32 @@ def _still_trusted(ca_pem: bytes, now: datetime.datetime) -> bool:
         return False
 
 
+def _write(kube: KubeClient, method: str, path: str, body: dict, before_write) -> None:
+    """POST or PUT the Secret. With `before_write`, the write is first tried as a dry run
+    (RBAC, validation, a conflicting resourceVersion), so before_write(...) runs only for a
+    write the API server would accept."""
+    if before_write is not None:
+        kube.call(method, path, body=body, query={"dryRun": "All"})
+        before_write()
+    kube.call(method, path, body=body)
+
+
 def ensure_secret(
     kube: KubeClient,
     namespace: str,
     name: str,
     bundle: CertBundle,
     now: datetime.datetime | None = None,
+    before_write: Callable[[CertBundle], None] | None = None,
 ) -> SecretOutcome:
     """Make the kubernetes.io/tls Secret namespace/name hold a good certificate
     for the names in `bundle`: keep the existing one if it is still good,
-    otherwise store `bundle`."""
+    otherwise store `bundle`.
+
+    before_write(bundle) runs just before `bundle` is written (after a dry run of
+    the write succeeded): where the webhook configurations learn to trust its CA
+    before any webhook pod can serve its certificate."""
+    hook = None if before_write is None else (lambda: before_write(bundle))
     now = now or datetime.datetime.now(datetime.UTC)
     wanted_dns, wanted_ips = certificate_sans(x509.load_pem_x509_certificate(bundle.tls_cert_pem))
     fresh = _secret_body(namespace, name, bundle)
@@ -113,7 +130,7 @@ def ensure_secret(
         existing = _get_or_none(kube, _secret_path(namespace, name))
         if existing is None:
             try:
-                kube.call("POST", _secret_path(namespace), body=fresh)
+                _write(kube, "POST", _secret_path(namespace), fresh, hook)
             except ApiError as err:
                 if err.status == 409:  # created meanwhile: judge that one
                     continue
@@ -132,7 +149,7 @@ def ensure_secret(
             return SecretOutcome("kept", old, old.ca_cert_pem)
         replacement = dict(existing, type=TLS_SECRET_TYPE, data=fresh["data"])
         try:
-            kube.call("PUT", _secret_path(namespace, name), body=replacement)
+            _write(kube, "PUT", _secret_path(namespace, name), replacement, hook)
         except ApiError as err:
             if err.status == 409:  # changed since our read
                 continue
@@ -147,21 +164,51 @@ def ensure_secret(
     )
 
 
+@dataclass(frozen=True)
+class BundleUpdate:
+    """What happened to the caBundles of one webhook configuration."""
+
+    kind: str
+    name: str
+    webhooks: int
+    changed: int  # webhooks whose caBundle was written
+
+    def __str__(self) -> str:
+        if not self.changed:
+            return f"{self.kind} {self.name}: caBundle already current ({self.webhooks} webhooks)"
+        return f"{self.kind} {self.name}: caBundle set on {self.changed} of {self.webhooks} webhooks"
+
+
 def patch_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> list[str]:
     """Set clientConfig.caBundle of every webhook in the Mutating- and
-    ValidatingWebhookConfiguration called `name` (whichever exist).
+    ValidatingWebhookConfiguration called `name` (whichever exist) to `ca_pem`.
 
     Returns one line per configuration saying what happened; raises
     ClusterCertsError when neither exists.
     """
-    encoded = base64.b64encode(ca_pem).decode("ascii")
+    return [str(update) for update in update_ca_bundles(kube, name, lambda _current: ca_pem)]
+
+
+def update_ca_bundles(
+    kube: KubeClient,
+    name: str,
+    decide: Callable[[bytes], bytes],
+    allow_missing: bool = False,
+) -> list[BundleUpdate]:
+    """Set each webhook's caBundle in the configurations called `name` to
+    decide(its current caBundle as PEM bytes, empty when unset).
+
+    Returns what happened, per configuration. When neither configuration
+    exists: ClusterCertsError, or an empty list with `allow_missing` (a
+    pre-install hook runs before the chart creates them).
+    """
     outcomes = []
     for kind, resource in WEBHOOK_CONFIGURATION_KINDS:
         path = f"/apis/admissionregistration.k8s.io/v1/{resource}/{quote(name, safe='')}"
-        outcome = _patch_configuration(kube, kind, path, encoded)
+        outcome = _patch_configuration(kube, kind, path, decide)
         if outcome is not None:
             outcomes.append(outcome)
-    if not outcomes:
+    if not outcomes and not allow_missing:
         raise ClusterCertsError(
             f"neither a MutatingWebhookConfiguration nor a ValidatingWebhookConfiguration named {name!r} "
             "exists; install the webhook configurations first, or fix --patch-webhook"
@@ -169,7 +216,16 @@ def patch_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> list[str]:
     return outcomes
 
 
-def _patch_configuration(kube: KubeClient, kind: str, path: str, encoded: str) -> str | None:
+def _decoded(ca_bundle: str | None) -> bytes:
+    try:
+        return base64.b64decode(ca_bundle or "", validate=True)
+    except (binascii.Error, ValueError):
+        return b""  # not base64: nothing in it is trusted
+
+
+def _patch_configuration(
+    kube: KubeClient, kind: str, path: str, decide: Callable[[bytes], bytes]
+) -> BundleUpdate | None:
     for _ in range(ATTEMPTS):
         # Raw JSON read-modify-write: no client model in between that could
         # drop fields it does not know; resourceVersion makes the write fail
@@ -178,16 +234,21 @@ def _patch_configuration(kube: KubeClient, kind: str, path: str, encoded: str) -
         if config is None:
             return None
         webhooks = config.get("webhooks") or []
-        stale = [w for w in webhooks if (w.get("clientConfig") or {}).get("caBundle") != encoded]
+        stale = 0
+        for webhook in webhooks:
+            client_config = webhook.setdefault("clientConfig", {})
+            wanted = base64.b64encode(decide(_decoded(client_config.get("caBundle")))).decode("ascii")
+            if client_config.get("caBundle") != wanted:
+                client_config["caBundle"] = wanted
+                stale += 1
+        update = BundleUpdate(kind, config["metadata"]["name"], len(webhooks), stale)
         if not stale:
-            return f"{kind} {config['metadata']['name']}: caBundle already current ({len(webhooks)} webhooks)"
-        for webhook in stale:
-            webhook.setdefault("clientConfig", {})["caBundle"] = encoded
+            return update
         try:
             kube.call("PUT", path, body=config)
         except ApiError as err:
             if err.status == 409:
                 continue
             raise
-        return f"{kind} {config['metadata']['name']}: caBundle set on {len(stale)} of {len(webhooks)} webhooks"
+        return update
     raise ClusterCertsError(f"{kind} at {path} kept changing while its caBundle was being set; run again")

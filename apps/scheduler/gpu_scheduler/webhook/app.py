@@ -45,8 +45,9 @@ def parse_body(data: bytes) -> object:
         raise admission.BadRequest(f"the body is not JSON ({err})") from None
 
 
-def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], bool]) -> Flask:
-    """The WSGI app. `ready` tells /readyz whether a good serving certificate is loaded."""
+def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], object]) -> Flask:
+    """The WSGI app. `ready()` tells /readyz whether a good serving certificate is loaded
+    (truthy) and, as text, until when it is valid."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
@@ -113,9 +114,11 @@ def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[],
 
     @app.get("/readyz")
     def readyz() -> Response:
-        if ready():
-            return Response("ok\n", mimetype="text/plain")
-        return Response("no serving certificate loaded\n", status=503, mimetype="text/plain")
+        # ready() is true while the serving certificate is valid; its str() says until when.
+        status = ready()
+        if status:
+            return Response(f"ok: {status}\n", mimetype="text/plain")
+        return Response(f"not ready: {status}\n", status=503, mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def app_factory():
-        return create_app(args.scheduler_name, WebhookMetrics(), ready=tls.ready)
+        return create_app(args.scheduler_name, WebhookMetrics(tls.not_after), ready=tls.status)
 
     WebhookServer(options, tls, app_factory).run()
     return 0

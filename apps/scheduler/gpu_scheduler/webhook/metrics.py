@@ -8,7 +8,10 @@ all of them.
 
 from __future__ import annotations
 
+import datetime
 import os
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -18,6 +21,7 @@ from prometheus_client import (
     generate_latest,
     values,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -58,11 +62,43 @@ def enable_multiprocess(directory: str) -> None:
     values.ValueClass = values.get_value_class()
 
 
+class CertificateCollector:
+    """The serving certificate's expiry, read at scrape time by the worker that answers.
+
+    Not a multiprocess metric: every worker serves the same files, and the one
+    answering checks them first, so its answer is the current certificate's.
+    """
+
+    def __init__(self, not_after: Callable[[], datetime.datetime | None]) -> None:
+        self._not_after = not_after
+
+    def collect(self) -> Iterator[Metric]:
+        not_after = self._not_after()
+        if not_after is None:
+            return
+        expiry = GaugeMetricFamily(
+            "gpu_scheduler_webhook_certificate_expiry_timestamp_seconds",
+            "When the serving certificate expires (Unix time).",
+        )
+        expiry.add_metric([], not_after.timestamp())
+        remaining = GaugeMetricFamily(
+            "gpu_scheduler_webhook_certificate_remaining_seconds",
+            "Seconds until the serving certificate expires; negative once it has. "
+            "The chart's CronJob renews it when a third of its lifetime is left.",
+        )
+        remaining.add_metric([], not_after.timestamp() - time.time())
+        yield expiry
+        yield remaining
+
+
 class WebhookMetrics:
-    def __init__(self) -> None:
+    def __init__(self, certificate_not_after: Callable[[], datetime.datetime | None] | None = None) -> None:
         # A registry of our own: creating a second app (tests) must not clash
         # with the metrics of the first in the global registry.
         self.registry = CollectorRegistry()
+        self._certificate = None if certificate_not_after is None else CertificateCollector(certificate_not_after)
+        if self._certificate is not None:
+            self.registry.register(self._certificate)
         self.duration = Histogram(
             "gpu_scheduler_webhook_admission_duration_seconds",
             "Time from receiving an AdmissionReview to having the answer, by operation.",
@@ -92,5 +128,7 @@ class WebhookMetrics:
         if os.environ.get(MULTIPROC_DIR_ENV):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
+            if self._certificate is not None:
+                registry.register(self._certificate)
             return generate_latest(registry)
         return generate_latest(self.registry)

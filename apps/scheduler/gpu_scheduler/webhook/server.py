@@ -63,6 +63,29 @@ def read_expiry(cert_file: str) -> datetime.datetime | None:
         return None
 
 
+@dataclass(frozen=True)
+class CertificateStatus:
+    """How long the serving certificate has left: true while it has not expired."""
+
+    not_after: datetime.datetime | None
+    now: datetime.datetime
+
+    @property
+    def remaining_seconds(self) -> float | None:
+        return None if self.not_after is None else (self.not_after - self.now).total_seconds()
+
+    def __bool__(self) -> bool:
+        return self.not_after is not None and self.now < self.not_after
+
+    def __str__(self) -> str:
+        if self.not_after is None:
+            return "the serving certificate's expiry cannot be read"
+        until = self.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if self:
+            return f"serving certificate valid until {until} ({int(self.remaining_seconds)} s left)"
+        return f"serving certificate expired at {until}; renew it (gpu-scheduler certs, or the chart's CronJob)"
+
+
 class ReloadingTLS:
     """The SSLContext for a certificate/key pair on disk, rebuilt when they change.
 
@@ -95,8 +118,16 @@ class ReloadingTLS:
 
     def ready(self) -> bool:
         """Whether the certificate being served has not expired (rotation works)."""
+        return bool(self.status())
+
+    def status(self) -> CertificateStatus:
+        """The certificate a new connection gets (the files are checked first), and its expiry."""
         self.context()
-        return self._unexpired()
+        return CertificateStatus(self._not_after, datetime.datetime.now(datetime.UTC))
+
+    def not_after(self) -> datetime.datetime | None:
+        """When the certificate a new connection gets expires; None if it cannot be read."""
+        return self.status().not_after
 
     def context(self) -> ssl.SSLContext:
         with self._lock:

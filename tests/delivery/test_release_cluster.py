@@ -1,0 +1,182 @@
+"""The release features of the gpu-scheduler chart against the real local control plane (marker `cluster`).
+
+  - the opt-out label: the API server sends no pod to the webhook from a namespace, or of a
+    pod, labelled gpu-scheduler.io/webhook=disabled (the release is installed with no webhook
+    answering: everything else of ours is refused);
+  - `helm test`: the hook's command, `gpu-scheduler smoke-test` with the arguments the chart
+    renders, run on this host as the hook's ServiceAccount with only the hook's RBAC, against
+    a real webhook (gunicorn, TLS) and scheduler (host processes registered as the chart
+    renders them): it passes, its probe pod is bound to the node its map names and removed;
+    with no scheduler it fails saying why. KWOK runs no containers, so Helm itself cannot run
+    the hook pod here; the KinD e2e can.
+The critical priority class and its quota: tests/faults/test_critical_pods_quota.py (it
+starts a second API server).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import yaml
+from e2e import webhook_registration
+from e2e.cluster import service_account_kubeconfig
+from e2e.components import SchedulerProcess, WebhookProcess, make_certs
+from e2e.isolation import delete_namespace
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .conftest import REPO, SCHEDULER_CHART, container_args, run
+from .test_helm_install import admission_error, installed_release, pod, uninstall
+
+pytestmark = pytest.mark.cluster
+
+GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
+OPT_OUT = {"gpu-scheduler.io/webhook": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def release(kubeconfig, helm, kubectl):
+    installed = installed_release(helm, kubeconfig)
+    yield installed
+    uninstall(installed, helm, kubectl)
+
+
+def new_namespace(api_client, labels: dict | None = None) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api_client).create_namespace(
+        {"metadata": {"name": name, "labels": {"gpu-scheduler-test": "true", **(labels or {})}}}
+    )
+    return name
+
+
+def test_the_opt_out_label_keeps_namespaces_and_pods_away_from_the_webhook(release, api_client):
+    core = client.CoreV1Api(api_client)
+    served, opted_out = new_namespace(api_client), new_namespace(api_client, OPT_OUT)
+    try:
+        ours = pod("probe-0", release.scheduler_name)
+        labelled = pod("probe-0", release.scheduler_name)
+        labelled["metadata"]["labels"] = OPT_OUT
+
+        # No webhook answers this release (installed without its certificate): what reaches it is refused.
+        refused = admission_error(lambda: core.create_namespaced_pod(served, ours, dry_run="All"))
+        assert refused and "pods.mutate.gpu-scheduler" in refused
+        assert admission_error(lambda: core.create_namespaced_pod(opted_out, ours, dry_run="All")) is None
+        assert admission_error(lambda: core.create_namespaced_pod(served, labelled, dry_run="All")) is None
+    finally:
+        delete_namespace(api_client, served)
+        delete_namespace(api_client, opted_out)
+
+
+@pytest.fixture(scope="module")
+def product(api_client, kubeconfig, tmp_path_factory):
+    """A webhook and a scheduler for schedulerName gpu-scheduler that serve one probe
+    namespace only (its label in the webhooks' namespaceSelector; the scheduler's --namespace)."""
+    directory = tmp_path_factory.mktemp("smoke-product")
+    label = f"smoke-{uuid.uuid4().hex[:6]}"
+    probe_namespace = new_namespace(api_client, {"gpu-scheduler-smoke": label})
+    certs = make_certs(directory / "certs")
+    webhook = WebhookProcess(certs, directory / "webhook.log")
+    scheduler = SchedulerProcess(kubeconfig, directory / "scheduler.log")
+    scheduler.argv += ["--namespace", probe_namespace]
+    name = f"gpu-scheduler-smoke-{label}"
+    try:
+        webhook.start_and_wait()
+        configurations = webhook_registration.render(
+            name, webhook.base_url, certs.ca_bundle, namespace_label=("gpu-scheduler-smoke", label)
+        )
+        webhook_registration.apply(api_client, configurations)
+        webhook_registration.wait_until_called(api_client, probe_namespace)
+        scheduler.start_and_wait()
+        yield probe_namespace, scheduler
+    finally:
+        webhook_registration.delete(api_client, name)
+        scheduler.stop()
+        webhook.stop()
+        delete_namespace(api_client, probe_namespace)
+
+
+@pytest.fixture(scope="module")
+def smoke_test(product, render, kubeconfig, kubectl, api_client, tmp_path_factory):
+    """The `helm test` hook of a release whose tests.namespace is the probe namespace: its RBAC
+    applied, and a kubeconfig with a token of its ServiceAccount."""
+    probe_namespace, _ = product
+    suffix = uuid.uuid4().hex[:6]
+    name, namespace = f"gpu-scheduler-test-{suffix}", f"gs-test-{suffix}"
+    rendered = render(SCHEDULER_CHART, f"tests.namespace={probe_namespace}", release=name, namespace=namespace)
+    hooks = [d for d in rendered.docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+    (pod_doc,) = [d for d in hooks if d["kind"] == "Pod"]
+    rbac = [d for d in hooks if d["kind"] != "Pod"]
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": namespace}})
+    manifest = tmp_path_factory.mktemp("smoke-rbac") / "rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all(rbac))
+    applied = run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f", manifest])
+    assert applied.returncode == 0, applied.stderr
+    identity = service_account_kubeconfig(
+        kubectl, kubeconfig, namespace, pod_doc["spec"]["serviceAccountName"], manifest.parent / "kubeconfig"
+    )
+    yield pod_doc, identity, namespace
+    # The Role and RoleBinding go with the probe namespace (the product fixture deletes it).
+    rbac_api = client.RbacAuthorizationV1Api(api_client)
+    for doc in rbac:
+        try:
+            if doc["kind"] == "ClusterRole":
+                rbac_api.delete_cluster_role(doc["metadata"]["name"])
+            elif doc["kind"] == "ClusterRoleBinding":
+                rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    delete_namespace(api_client, namespace)
+
+
+def run_hook(pod_doc: dict, identity, namespace: str, *extra: str):
+    """The hook pod's command on this host: its image's entrypoint, its args, its environment."""
+    env = {**os.environ, "KUBECONFIG": str(identity), "RELEASE_NAMESPACE": namespace}
+    return run([GPU_SCHEDULER, *container_args(pod_doc), *extra], env=env, timeout=180)
+
+
+def probe_pods(api_client, namespace: str) -> list[str]:
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector="gpu-scheduler.io/smoke-test")
+    return [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp]
+
+
+def test_the_helm_test_hook_passes_on_a_working_release_with_only_its_own_rbac(product, smoke_test, api_client):
+    probe_namespace, scheduler = product
+    pod_doc, identity, namespace = smoke_test
+
+    result = run_hook(pod_doc, identity, namespace)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"PASS: pod {probe_namespace}/gpu-scheduler-smoke-test-")
+    assert "admitted with CUDA_VISIBLE_DEVICES=0 and bound to node1" in result.stdout
+    # The scheduler's own log names the binding (the hook did not bind it itself: its RBAC cannot).
+    assert "node1" in scheduler.log_path.read_text()
+    assert probe_pods(api_client, probe_namespace) == []
+    assert "forbidden" not in result.stderr.lower()
+
+
+def test_the_helm_test_hook_fails_saying_why_when_nothing_binds_the_probe(product, smoke_test, api_client):
+    probe_namespace, scheduler = product
+    pod_doc, identity, namespace = smoke_test
+    scheduler.stop()
+    try:
+        result = run_hook(pod_doc, identity, namespace, "--timeout=5")
+    finally:
+        scheduler.start_and_wait()
+
+    assert result.returncode == 1
+    assert "smoke-test FAILED" in result.stderr
+    assert "was not bound within 5 s" in result.stderr
+    assert "is the scheduler running" in result.stderr
+    assert probe_pods(api_client, probe_namespace) == []
+
+
+def test_the_helm_test_hook_refuses_the_release_namespace_at_once(smoke_test):
+    pod_doc, identity, namespace = smoke_test
+
+    result = run_hook(pod_doc, identity, namespace, f"--namespace={namespace}")
+
+    assert result.returncode == 2
+    assert "the webhook never serves kube-system nor its release namespace" in result.stderr
