@@ -11,7 +11,9 @@
 #              CRDs from its module, then cluster/argocd/install; waits until
 #              every component runs. Idempotent.
 #   uninstall  remove what install made (namespace argocd, CRDs, cluster RBAC)
-#   e2e        install, then the Argo CD tests (tests/argocd, marker argocd)
+#   load       IMAGE...: scripts/kind.sh load the images some node lacks
+#   e2e        refuse when a helm release of our charts is installed; install;
+#              our images (scripts/images.sh); the Argo CD tests (tests/argocd)
 # Env: KIND_CLUSTER (gpu-scheduler), KIND_KUBECONFIG (.cache/kind/kubeconfig).
 #
 # Argo CD's go.mod points its gitops-engine at a folder of its repository
@@ -272,13 +274,29 @@ cmd_uninstall() {
   log "argocd: removed from $CLUSTER in $((SECONDS - start))s"
 }
 
+# refuse_helm_releases: the e2e deploys our charts through Argo CD; a helm
+# release of them (make e2e leaves one) would own the same objects.
+refuse_helm_releases() {
+  [[ -x "$BIN_DIR/helm" ]] || "$REPO_ROOT/scripts/fetch-tools.sh" >&2
+  local releases
+  releases="$("$BIN_DIR/helm" --kubeconfig "$KIND_KUBECONFIG" list --all-namespaces --all \
+    --filter '^gpu-scheduler(-check)?$' --output json |
+    python3 -c 'import json, sys; print(", ".join("%s (namespace %s)" % (r["name"], r["namespace"]) for r in json.load(sys.stdin)))')"
+  [[ -z "$releases" ]] ||
+    die "helm releases of ours are installed in KinD cluster $CLUSTER: $releases. make argocd-e2e deploys the same charts through Argo CD: remove them first (helm uninstall -n <namespace> <name>; 'make e2e' installs them)."
+}
+
 cmd_e2e() {
   [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
+  need_docker "make argocd-e2e"
   need_cluster
+  refuse_helm_releases
+  cmd_install
+  log "argocd: our images (scripts/images.sh; SCHEDULER_IMAGE, CHECK_IMAGE)"
+  "$REPO_ROOT/scripts/images.sh" build >/dev/null
   cd "$REPO_ROOT"
-  # The tests install Argo CD themselves (this script's install), so a
-  # failure there is a test failure with its output.
-  KIND_CLUSTER="$CLUSTER" .venv/bin/pytest -m argocd tests/argocd
+  # -s: the fixtures print progress (install, images, rollouts) as it happens.
+  KIND_CLUSTER="$CLUSTER" .venv/bin/pytest -s -m argocd tests/argocd
 }
 
 case "${1:-}" in
@@ -286,6 +304,7 @@ case "${1:-}" in
   images) cmd_images ;;
   install) cmd_install ;;
   uninstall) cmd_uninstall ;;
+  load) shift; (($#)) || die "usage: $0 load IMAGE..."; need_docker "kind load"; load_images "$@" ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 binary|images|install|uninstall|e2e" ;;
+  *) die "usage: $0 binary|images|install|uninstall|load IMAGE...|e2e" ;;
 esac
