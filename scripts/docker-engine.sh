@@ -37,6 +37,24 @@ install_engine() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io iptables >/dev/null
 }
 
+# nest_cgroup_v2: in a container that has a cgroup v2 namespace of its own (a
+# CI job's container on a cgroup v2 host), move the processes at its root
+# into a child cgroup and hand every controller down. The kernel enables
+# controllers for child cgroups only where no process sits, and dockerd's
+# containers need them. Elsewhere (cgroup v1 like our machines, or a host
+# where this shell is not at the root of a cgroup namespace) nothing happens.
+nest_cgroup_v2() {
+  [[ -f /sys/fs/cgroup/cgroup.controllers && "$(cat /proc/self/cgroup)" == "0::/" ]] || return 0
+  log "docker: cgroup v2 at the root of this container's namespace: moving its processes to /init"
+  mkdir -p /sys/fs/cgroup/init
+  local pid controller controllers=""
+  while read -r pid; do
+    echo "$pid" >/sys/fs/cgroup/init/cgroup.procs 2>/dev/null || true # a process that ended meanwhile
+  done </sys/fs/cgroup/cgroup.procs
+  for controller in $(cat /sys/fs/cgroup/cgroup.controllers); do controllers+=" +$controller"; done
+  echo "${controllers# }" >/sys/fs/cgroup/cgroup.subtree_control
+}
+
 cmd_ensure() {
   if answers; then
     log "docker: engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?'))"
@@ -52,6 +70,7 @@ EOF
     exit 3
   fi
   command -v dockerd >/dev/null || install_engine
+  nest_cgroup_v2
   mkdir -p "$STATE_DIR"
   if [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
     log "docker: dockerd (pid $(cat "$PID_FILE")) is starting"

@@ -206,10 +206,23 @@ revision_of() { # app -> the last commit that changed its inputs, "-dirty" when 
   echo "$rev"
 }
 
+# source_url: a browsable https URL of this repository. An ssh remote
+# (git@host:group/repo.git, ssh://git@host/group/repo.git) becomes its https
+# form; a remote that is a local path or another scheme is no URL anyone
+# outside this machine can open, so the Dockerfiles' placeholder is used.
 source_url() {
   [[ -n "${IMAGE_SOURCE:-}" ]] && { echo "$IMAGE_SOURCE"; return; }
   [[ -n "${CI_PROJECT_URL:-}" ]] && { echo "$CI_PROJECT_URL"; return; }
-  git -C "$REPO_ROOT" remote get-url origin 2>/dev/null && return
+  local remote
+  remote="$(git -C "$REPO_ROOT" remote get-url origin 2>/dev/null)" || remote=""
+  case "$remote" in
+    https://*) ;;
+    ssh://*) remote="https://${remote#ssh://}"; remote="${remote/\/\/*@//\/}" ;;
+    *@*:*) remote="${remote#*@}"; remote="https://${remote/://}" ;;
+    *) remote="" ;;
+  esac
+  remote="${remote%.git}"
+  [[ -n "$remote" ]] && { echo "$remote"; return; }
   sed -n 's/^ARG SOURCE=//p' "$REPO_ROOT/apps/scheduler/Dockerfile"
 }
 

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # KinD workflow: one subcommand per make target.
-#   up      create the cluster from cluster/kind-config.yaml (idempotent): 1
-#           control plane + workers node1..node4; waits until every node is
-#           Ready and CoreDNS runs; kubeconfig in $KIND_KUBECONFIG
-#   down    delete the cluster, its kubeconfig, and the docker network `kind`
-#           when `up` created it and nothing else uses it
-#   load    IMAGE...: kind load docker-image into every node
+#   up       create the cluster from cluster/kind-config.yaml (idempotent): 1
+#            control plane + workers node1..node4; waits until every node is
+#            Ready and CoreDNS runs; kubeconfig in $KIND_KUBECONFIG
+#   down     delete the cluster, its kubeconfig, and the docker network `kind`
+#            when `up` created it and nothing else uses it
+#   load     IMAGE...: kind load docker-image into every node
 #   kubeconfig  (re)write $KIND_KUBECONFIG for the existing cluster; fails when
-#           there is none
-#   images  docker build both images
-#   e2e     load the images into the cluster, helm install both charts (the
-#           check's pods must all run), run the e2e suite against the cluster
+#            there is none
+#   running  exit 0 when the cluster's control-plane container runs (no kind needed)
+#   install  the images built (or BUILD_IMAGES=0: taken as they are) and loaded
+#            into the workers; charts/gpu-scheduler installed with its
+#            certificate hook Jobs, waited for; then `helm test`
+#   e2e      install; then charts/gpu-scheduler-check (its 5 pods must run and
+#            log), removed again; then the e2e suite against the installed
+#            scheduler and webhook
+#   report   install; charts/gpu-scheduler-check in $DEMO_NAMESPACE, its pods'
+#            logs waited for; scripts/report.py writes $REPORT_OUT from the
+#            real `kubectl logs`; the check release removed unless KEEP=1
 # Env: KIND_CLUSTER (gpu-scheduler), KIND_KUBECONFIG (.cache/kind/kubeconfig),
 #      KIND_NODE_IMAGE (below), SCHEDULER_IMAGE (gpu-scheduler:dev),
-#      CHECK_IMAGE (gpu-scheduler-check:dev).
+#      CHECK_IMAGE (gpu-scheduler-check:dev), BUILD_IMAGES (1: scripts/images.sh
+#      builds them when missing or out of date; 0: they must be in the local
+#      Docker already, e.g. pulled from a registry), DEMO_NAMESPACE (gpu-demo),
+#      REPORT_OUT (.cache/report/report.md), KEEP.
 #
 # KIND_NODE_IMAGE picks the node image:
 #   unset     the kindest/node image cluster/kind-config.yaml pins, when Docker
@@ -42,6 +52,11 @@ STATE_DIR="$CACHE_DIR/kind"
 STATE_FILE="$STATE_DIR/$CLUSTER.state"
 SCHEDULER_NAMESPACE=gpu-scheduler-system
 CHECK_NAMESPACE=gpu-scheduler-check
+SCHEDULER_RELEASE=gpu-scheduler
+CHECK_RELEASE=gpu-scheduler-check
+DEMO_NAMESPACE="${DEMO_NAMESPACE:-gpu-demo}"
+REPORT_OUT="${REPORT_OUT:-$CACHE_DIR/report/report.md}"
+BUILD_IMAGES="${BUILD_IMAGES:-1}"
 UP_TIMEOUT="${KIND_UP_TIMEOUT:-300}"
 OFFLINE_IMAGE_TITLE=gpu-scheduler-kind-node
 # The nvidia.com/gpu capacity `up` gives each worker (simulated: no device plugin).
@@ -299,61 +314,222 @@ cmd_kubeconfig() {
   write_kubeconfig
 }
 
-cmd_images() {
-  need_docker "make images"
-  docker build -t "$SCHEDULER_IMAGE" "$REPO_ROOT/apps/scheduler"
-  docker build -t "$CHECK_IMAGE" "$REPO_ROOT/apps/check"
+# cluster_running: the cluster's control-plane container runs. Asks Docker
+# only, so `make report` can choose a cluster without building kind.
+cluster_running() {
+  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 &&
+    [[ -n "$(docker ps -q --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=control-plane)" ]]
 }
 
-cmd_e2e() {
-  need_docker "make e2e"
-  need_tool "make e2e" helm
-  need_tool "make e2e" kubectl
+# prepare TARGET: what install/e2e/report need; KUBECONFIG names the cluster.
+prepare() {
+  need_docker "$1"
+  need_tool "$1" helm
+  need_tool "$1" kubectl
   cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
   [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
   ensure_state
   write_kubeconfig
   export KUBECONFIG="$KIND_KUBECONFIG"
+}
 
+kubectl_() { "$BIN_DIR/kubectl" "$@"; }
+
+# ensure_images: both images in the local Docker. scripts/images.sh builds
+# an image that is missing or whose inputs changed (a few seconds when
+# nothing did); BUILD_IMAGES=0 takes them as they are (CI pulls them first).
+ensure_images() {
   local image
+  if [[ "$BUILD_IMAGES" != 0 ]]; then
+    log "images: scripts/images.sh build (rebuilds only what changed)"
+    SCHEDULER_IMAGE="$SCHEDULER_IMAGE" CHECK_IMAGE="$CHECK_IMAGE" "$REPO_ROOT/scripts/images.sh" build >/dev/null
+    return
+  fi
   for image in "$SCHEDULER_IMAGE" "$CHECK_IMAGE"; do
     docker image inspect "$image" >/dev/null 2>&1 ||
-      die "image $image is not in the local Docker: build it with 'make images' (or docker pull it first)."
+      die "image $image is not in the local Docker and BUILD_IMAGES=0: docker pull it first, or unset BUILD_IMAGES to build it (scripts/images.sh)."
   done
-  # The e2e suite deploys the check chart's StatefulSet with the image
-  # gpu-scheduler-check:dev: give it that name too.
-  local images=("$SCHEDULER_IMAGE" "$CHECK_IMAGE")
-  if [[ "$CHECK_IMAGE" != gpu-scheduler-check:dev ]]; then
-    docker tag "$CHECK_IMAGE" gpu-scheduler-check:dev
-    images+=(gpu-scheduler-check:dev)
+  log "images: $SCHEDULER_IMAGE and $CHECK_IMAGE as they are in the local Docker (BUILD_IMAGES=0)"
+}
+
+# containerd_name REF: the name REF has in a node's containerd after `kind
+# load` (Docker's normalisation: docker.io/library/ before a bare name,
+# docker.io/ before a path whose first part is not a registry host).
+containerd_name() {
+  local ref="$1" first="${1%%/*}"
+  if [[ "$ref" != */* ]]; then
+    echo "docker.io/library/$ref"
+  elif [[ "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then
+    echo "docker.io/$ref"
+  else
+    echo "$ref"
   fi
-  kind_cmd load docker-image --name "$CLUSTER" "${images[@]}"
+}
 
-  local scheduler_repo scheduler_tag check_repo check_tag
-  read -r scheduler_repo scheduler_tag <<<"$(split_image "$SCHEDULER_IMAGE")"
-  read -r check_repo check_tag <<<"$(split_image "$CHECK_IMAGE")"
-  # pullPolicy Never: the nodes run exactly the images just loaded. registry
-  # empty: the charts' default names the GitLab registry of a release.
-  log "e2e: helm install gpu-scheduler into $SCHEDULER_NAMESPACE"
-  "$BIN_DIR/helm" upgrade --install gpu-scheduler "$REPO_ROOT/charts/gpu-scheduler" \
-    --namespace "$SCHEDULER_NAMESPACE" --create-namespace \
-    --set-string image.registry= --set-string image.repository="$scheduler_repo" --set-string image.tag="$scheduler_tag" \
-    --set image.pullPolicy=Never --wait --timeout 5m
-  # --wait: every check pod Running, i.e. admitted by the webhook and bound by
-  # the scheduler. Its pods then leave again: they would hold the same GPUs
-  # as the StatefulSets the e2e suite deploys, and change its sharing events.
-  log "e2e: helm install gpu-scheduler-check into $CHECK_NAMESPACE"
-  "$BIN_DIR/helm" upgrade --install gpu-scheduler-check "$REPO_ROOT/charts/gpu-scheduler-check" \
-    --namespace "$CHECK_NAMESPACE" --create-namespace \
-    --set-string image.registry= --set-string image.repository="$check_repo" --set-string image.tag="$check_tag" \
-    --set image.pullPolicy=Never --wait --timeout 5m
-  "$BIN_DIR/kubectl" --namespace "$CHECK_NAMESPACE" get pods -o wide
-  "$BIN_DIR/helm" uninstall gpu-scheduler-check --namespace "$CHECK_NAMESPACE" --wait
+# node_has_image CONTAINER REF ID: the node's containerd holds REF as the
+# image ID (the config digest of its manifest, which is Docker's image ID).
+# kind asks crictl the same before loading; the offline node image has no
+# crictl (the Go module proxy does not serve cri-tools), so kind would load
+# every image into every node again.
+node_has_image() {
+  # shellcheck disable=SC2016 # expanded by the node's shell
+  docker exec "$1" sh -c 'digest="$(ctr -n k8s.io images ls "name==$0" | awk "NR == 2 { print \$3 }")" &&
+    [ -n "$digest" ] && ctr -n k8s.io content get "$digest" | jq -r .config.digest' "$(containerd_name "$2")" \
+    2>/dev/null | grep -qx "$3"
+}
 
+# load_images: into the workers only, where our pods run (the control plane
+# is tainted and none of them tolerates it), and only where a worker does
+# not hold the image's ID yet.
+load_images() {
+  local workers image id node missing
+  workers="$(docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=worker \
+    --format '{{.Names}}' | sort)"
+  [[ -n "$workers" ]] || die "cluster $CLUSTER has no running worker container"
+  for image in "$SCHEDULER_IMAGE" "$CHECK_IMAGE"; do
+    id="$(docker image inspect -f '{{.Id}}' "$image")"
+    missing=()
+    for node in $workers; do
+      node_has_image "$node" "$image" "$id" || missing+=("$node")
+    done
+    if ((${#missing[@]} == 0)); then
+      log "kind: $image (${id:7:12}) is in every worker already"
+      continue
+    fi
+    log "kind: loading $image (${id:7:12}) into ${missing[*]}"
+    kind_cmd load docker-image --name "$CLUSTER" --nodes "$(IFS=,; echo "${missing[*]}")" "$image" >&2
+  done
+}
+
+# release_diagnostics NAMESPACE: what a failed install leaves to read.
+release_diagnostics() {
+  local namespace="$1" job
+  {
+    echo "--- pods and jobs in $namespace"
+    kubectl_ -n "$namespace" get pods,jobs -o wide
+    echo "--- events in $namespace"
+    kubectl_ -n "$namespace" get events --sort-by=.lastTimestamp | tail -n 40
+    # A failed hook Job is kept (hook-delete-policy hook-succeeded).
+    for job in $(kubectl_ -n "$namespace" get jobs -o name 2>/dev/null); do
+      echo "--- logs of $job"
+      kubectl_ -n "$namespace" logs "$job" --all-containers --tail=40
+    done
+  } >&2 || true
+}
+
+# helm_install RELEASE CHART NAMESPACE IMAGE [HELM ARG...]: `helm upgrade
+# --install` with the image named in full (registry empty: the charts'
+# default names a release's registry), pullPolicy Never (the nodes run
+# exactly the images just loaded) and --wait. Hooks run: for gpu-scheduler
+# the certificate Jobs.
+helm_install() {
+  local release="$1" chart="$2" namespace="$3" repository tag start=$SECONDS
+  read -r repository tag <<<"$(split_image "$4")"
+  shift 4
+  log "helm: upgrade --install $release ($chart, image $repository:$tag) into $namespace"
+  mkdir -p "$STATE_DIR"
+  if ! "$BIN_DIR/helm" upgrade --install "$release" "$REPO_ROOT/charts/$chart" \
+    --namespace "$namespace" --create-namespace \
+    --set-string image.registry= --set-string image.repository="$repository" --set-string image.tag="$tag" \
+    --set image.pullPolicy=Never --wait --timeout 5m "$@" >"$STATE_DIR/helm-$release.log" 2>&1; then
+    cat "$STATE_DIR/helm-$release.log" >&2
+    release_diagnostics "$namespace"
+    die "helm upgrade --install $release failed (above)"
+  fi
+  log "helm: $release deployed in $((SECONDS - start))s"
+}
+
+install_scheduler() {
+  # A rebuilt image keeps its tag (gpu-scheduler:dev): its ID in the pods'
+  # annotations makes an upgrade roll the Deployments onto it.
+  local id
+  id="$(docker image inspect -f '{{.Id}}' "$SCHEDULER_IMAGE")"
+  helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" \
+    --set-string "scheduler.podAnnotations.gpu-scheduler/image-id=$id" \
+    --set-string "webhook.podAnnotations.gpu-scheduler/image-id=$id"
+  # What the hook Jobs left: the Secret they made and the caBundle they wrote.
+  local secret ca_bundle
+  secret="$(kubectl_ -n "$SCHEDULER_NAMESPACE" get secret "$SCHEDULER_RELEASE-webhook-tls" -o jsonpath='{.type}')" ||
+    die "the certificate Job left no Secret $SCHEDULER_NAMESPACE/$SCHEDULER_RELEASE-webhook-tls"
+  ca_bundle="$(kubectl_ get mutatingwebhookconfiguration "$SCHEDULER_RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')"
+  [[ -n "$ca_bundle" ]] || die "the caBundle of MutatingWebhookConfiguration $SCHEDULER_RELEASE is empty after the hooks"
+  log "helm: certificate hooks done: Secret $SCHEDULER_RELEASE-webhook-tls ($secret), caBundle of ${#ca_bundle} characters"
+  # The chart's own test hook: a probe pod admitted by the webhook and bound
+  # by the scheduler (`gpu-scheduler smoke-test` in a pod of its own).
+  log "helm: test $SCHEDULER_RELEASE"
+  if ! "$BIN_DIR/helm" test "$SCHEDULER_RELEASE" --namespace "$SCHEDULER_NAMESPACE" --logs --timeout 3m \
+    >"$STATE_DIR/helm-test.log" 2>&1; then
+    cat "$STATE_DIR/helm-test.log" >&2
+    release_diagnostics "$SCHEDULER_NAMESPACE"
+    die "helm test $SCHEDULER_RELEASE failed (above)"
+  fi
+  log "helm: test $(awk '/^TEST SUITE:/ { suite = $3 } /^Phase:/ { print suite, $2; exit }' "$STATE_DIR/helm-test.log")"
+}
+
+# wait_check_logs NAMESPACE: every check pod has logged a tick (its process
+# runs); prints the last one of each, which names its node and the
+# CUDA_VISIBLE_DEVICES its process has.
+wait_check_logs() {
+  local namespace="$1" pod line deadline=$((SECONDS + 90))
+  for pod in $(kubectl_ -n "$namespace" get pods -l app.kubernetes.io/name=gpu-scheduler-check -o name | sort); do
+    # A tick line (stderr may carry a line first, e.g. that NVML is missing).
+    until line="$(kubectl_ -n "$namespace" logs "$pod" -c check 2>/dev/null | grep ' CUDA_VISIBLE_DEVICES=' | tail -n1)" &&
+      [[ -n "$line" ]]; do
+      ((SECONDS < deadline)) || { release_diagnostics "$namespace"; die "$pod logged nothing within 90s"; }
+      sleep 1
+    done
+    log "check: ${pod#pod/}: $line"
+  done
+}
+
+install_check() {
+  local namespace="$1"
+  helm_install "$CHECK_RELEASE" gpu-scheduler-check "$namespace" "$CHECK_IMAGE"
+  kubectl_ -n "$namespace" get pods -o wide >&2
+  wait_check_logs "$namespace"
+}
+
+uninstall_check() {
+  "$BIN_DIR/helm" uninstall "$CHECK_RELEASE" --namespace "$1" --wait >/dev/null
+  log "helm: $CHECK_RELEASE uninstalled from $1"
+}
+
+cmd_install() {
+  prepare "${1:-make e2e}"
+  ensure_images
+  load_images
+  install_scheduler
+}
+
+cmd_e2e() {
+  local start=$SECONDS
+  cmd_install "make e2e"
+  # The check chart as users install it: every pod admitted, bound, running
+  # and logging. It leaves again before the suite: its pods would hold the
+  # GPUs the suite's own StatefulSets map.
+  install_check "$CHECK_NAMESPACE"
+  uninstall_check "$CHECK_NAMESPACE"
+  log "e2e: installed in $((SECONDS - start))s; the e2e suite against the installed scheduler and webhook"
   cd "$REPO_ROOT"
   # E2E_USE_INSTALLED: the suite uses the installed scheduler and webhook
-  # instead of starting its own processes.
-  E2E_USE_INSTALLED=1 .venv/bin/pytest -m e2e tests/e2e
+  # instead of starting its own processes; the rest tells it what is installed.
+  E2E_USE_INSTALLED=1 E2E_CHECK_IMAGE="$CHECK_IMAGE" E2E_RELEASE="$SCHEDULER_RELEASE" \
+    E2E_RELEASE_NAMESPACE="$SCHEDULER_NAMESPACE" .venv/bin/pytest -m e2e tests/e2e
+  log "e2e: passed in $((SECONDS - start))s"
+}
+
+cmd_report() {
+  local status=0
+  cmd_install "make report"
+  install_check "$DEMO_NAMESPACE"
+  (cd "$REPO_ROOT" && .venv/bin/python scripts/report.py --namespace "$DEMO_NAMESPACE" --out "$REPORT_OUT") || status=$?
+  if [[ "${KEEP:-0}" == 1 ]]; then
+    log "report: KEEP=1: $CHECK_RELEASE stays in $DEMO_NAMESPACE (export KUBECONFIG=$KIND_KUBECONFIG)"
+  else
+    uninstall_check "$DEMO_NAMESPACE"
+    kubectl_ delete namespace "$DEMO_NAMESPACE" --wait=false >/dev/null
+  fi
+  return "$status"
 }
 
 case "${1:-}" in
@@ -361,7 +537,9 @@ case "${1:-}" in
   down) cmd_down ;;
   load) shift; cmd_load "$@" ;;
   kubeconfig) cmd_kubeconfig ;;
-  images) cmd_images ;;
+  running) cluster_running ;;
+  install) cmd_install "scripts/kind.sh install" ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 up|down|load IMAGE...|kubeconfig|images|e2e" ;;
+  report) cmd_report ;;
+  *) die "usage: $0 up|down|load IMAGE...|kubeconfig|running|install|e2e|report" ;;
 esac

@@ -5,16 +5,19 @@ Writes Markdown (rendered from scripts/templates/report.md.j2) with
 `kubectl get pod -o wide -A`, each check pod's node and CUDA_VISIBLE_DEVICES
 against the task's map, and the logs of the check pods on node3 and node4.
 
-Logs: where the pods' containers really run (a KinD cluster), they are
-`kubectl logs`. The local cluster's KWOK nodes run no containers, so there
-the report runs `gpu-scheduler-check --once` on this host with the
-environment the API server's copy of each pod gives its `check` container
-(CUDA_VISIBLE_DEVICES as the webhook injected it, and the downward-API
-references NODE_NAME, POD_NAME, EXPECTED_PLACEMENT resolved from the pod),
-and says so in the report.
+Logs: on a node that runs containers (KinD, any real cluster) they are
+`kubectl logs` of the pod's `check` container, and nothing else: when they
+cannot be read, the report says so and the exit status is 1. Only on a KWOK
+fake node (annotation kwok.x-k8s.io/node=fake, the local control plane's
+nodes), which runs no container, does the report run `gpu-scheduler-check
+--once` on this host with the environment the API server's copy of the pod
+gives its `check` container (CUDA_VISIBLE_DEVICES as the webhook injected it,
+and the downward-API references NODE_NAME, POD_NAME, EXPECTED_PLACEMENT
+resolved from the pod), and it says so in the report.
 
 Usage: scripts/report.py [--namespace gpu-demo] [--out .cache/report/report.md]
-(KUBECONFIG names the cluster; the local cluster's when unset.)
+(KUBECONFIG names the cluster; the local cluster's when unset.) `make report`
+(scripts/report.sh) chooses the cluster: KinD when it runs, else the local one.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 # once tests/ is on the path, hence the imports below the insert.
 sys.path.insert(0, str(REPO / "tests"))
 
-from e2e.cluster import list_pods, node_aliases  # noqa: E402
+from e2e.cluster import kwok_fake_nodes, list_pods, node_aliases  # noqa: E402
 from e2e.placement_check import statefulset_placements, table  # noqa: E402
 from e2e.workloads import TASK_EXPECTED  # noqa: E402
 
@@ -52,13 +55,18 @@ LOG_LINES = 20
 _KEYED_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
 
 
+SOURCE_REAL = "kubectl logs"
+SOURCE_SIMULATED = "gpu-scheduler-check --once"
+
+
 @dataclass(frozen=True)
 class PodLog:
     pod: str
     node: str
-    source: str  # "kubectl logs" or "gpu-scheduler-check --once"
+    source: str  # SOURCE_REAL or SOURCE_SIMULATED
     environment: dict[str, str]  # what the check ran with (simulated only)
     output: str
+    error: str = ""  # why the real logs could not be read
 
 
 def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
@@ -98,8 +106,8 @@ def container_environment(pod: dict, container_name: str) -> dict[str, str]:
     return environment
 
 
-def real_logs(kubeconfig: str, pod: dict) -> str | None:
-    """`kubectl logs` of the check container, or None where no container runs (KWOK)."""
+def real_logs(kubeconfig: str, pod: dict) -> tuple[str, str]:
+    """(`kubectl logs` of the check container, "") or ("", why there are none)."""
     result = kubectl(
         kubeconfig,
         "logs",
@@ -110,9 +118,11 @@ def real_logs(kubeconfig: str, pod: dict) -> str | None:
         CHECK_CONTAINER,
         f"--tail={LOG_LINES}",
     )
-    if result.returncode != 0 or not result.stdout.strip():
-        return None
-    return result.stdout.rstrip()
+    if result.returncode != 0:
+        return "", f"kubectl logs failed: {result.stderr.strip()}"
+    if not result.stdout.strip():
+        return "", "kubectl logs returned nothing: the container has not logged yet"
+    return result.stdout.rstrip(), ""
 
 
 def simulated_logs(pod: dict) -> tuple[dict[str, str], str]:
@@ -131,18 +141,19 @@ def simulated_logs(pod: dict) -> tuple[dict[str, str], str]:
     return environment, output
 
 
-def collect_logs(kubeconfig: str, pods: list[dict], aliases: dict[str, str]) -> list[PodLog]:
+def collect_logs(kubeconfig: str, pods: list[dict], aliases: dict[str, str], fake_nodes: set[str]) -> list[PodLog]:
+    """The logs of the check pods on LOG_NODES: real ones wherever the node runs containers."""
     logs = []
     for pod in pods:
         node = pod["spec"].get("nodeName") or ""
         if aliases.get(node, node) not in LOG_NODES:
             continue
-        output = real_logs(kubeconfig, pod)
-        if output is not None:
-            logs.append(PodLog(pod["metadata"]["name"], node, "kubectl logs", {}, output))
-        else:
+        if node in fake_nodes:
             environment, output = simulated_logs(pod)
-            logs.append(PodLog(pod["metadata"]["name"], node, "gpu-scheduler-check --once", environment, output))
+            logs.append(PodLog(pod["metadata"]["name"], node, SOURCE_SIMULATED, environment, output))
+        else:
+            output, error = real_logs(kubeconfig, pod)
+            logs.append(PodLog(pod["metadata"]["name"], node, SOURCE_REAL, {}, output, error))
     return logs
 
 
@@ -177,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     aliases = node_aliases(api_client)
     rows = statefulset_placements(pods, TASK_EXPECTED, aliases)
     good = sum(1 for row in rows if not row.problems())
-    logs = collect_logs(kubeconfig, pods, aliases)
+    logs = collect_logs(kubeconfig, pods, aliases, kwok_fake_nodes(api_client))
     get_pods = kubectl(kubeconfig, "get", "pod", "-o", "wide", "-A")
 
     report = render(
@@ -192,13 +203,17 @@ def main(argv: list[str] | None = None) -> int:
             else f"FAIL: {good}/{len(TASK_EXPECTED)} pods placed as the map says"
         ),
         logs=logs,
-        simulated=any(log.source != "kubectl logs" for log in logs),
+        simulated=any(log.source == SOURCE_SIMULATED for log in logs),
+        real=any(log.source == SOURCE_REAL for log in logs),
         log_nodes=" and ".join(LOG_NODES),
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(f"report written to {args.out.resolve()}")
-    return 0
+    failed = [log for log in logs if log.error]
+    for log in failed:
+        print(f"no logs of {log.pod} on {log.node}: {log.error}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

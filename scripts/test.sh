@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # `make test`: lint, the fast tests, the images built and run with Docker,
-# then the real local control plane for the cluster, e2e and fault tests. The
-# cluster (and a Docker engine this run started) is stopped at the end, also
-# after a failure.
+# then the real local control plane for the cluster, e2e and fault tests,
+# then KinD (real kubelets and containers): `make kind-up`, `make e2e` (both
+# charts installed with their hooks, the e2e suite against them), `make
+# report` and the KinD tests, on a cluster of its own that the last KinD test
+# deletes with `make kind-down`. Everything a stage starts (clusters, a Docker
+# engine this run started) is stopped at the end, also after a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
@@ -32,7 +35,9 @@ $PYTEST -m "not cluster and not e2e and not faults and not images and not kind a
 step "images: Docker engine, make images, the image tests"
 engine_was_up=false
 docker info >/dev/null 2>&1 && engine_was_up=true
+docker_runs=false
 if bash scripts/docker-engine.sh ensure; then
+  docker_runs=true
   # Only an engine this run started is stopped: one that was already up may
   # be running other people's containers.
   $engine_was_up || cleanups+=('step "stopping the Docker engine this run started"; bash scripts/docker-engine.sh stop')
@@ -43,19 +48,51 @@ fi
 $PYTEST -m images tests/images
 
 # `make test` always uses its own local cluster, never a KUBECONFIG that may
-# point at a real cluster; `make e2e` is the way to test against KinD.
+# point at a real cluster; the KinD stage below makes its own.
 export KUBECONFIG="$PWD/.cache/local-cluster/kubeconfig"
 if ! command -v go >/dev/null 2>&1 && [ "${CI:-}" != "true" ]; then
   step "cluster tests: Go is not installed, so the local control plane cannot be built"
   echo "Install Go 1.24+ (https://go.dev/dl/) and run 'make test' again; these tests are skipped:"
   $PYTEST -m "cluster or e2e or faults"
-  exit 0
+else
+  step "local control plane"
+  cleanups+=('step "tearing the local control plane down"; bash scripts/local-down.sh')
+  bash scripts/local-up.sh
+
+  step "cluster, e2e and fault tests"
+  $PYTEST -m "cluster or e2e or faults"
+  step "tearing the local control plane down (the KinD stage needs the cores)"
+  bash scripts/local-down.sh
 fi
+unset KUBECONFIG
 
-step "local control plane"
-cleanups+=('step "tearing the local control plane down"; bash scripts/local-down.sh')
-bash scripts/local-up.sh
+# KinD, where a Docker engine runs (under CI=true the images stage has made
+# sure one does). The cluster is the KinD tests' own (tests/kind/conftest.py),
+# never a user's `make kind-up` cluster: `make e2e` and `make report` install
+# into it, then tests/kind runs on it and its last test proves that `make
+# kind-down` removes everything. Whether the docker network `kind` existed
+# before is read from Docker here, before `kind-up`, for that test.
+export KIND_CLUSTER=gpu-scheduler-kind-test
+export KIND_KUBECONFIG="$PWD/.cache/kind/$KIND_CLUSTER.kubeconfig"
+if ! $docker_runs; then
+  step "KinD: no Docker engine answers, so the KinD stage is skipped"
+  echo "Install Docker (https://docs.docker.com/engine/install/) and run 'make test' again for make kind-up, make e2e and the KinD tests."
+  $PYTEST -m kind tests/kind
+else
+  step "KinD: make kind-up (cluster $KIND_CLUSTER)"
+  KIND_TEST_NETWORK_EXISTED_BEFORE=0
+  docker network inspect kind >/dev/null 2>&1 && KIND_TEST_NETWORK_EXISTED_BEFORE=1
+  export KIND_TEST_NETWORK_EXISTED_BEFORE
+  cleanups+=('step "tearing the KinD cluster down"; make --no-print-directory kind-down')
+  make --no-print-directory kind-up
 
-step "cluster, e2e and fault tests"
-$PYTEST -m "cluster or e2e or faults"
+  step "KinD: make e2e (images loaded, both charts installed with their hooks, the e2e suite)"
+  make --no-print-directory e2e
+
+  step "KinD: make report (the real logs of the check pods on node3 and node4)"
+  make --no-print-directory report REPORT_CLUSTER=kind
+
+  step "KinD: the KinD tests on the same cluster; the last one is make kind-down"
+  $PYTEST -m kind tests/kind
+fi
 step "all tests passed"

@@ -117,6 +117,47 @@ def test_e2e_runs_kind_on_the_pushed_images():
     assert 'CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA"' in script
 
 
+def test_e2e_job_pulls_the_pushed_images_and_never_builds_them():
+    script = JOBS["e2e-kind"]["script"]
+
+    pulls = [line for line in script if line.startswith("docker pull ")]
+    assert pulls == [
+        'docker pull "$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA"',
+        'docker pull "$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA"',
+    ]
+    make = next(i for i, line in enumerate(script) if line.startswith("make kind-up e2e"))
+    # The pulls and the engine they need come first; make e2e then only loads them.
+    assert script.index("scripts/docker-engine.sh ensure") < script.index(pulls[0]) < make
+    assert "BUILD_IMAGES=0" in script[make]
+
+
+def test_e2e_job_runs_on_glibc_with_the_test_group_and_downloads_kind_rather_than_compiling_it():
+    e2e = JOBS["e2e-kind"]
+    image = image_of(e2e)
+    script = " ".join(e2e["script"] + e2e.get("before_script", CI[".toolchain"]["before_script"]))
+
+    # Not Alpine (musl): py-spy has no wheel there. The e2e needs the test group only.
+    assert "alpine" not in image and "dind" not in image and image.endswith("-bookworm"), image
+    assert e2e["variables"]["INSTALL_GROUPS"] == "test"
+    # No Go toolchain and no `go install`: scripts/kind-binary.sh downloads the release binary.
+    assert "go install" not in script and "apk add" not in script
+    kind_binary = (REPO / "scripts" / "kind-binary.sh").read_text()
+    assert "https://github.com/kubernetes-sigs/kind/releases/download/$KIND_VERSION/kind-" in kind_binary
+
+
+def test_e2e_job_runs_for_merge_requests_the_default_branch_and_tags_and_by_hand_elsewhere():
+    rules = JOBS["e2e-kind"]["rules"]
+
+    assert rules[:3] == [
+        {"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'},
+        {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"},
+        {"if": "$CI_COMMIT_TAG"},
+    ]
+    assert rules[3] == {"if": "$CI_COMMIT_BRANCH", "when": "manual", "allow_failure": True}
+    # deploy (default branch only) needs it: there it always runs.
+    assert "e2e-kind" in JOBS["deploy"]["needs"]
+
+
 def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check():
     deploy = JOBS["deploy"]
 

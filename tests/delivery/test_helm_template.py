@@ -257,7 +257,12 @@ OPT_OUT = {"key": "gpu-scheduler.io/webhook", "operator": "NotIn", "values": ["d
 def test_namespaces_and_objects_labelled_disabled_are_never_sent_to_the_webhook(render):
     found = webhooks(render(SCHEDULER_CHART))
 
-    assert len(found) == 3
+    assert {w["name"] for w in found} == {
+        "pods.mutate.gpu-scheduler",
+        "pods.validate.gpu-scheduler",
+        "workloads.validate.gpu-scheduler",
+        "cronjobs.validate.gpu-scheduler",
+    }
     for webhook in found:
         assert OPT_OUT in webhook["namespaceSelector"]["matchExpressions"], webhook["name"]
         assert webhook["objectSelector"] == {"matchExpressions": [OPT_OUT]}, webhook["name"]

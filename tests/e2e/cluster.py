@@ -48,6 +48,21 @@ def get_pod(api_client, namespace: str, name: str) -> dict:
     return get_json(api_client, f"/api/v1/namespaces/{namespace}/pods/{name}")
 
 
+# The annotation kwok (and scripts/local-up.sh) puts on the fake nodes it runs.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def kwok_fake_nodes(api_client) -> set[str]:
+    """Names of the KWOK fake nodes: bound pods show Running there, but no container runs."""
+    nodes = get_json(api_client, "/api/v1/nodes")["items"]
+    return {n["metadata"]["name"] for n in nodes if KWOK_NODE_ANNOTATION in (n["metadata"].get("annotations") or {})}
+
+
+def pod_log(api_client, namespace: str, name: str, container: str) -> str:
+    """What `kubectl logs` shows for one container: the kubelet's record of its output."""
+    return client.CoreV1Api(api_client).read_namespaced_pod_log(name, namespace, container=container)
+
+
 def node_aliases(api_client) -> dict[str, str]:
     """node name -> the name a map uses for it: its gpu-node-name label, else its name.
 

@@ -9,7 +9,11 @@ scheduler`. They start with the first e2e test and stop after the last one.
 With E2E_USE_INSTALLED=1 (set by `make e2e`, whose KinD cluster has the
 charts installed) nothing is started: the installed Deployments do the work,
 and the tests marked `local_only` are skipped, since they need this host's
-processes or KWOK.
+processes or KWOK. The tests marked `installed_only` read the installed
+release (E2E_RELEASE in E2E_RELEASE_NAMESPACE) and are skipped without it;
+tests that take the `containers_run` fixture need nodes that run containers
+and are skipped on KWOK nodes. `make test` runs the suite both ways, so each
+test runs in one of its two stages.
 
 When a test fails, the last lines of every process's log are added to its report.
 """
@@ -23,12 +27,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
-from .cluster import delete_node
+from .cluster import delete_node, kwok_fake_nodes
 from .components import SchedulerProcess, WebhookProcess, make_certs
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .processes import ManagedProcess
 
 USE_INSTALLED = os.environ.get("E2E_USE_INSTALLED") == "1"
+# The gpu-scheduler release `make e2e` installed (scripts/kind.sh).
+INSTALLED_RELEASE = os.environ.get("E2E_RELEASE") or "gpu-scheduler"
+INSTALLED_NAMESPACE = os.environ.get("E2E_RELEASE_NAMESPACE") or "gpu-scheduler-system"
 
 _processes: list[ManagedProcess] = []
 
@@ -39,6 +46,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "local_only: needs the scheduler/webhook processes of this host or KWOK nodes; "
         "skipped when E2E_USE_INSTALLED=1",
     )
+    config.addinivalue_line(
+        "markers",
+        "installed_only: reads the release `make e2e` installed with helm (its hooks' work); "
+        "skipped unless E2E_USE_INSTALLED=1",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +59,22 @@ def _skip_local_only(request: pytest.FixtureRequest) -> None:
         pytest.skip(
             "E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
             "which the installed cluster does not have; it runs in `make test`"
+        )
+    if not USE_INSTALLED and request.node.get_closest_marker("installed_only"):
+        pytest.skip(
+            "needs the charts installed with helm on a cluster that runs containers: "
+            "it runs in `make e2e` (KinD), and in the KinD stage of `make test`"
+        )
+
+
+@pytest.fixture(scope="session")
+def containers_run(api_client) -> None:
+    """Skips a test on KWOK fake nodes (the local control plane), which run no container."""
+    fake = kwok_fake_nodes(api_client)
+    if fake:
+        pytest.skip(
+            f"the nodes {', '.join(sorted(fake))} are KWOK fakes and run no container: "
+            "this test runs in `make e2e` (KinD), and in the KinD stage of `make test`"
         )
 
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from .cluster import create, node_aliases, pod_events, wait_for_event, wait_for_pods
+from .cluster import create, get_json, node_aliases, pod_events, pod_log, wait_for_event, wait_for_pods
 from .placement_check import statefulset_placements, table
+from .waiting import NotYet, wait_for
 from .workloads import PLACEMENT_ANNOTATION, TASK_EXPECTED, check_chart, container, only
 
 pytestmark = pytest.mark.e2e
@@ -76,3 +77,51 @@ def test_check_pods_record_their_placement_and_get_scheduled_and_gpu_sharing_eve
         e for i in (3, 4) for e in pod_events(api_client, ns, f"gpu-scheduler-check-{i}") if e["reason"] == "GPUShared"
     ]
     assert any(f"node {node4}" in e["message"] and "GPU 3" in e["message"] for e in shared), shared
+
+
+def tick_fields(line: str) -> dict[str, str]:
+    """The key=value words of one tick line of gpu-scheduler-check (after its timestamp)."""
+    return dict(word.split("=", 1) for word in line.split()[1:] if "=" in word)
+
+
+def test_check_pods_log_the_node_they_run_on_and_the_devices_their_own_process_has(
+    api_client, product, ns, containers_run
+):
+    """Where containers run (KinD), each check pod's `kubectl logs` is the kubelet's record of
+    what the process printed from its own environment: the node and CUDA_VISIBLE_DEVICES."""
+    create(api_client, ns, check_chart(ns))
+    pods = wait_for_pods(api_client, ns, 5, timeout=120, label_selector=CHECK_PODS)
+    node_ips = {
+        n["metadata"]["name"]: next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP")
+        for n in get_json(api_client, "/api/v1/nodes")["items"]
+    }
+    aliases = node_aliases(api_client)
+
+    lines = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+
+        def last_tick(name=name) -> str:
+            # Ticks only: stderr lines (e.g. that NVML is missing) share the log.
+            ticks = [line for line in pod_log(api_client, ns, name, "check").splitlines() if " node=" in line]
+            if not ticks:
+                raise NotYet("no tick logged yet")
+            return ticks[-1]
+
+        lines[name] = wait_for(f"a tick in the log of {ns}/{name}", last_tick, timeout=60)
+    print("\n" + "\n".join(f"{name}: {line}" for name, line in sorted(lines.items())))
+
+    for pod in pods:
+        name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+        expected = TASK_EXPECTED[int(pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"])]
+        (status,) = pod["status"]["containerStatuses"]
+        # A container containerd really started, on the node the pod is bound to.
+        assert status["containerID"].startswith("containerd://"), status
+        assert "running" in status["state"], status
+        assert pod["status"]["hostIP"] == node_ips[node], (name, pod["status"]["hostIP"], node_ips)
+        fields = tick_fields(lines[name])
+        assert fields["pod"] == name, lines[name]
+        assert fields["node"] == node and aliases[node] == expected.node, lines[name]
+        assert fields["CUDA_VISIBLE_DEVICES"] == expected.devices, lines[name]
+        assert fields["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", lines[name]
+        assert fields["match"] == "true", lines[name]

@@ -6,6 +6,7 @@ The check StatefulSet is rendered from charts/gpu-scheduler-check with
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,9 @@ HELM = REPO / ".cache" / "bin" / "helm"
 MAP_ANNOTATION = "gpu-scheduling-map"
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
 SCHEDULER_NAME = "gpu-scheduler"
-# Every pod the suite creates runs the check image under this tag, the one
-# `make e2e` loads into KinD (scripts/kind.sh); KWOK never pulls it.
-IMAGE_TAG = "dev"
-IMAGE = f"gpu-scheduler-check:{IMAGE_TAG}"
+# Every pod the suite creates runs the check image: the one `make e2e` loaded
+# into KinD (scripts/kind.sh sets E2E_CHECK_IMAGE); KWOK never pulls it.
+IMAGE = os.environ.get("E2E_CHECK_IMAGE") or "gpu-scheduler-check:dev"
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,11 @@ TASK_EXPECTED = {
 
 def check_chart(namespace: str) -> list[dict]:
     """The objects of charts/gpu-scheduler-check with its default values, the task's map
-    among them (a headless Service and the StatefulSet); only the image is ours (the locally
-    built gpu-scheduler-check:<tag>, not the chart's default registry)."""
+    among them (a headless Service and the StatefulSet); only the image is ours (IMAGE,
+    named in full: the chart's default registry is where a release is pushed)."""
+    repository, _, tag = IMAGE.rpartition(":")
+    if "/" in tag or not repository:
+        raise AssertionError(f"E2E_CHECK_IMAGE={IMAGE!r} must be <repository>:<tag>")
     rendered = subprocess.run(
         [
             str(HELM),
@@ -56,7 +59,9 @@ def check_chart(namespace: str) -> list[dict]:
             "--set-string",
             "image.registry=",
             "--set-string",
-            f"image.tag={IMAGE_TAG}",
+            f"image.repository={repository}",
+            "--set-string",
+            f"image.tag={tag}",
         ],
         check=False,
         capture_output=True,

@@ -24,13 +24,13 @@ def check_once(image: str, *run_args: str) -> str:
 def test_once_prints_its_node_and_cuda_visible_devices(images):
     line = check_once(images.check, "-e", "NODE_NAME=node3", "-e", "CUDA_VISIBLE_DEVICES=0,1,2")
 
-    assert line.endswith(" node=node3 CUDA_VISIBLE_DEVICES=0,1,2"), line
+    assert line.endswith(" node=node3 CUDA_VISIBLE_DEVICES=0,1,2 CUDA_DEVICE_ORDER=<unset>"), line
 
 
 def test_without_node_name_it_prints_the_container_hostname_and_unset_devices(images):
     line = check_once(images.check, "--hostname", "node4")
 
-    assert line.endswith(" node=node4 CUDA_VISIBLE_DEVICES=<unset>"), line
+    assert line.endswith(" node=node4 CUDA_VISIBLE_DEVICES=<unset> CUDA_DEVICE_ORDER=<unset>"), line
 
 
 def test_it_compares_with_the_placement_the_webhook_recorded(images):
@@ -49,8 +49,8 @@ def test_it_compares_with_the_placement_the_webhook_recorded(images):
         images.check, "-e", "NODE_NAME=node3", "-e", "CUDA_VISIBLE_DEVICES=3", "-e", f"EXPECTED_PLACEMENT={placement}"
     )
 
-    assert good.endswith("index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 match=true"), good
-    assert "CUDA_VISIBLE_DEVICES=3 match=false" in bad, bad
+    assert good.endswith("index=2 node=node3 CUDA_VISIBLE_DEVICES=0,1,2 CUDA_DEVICE_ORDER=<unset> match=true"), good
+    assert "CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=<unset> match=false" in bad, bad
 
 
 def test_nvml_bindings_are_installed(images):

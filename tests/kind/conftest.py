@@ -2,8 +2,13 @@
 
 The tests use their own cluster name (KIND_TEST_CLUSTER, default
 gpu-scheduler-kind-test) and kubeconfig, so they never touch a cluster a user
-made with `make kind-up`. Where no Docker engine answers they are skipped with
-a message that says what to install; under CI=true they fail instead (and
+made with `make kind-up`. `make test` brings that cluster up first for `make
+e2e` and `make report`, and these tests then reuse it; since the docker
+network `kind` exists by then, it tells them whether it existed before its
+`make kind-up` (KIND_TEST_NETWORK_EXISTED_BEFORE=0|1, read from Docker), so
+that the last test can still prove `make kind-down` removes what `up` made.
+Where no Docker engine answers they are skipped with a message that says
+what to install; under CI=true they fail instead (and
 scripts/docker-engine.sh may start an engine first, as `make kind-up` does).
 """
 
@@ -118,7 +123,8 @@ def kubectl_binary(docker_engine) -> Path:
 @pytest.fixture(scope="module")
 def kind(kubectl_binary) -> Kind:
     """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure."""
-    network_existed = docker_network_exists("kind")
+    measured = os.environ.get("KIND_TEST_NETWORK_EXISTED_BEFORE")
+    network_existed = measured == "1" if measured in ("0", "1") else docker_network_exists("kind")
     started = time.monotonic()
     up = make("kind-up")
     up_seconds = time.monotonic() - started

@@ -23,7 +23,7 @@ from kubernetes.config.config_exception import ConfigException
 from .config import env, env_help, positive_float
 from .kube.client import ApiError, KubeClient, load_configuration
 from .placement import InvalidMapError, parse_map_uncached
-from .scheduling.nodes import NodeInfo, unschedulable_reason
+from .scheduling.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def probe_pod(name: str, scheduling_map: str, args: argparse.Namespace) -> dict:
 def choose_node(kube: KubeClient) -> str:
     """The first Ready, schedulable node with nvidia.com/gpu capacity, else the first Ready one."""
     nodes = [NodeInfo.from_api(node) for node in kube.get("/api/v1/nodes").get("items", [])]
-    usable = sorted((n for n in nodes if unschedulable_reason(n) is None), key=lambda n: (n.gpus <= 0, n.name))
+    usable = sorted((n for n in nodes if n.ready and not n.unschedulable), key=lambda n: (n.gpus <= 0, n.name))
     if not usable:
         raise SmokeTestFailed(f"no Ready, schedulable node among {len(nodes)}: `kubectl get nodes`")
     return usable[0].name

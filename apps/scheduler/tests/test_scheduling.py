@@ -196,8 +196,9 @@ def test_an_ordinal_beyond_the_nodes_gpu_capacity_is_refused(cache):
     decision = decide(pod("check-0", "0=node1:1,7", injected="1,7"), cache)
     assert not decision.bind and decision.retryable and decision.plugin == "GPUDevices"
     assert "1 node(s) had GPUs 0-3 (nvidia.com/gpu: 4), not GPU 7" in decision.reason
-    huge = "9" * 5000  # thousands of digits: compared without int()
-    assert decide(pod("check-0", f"0=node1:{huge}", injected=huge), cache).plugin == "GPUDevices"
+    huge = "9" * 5000  # thousands of digits: the grammar refuses it on its line, before any int()
+    refused = decide(pod("check-0", f"0=node1:{huge}", injected=huge), cache)
+    assert not refused.bind and not refused.retryable and "largest CUDA device ordinal" in refused.reason
     assert decide(pod("check-0", "0=node1:3", injected="3"), cache).bind
     assert decide(pod("check-0", "0=node1:0003", injected="0003"), cache).bind
 
