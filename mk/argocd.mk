@@ -1,7 +1,7 @@
 # Argo CD built here from its Go modules (cluster/argocd/go.mod) and run in
 # the KinD cluster (scripts/argocd.sh; docs/delivery.md, "Argo CD").
 ARGOCD_ENV := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
-              SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE)
+              SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE) BUILD_IMAGES=$(BUILD_IMAGES)
 
 .PHONY: argocd argocd-images argocd-install argocd-uninstall argocd-e2e
 
@@ -17,5 +17,5 @@ argocd-install: tools ## Argo CD in the KinD cluster (namespace argocd, Progress
 argocd-uninstall: tools ## remove Argo CD (its Applications first, then namespace argocd, CRDs, cluster RBAC) from the KinD cluster
 	$(ARGOCD_ENV) scripts/argocd.sh uninstall
 
-argocd-e2e: install tools ## on KinD (make kind-up): Argo CD syncs argocd/ from a git server of this checkout, in order; removes the apps after
+argocd-e2e: install tools ## on KinD (after make kind-up; before make e2e): Argo CD syncs argocd/ from a git server of this checkout, in order; removes the apps after
 	$(ARGOCD_ENV) scripts/argocd.sh e2e

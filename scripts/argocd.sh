@@ -7,13 +7,13 @@
 #   images     docker build the argocd image (that binary, git, ssh, helm) and
 #              a redis image (Debian's redis-server) on the offline Debian base;
 #              tagged by a hash of their inputs. Prints both references.
-#   install    images into the KinD cluster (scripts/kind.sh load), Argo CD's
+#   install    images into the KinD cluster (scripts/kind.sh load-missing), Argo CD's
 #              CRDs from its module, then cluster/argocd/install; waits until
 #              every component runs. Idempotent.
 #   uninstall  remove what install made (namespace argocd, CRDs, cluster RBAC)
-#   load       IMAGE...: scripts/kind.sh load the images some node lacks
-#   e2e        refuse when a helm release of our charts is installed; install;
-#              our images (scripts/images.sh); the Argo CD tests (tests/argocd)
+#   e2e        the Argo CD tests (tests/argocd, marker argocd); their fixture
+#              runs install, builds and loads our images, serves this checkout
+#              with git daemon and applies argocd/; it removes the apps after
 # Env: KIND_CLUSTER (gpu-scheduler), KIND_KUBECONFIG (.cache/kind/kubeconfig).
 #
 # Argo CD's go.mod points its gitops-engine at a folder of its repository
@@ -195,40 +195,6 @@ ensure_secret() {
   kubectl -n "$NAMESPACE" label --overwrite secret "$name" app.kubernetes.io/part-of=argocd >/dev/null
 }
 
-# on_every_node IMAGE: whether every node's containerd has IMAGE. kind load
-# asks crictl, which the offline node image lacks, so it would load again
-# each time; the tag is the hash of the image's inputs, so its name suffices.
-on_every_node() {
-  local node
-  for node in $(docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --format '{{.Names}}'); do
-    docker exec "$node" ctr -n k8s.io images ls -q "name==$(containerd_name "$1")" 2>/dev/null | grep -q . || return 1
-  done
-}
-
-# containerd_name REF: the full name containerd stores a Docker reference under.
-containerd_name() {
-  local first="${1%%/*}"
-  if [[ "$1" != */* ]]; then
-    echo "docker.io/library/$1"
-  elif [[ "$first" == *.* || "$first" == *:* || "$first" == localhost ]]; then
-    echo "$1"
-  else
-    echo "docker.io/$1"
-  fi
-}
-
-# load_images IMAGE...: scripts/kind.sh load those that some node lacks.
-load_images() {
-  local image missing=() start=$SECONDS
-  for image in "$@"; do
-    on_every_node "$image" || missing+=("$image")
-  done
-  ((${#missing[@]})) || { log "argocd: every node has $*"; return; }
-  log "argocd: loading ${missing[*]} into KinD cluster $CLUSTER"
-  "$REPO_ROOT/scripts/kind.sh" load "${missing[@]}" >&2
-  log "argocd: loaded in $((SECONDS - start))s"
-}
-
 cmd_install() {
   local start=$SECONDS images argocd_image redis_image module
   need_docker "make argocd-install"
@@ -236,7 +202,9 @@ cmd_install() {
   images="$(cmd_images)"
   argocd_image="$(sed -n 1p <<<"$images")"
   redis_image="$(sed -n 2p <<<"$images")"
-  load_images "$argocd_image" "$redis_image"
+  # Into the workers that lack them (Argo CD runs there; the tags are
+  # hashes of the images' inputs, so a rebuilt image has a new one).
+  "$REPO_ROOT/scripts/kind.sh" load-missing "$argocd_image" "$redis_image" >&2
   module="$(module_dir)"
   log "argocd: CRDs from $module/manifests/crds"
   # Server-side: the ApplicationSet CRD is too large for the annotation a
@@ -274,28 +242,16 @@ cmd_uninstall() {
   log "argocd: removed from $CLUSTER in $((SECONDS - start))s"
 }
 
-# refuse_helm_releases: the e2e deploys our charts through Argo CD; a helm
-# release of them (make e2e leaves one) would own the same objects.
-refuse_helm_releases() {
-  [[ -x "$BIN_DIR/helm" ]] || "$REPO_ROOT/scripts/fetch-tools.sh" >&2
-  local releases
-  releases="$("$BIN_DIR/helm" --kubeconfig "$KIND_KUBECONFIG" list --all-namespaces --all \
-    --filter '^gpu-scheduler(-check)?$' --output json |
-    python3 -c 'import json, sys; print(", ".join("%s (namespace %s)" % (r["name"], r["namespace"]) for r in json.load(sys.stdin)))')"
-  [[ -z "$releases" ]] ||
-    die "helm releases of ours are installed in KinD cluster $CLUSTER: $releases. make argocd-e2e deploys the same charts through Argo CD: remove them first (helm uninstall -n <namespace> <name>; 'make e2e' installs them)."
-}
-
+# e2e: tests/argocd/conftest.py does the rest, in order: it refuses a helm
+# release of our charts (make e2e's would own the same objects), runs
+# `install` above, builds our images and loads them under the references the
+# charts render, serves this checkout with git daemon and applies argocd/.
 cmd_e2e() {
   [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
   need_docker "make argocd-e2e"
   need_cluster
-  refuse_helm_releases
-  cmd_install
-  log "argocd: our images (scripts/images.sh; SCHEDULER_IMAGE, CHECK_IMAGE)"
-  "$REPO_ROOT/scripts/images.sh" build >/dev/null
   cd "$REPO_ROOT"
-  # -s: the fixtures print progress (install, images, rollouts) as it happens.
+  # -s: the fixtures' progress (install, images, rollouts) as it happens.
   KIND_CLUSTER="$CLUSTER" .venv/bin/pytest -s -m argocd tests/argocd
 }
 
@@ -304,7 +260,6 @@ case "${1:-}" in
   images) cmd_images ;;
   install) cmd_install ;;
   uninstall) cmd_uninstall ;;
-  load) shift; (($#)) || die "usage: $0 load IMAGE..."; need_docker "kind load"; load_images "$@" ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 binary|images|install|uninstall|load IMAGE...|e2e" ;;
+  *) die "usage: $0 binary|images|install|uninstall|e2e" ;;
 esac

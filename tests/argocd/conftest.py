@@ -1,25 +1,26 @@
 """Argo CD in the KinD cluster deploying argocd/ from a git server, as users run it.
 
-`make argocd-e2e` (scripts/argocd.sh e2e) builds and installs what these
-tests need first; run alone, the fixtures do it themselves (slowly on a cold
-machine: Argo CD is built from source). The cluster is KIND_CLUSTER's
-(default gpu-scheduler, from `make kind-up`) through KIND_KUBECONFIG. Where
-no such cluster answers the tests are skipped, under CI=true they fail.
+`make argocd-e2e` (scripts/argocd.sh e2e) runs these tests on the cluster of
+`make kind-up` (KIND_CLUSTER, default gpu-scheduler; KIND_KUBECONFIG); the
+fixture builds and installs what they need (slowly on a cold machine: Argo CD
+is built from source), printing progress. Run with pytest alone where no such
+cluster answers they are skipped; under CI=true they fail.
 
 What the module fixture `deployment` does, in order:
   1. refuses when a helm release of our charts is installed (make e2e's);
   2. scripts/argocd.sh install: Argo CD in namespace argocd (stays after);
-  3. our images under the references the served charts render by default
-     (their registry and appVersion), loaded into the nodes: the charts
-     deploy unchanged, as if pulled from the release's registry;
+  3. our images (scripts/images.sh build) under the references the served
+     charts render by default (their registry and appVersion), loaded into
+     the workers: the charts deploy unchanged, as if pulled from the
+     release's registry;
   4. this checkout as a git repository of one commit, served by `git daemon`
      on the cluster network's gateway (tests/argocd/gitserver.py);
   5. `kubectl apply -k` of an overlay of argocd/ that sets the one value users
      set, the ApplicationSet's repoURL (with its revision), to that server;
   6. waits until RollingSync has synced both Applications.
-Afterwards it deletes the ApplicationSet (Argo CD deletes both
-Applications and what they deployed), the AppProject and our two
-namespaces, and checks nothing of ours is left in the cluster.
+Afterwards it deletes the ApplicationSet, checks that Argo CD deleted what
+both Applications deployed, deletes the AppProject and our two namespaces,
+and checks nothing of ours is left in the cluster.
 """
 
 from __future__ import annotations
@@ -188,9 +189,24 @@ def refuse_helm_releases(kube: Kube) -> None:
         )
 
 
-def script(*args, timeout: float = INSTALL_TIMEOUT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KIND_CLUSTER": CLUSTER, "KIND_KUBECONFIG": str(KUBECONFIG)}
-    return run(["bash", *args], timeout=timeout, env=env, cwd=REPO)
+def script_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "KIND_CLUSTER": CLUSTER,
+        "KIND_KUBECONFIG": str(KUBECONFIG),
+        "SCHEDULER_IMAGE": SCHEDULER_IMAGE,
+        "CHECK_IMAGE": CHECK_IMAGE,
+    }
+
+
+def script(name: str, *args, timeout: float = INSTALL_TIMEOUT) -> None:
+    """scripts/NAME ARGS with its progress on the terminal as it happens (a cold Argo CD build is long)."""
+    argv = ["bash", REPO / "scripts" / name, *args]
+    progress(" ".join(str(a) for a in argv[1:]))
+    # Not captured: pytest -s shows it live; without -s, pytest shows it with a failure.
+    finished = subprocess.run([str(a) for a in argv], env=script_env(), cwd=REPO, timeout=timeout, check=False)
+    command = " ".join(map(str, argv[1:]))
+    assert finished.returncode == 0, f"{command}: exit {finished.returncode} (its output is above)"
 
 
 def chart_images(work: Path) -> dict[str, set[str]]:
@@ -214,11 +230,13 @@ def _cronjob_pod(spec: dict) -> dict:
 
 
 def provide_images(work: Path) -> None:
-    """Our images under the names the charts pull, in every node (pullPolicy IfNotPresent keeps them)."""
-    for image in (SCHEDULER_IMAGE, CHECK_IMAGE):
-        if run(["docker", "image", "inspect", image]).returncode != 0:
-            built = script(REPO / "scripts" / "images.sh", "build")
-            assert built.returncode == 0, f"scripts/images.sh build: {tail(built)}"
+    """Our images under the names the charts pull, in every worker (pullPolicy IfNotPresent keeps them).
+
+    As `make e2e` does: scripts/images.sh rebuilds what changed (BUILD_IMAGES=0:
+    the images are taken as the local Docker has them).
+    """
+    if os.environ.get("BUILD_IMAGES", "1") != "0":
+        script("images.sh", "build")
     wanted = chart_images(work)
     ours = {SCHEDULER_APP: SCHEDULER_IMAGE, CHECK_APP: CHECK_IMAGE}
     before = {}  # reference -> the image it named on this host before, if any
@@ -228,13 +246,13 @@ def provide_images(work: Path) -> None:
             tagged = run(["docker", "tag", ours[app], ref])
             assert tagged.returncode == 0, tail(tagged)
     try:
-        loaded = script(REPO / "scripts" / "argocd.sh", "load", *before, timeout=1200)
-        assert loaded.returncode == 0, f"loading {list(before)}: {tail(loaded)}"
+        # Loaded where a worker lacks the image's ID: a rebuilt image under the same reference is loaded again.
+        script("kind.sh", "load-missing", *before, timeout=1200)
     finally:
         # The host's references are left as they were: they are the registry's.
         for ref, previous in before.items():
             run(["docker", "tag", previous, ref] if previous else ["docker", "rmi", ref])
-    progress(f"images in the nodes as the charts name them: {', '.join(before)}")
+    progress(f"images in the workers as the charts name them: {', '.join(before)}")
 
 
 def gateway_of(cluster: str) -> str:
@@ -356,19 +374,47 @@ def leftovers(kube: Kube) -> list[str]:
     return found + present_cluster_objects(kube)
 
 
-def remove_everything_of_ours(kube: Kube) -> None:
-    """Delete the ApplicationSet (Argo CD deletes its Applications and their objects), then the rest."""
-    # The ApplicationSet's finalizer deletes the Applications one step at a
-    # time (deletionOrder: Reverse), each once Argo CD has deleted its objects.
+# What the Applications deploy into our namespaces (the namespaces and the
+# certificate Job's Secret are not theirs: namespace deletion removes them).
+DEPLOYED_KINDS = "deployments.apps,statefulsets.apps,services,cronjobs.batch,serviceaccounts,roles,rolebindings"
+
+
+def deployed_objects(kube: Kube) -> list[str]:
+    """What the Applications deployed that still exists: our cluster-scoped objects and, in our
+    namespaces, every object of DEPLOYED_KINDS that Argo CD tracks (its instance label)."""
+    found = present_cluster_objects(kube)
+    for namespace in NAMESPACES.values():
+        listed = kube.kubectl("get", "-n", namespace, DEPLOYED_KINDS, "-l", "app.kubernetes.io/instance", "-o", "name")
+        found += [f"{namespace}/{name}" for name in listed.stdout.split()]
+    return found
+
+
+def delete_applicationset(kube: Kube) -> None:
+    """Delete the ApplicationSet and wait until it and both Applications are gone.
+
+    Its finalizer deletes the Applications one step at a time (deletionOrder:
+    Reverse); each Application's resources finalizer makes Argo CD delete
+    what it deployed before the Application goes.
+    """
     kube.kubectl(
         "delete", "-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET, "--ignore-not-found", "--wait=false"
     )
-    deadline = time.monotonic() + DELETE_TIMEOUT
-    while time.monotonic() < deadline and (
-        kube.exists("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
-        or set(kube.applications()) & {SCHEDULER_APP, CHECK_APP}
-    ):
-        time.sleep(2)
+    wait_for(
+        "the ApplicationSet and both Applications to be deleted",
+        lambda: (
+            not (
+                kube.exists("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+                or set(kube.applications()) & {SCHEDULER_APP, CHECK_APP}
+            )
+        ),
+        DELETE_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+
+
+def remove_everything_of_ours(kube: Kube) -> None:
+    """The ApplicationSet (with what Argo CD deployed), then the AppProject and our namespaces."""
+    delete_applicationset(kube)
     kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "appprojects.argoproj.io", PROJECT, "--ignore-not-found")
     kube.kubectl("delete", "namespace", *NAMESPACES.values(), "--ignore-not-found", "--timeout=300s", timeout=330)
 
@@ -388,8 +434,7 @@ def deployment(tmp_path_factory) -> Deployment:
     refuse_helm_releases(kube)
 
     started = time.monotonic()
-    installed = script(REPO / "scripts" / "argocd.sh", "install")
-    assert installed.returncode == 0, f"scripts/argocd.sh install: {tail(installed, 8000)}"
+    script("argocd.sh", "install")
     seconds["install"] = time.monotonic() - started
     progress(f"Argo CD installed in namespace argocd ({seconds['install']:.0f}s)")
     found = leftovers(kube)
@@ -427,10 +472,17 @@ def deployment(tmp_path_factory) -> Deployment:
         first_appset = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
         yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
     finally:
+        # Deleting the ApplicationSet is how users remove both: Argo CD deletes
+        # what it deployed. Whatever it left is reported, then removed anyway
+        # (a webhook configuration left behind would refuse pods in the next
+        # test run's cluster).
         started = time.monotonic()
+        delete_applicationset(kube)
+        not_deleted = deployed_objects(kube)
         remove_everything_of_ours(kube)
         daemon.stop()
         left = leftovers(kube)
         remove_cluster_objects_of_ours(kube)
         progress(f"removed the Applications and our namespaces ({time.monotonic() - started:.0f}s); Argo CD stays")
+        assert not not_deleted, f"Argo CD did not delete what the Applications deployed: {not_deleted}"
         assert not left, f"left in the cluster after deleting the ApplicationSet and our namespaces: {left}"

@@ -214,20 +214,52 @@ def test_both_applications_are_synced_and_healthy_at_the_served_commit(deploymen
         assert (shown["status"]["sync"]["status"], shown["status"]["health"]["status"]) == ("Synced", "Healthy")
 
 
+def health_events(kube: Kube, app: dict) -> list[tuple[int, str, str]]:
+    """(nanoseconds since the epoch, from, to) of each health change Argo CD recorded for `app`, oldest first.
+
+    The application controller writes an Event per change ("Updated health
+    status: A -> B") named <application>.<its UnixNano time in hex>: finer than
+    the Events' and the operations' timestamps (whole seconds). Only Events
+    about this Application object (its UID): an earlier run's stay for an hour.
+    """
+    name, uid = app["metadata"]["name"], app["metadata"]["uid"]
+    events = kube.items("-n", ARGOCD_NAMESPACE, "events", "--field-selector", f"involvedObject.name={name}")
+    found = []
+    for event in events:
+        change = re.fullmatch(r"Updated health status: (\w*) -> (\w+)", event["message"])
+        if event["involvedObject"].get("uid") != uid or not change:
+            continue
+        prefix, _, stamp = event["metadata"]["name"].rpartition(".")
+        assert prefix == name and re.fullmatch(r"[0-9a-f]+", stamp), f"Argo CD event name: {event['metadata']}"
+        found.append((int(stamp, 16), *change.groups()))
+    return sorted(found)
+
+
 def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deployment):
-    scheduler = deployment.first[SCHEDULER_APP]["status"]
-    check = deployment.first[CHECK_APP]["status"]
+    scheduler = deployment.first[SCHEDULER_APP]
+    check = deployment.first[CHECK_APP]
 
     # Both syncs were RollingSync's (the ApplicationSet controller's), not ours.
-    for status in (scheduler, check):
-        assert status["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
-    scheduler_healthy = when(scheduler["health"]["lastTransitionTime"])
-    check_started = when(check["operationState"]["startedAt"])
-    assert check_started >= when(scheduler["operationState"]["finishedAt"])
-    assert check_started >= scheduler_healthy, (
-        f"gpu-scheduler-check started syncing at {check_started}, "
-        f"before gpu-scheduler was Healthy at {scheduler_healthy}"
+    for app in (scheduler, check):
+        assert app["status"]["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
+    # Argo CD's own record of the health of each: gpu-scheduler became
+    # Healthy before anything of the check existed (its first change away
+    # from Missing is its sync creating the StatefulSet).
+    scheduler_changes = health_events(deployment.kube, scheduler)
+    check_changes = health_events(deployment.kube, check)
+    healthy = [ns for ns, _, to in scheduler_changes if to == "Healthy"]
+    deployed = [ns for ns, _, to in check_changes if to not in ("Missing", "Unknown")]
+    assert healthy, f"no Event says gpu-scheduler became Healthy: {scheduler_changes}"
+    assert deployed, f"no Event says gpu-scheduler-check left Missing: {check_changes}"
+    assert healthy[0] < deployed[0], (
+        f"gpu-scheduler-check's objects appeared at {deployed[0]} ns, before gpu-scheduler was Healthy "
+        f"at {healthy[0]} ns: {scheduler_changes} / {check_changes}"
     )
+    # And the check's sync operation started no earlier than that second,
+    # after gpu-scheduler's operation had finished (whole seconds, as stored).
+    check_started = when(check["status"]["operationState"]["startedAt"]).timestamp()
+    assert check_started >= healthy[0] // 1_000_000_000, (check_started, healthy[0])
+    assert check_started >= when(scheduler["status"]["operationState"]["finishedAt"]).timestamp()
     # The ApplicationSet's own account: two steps, in this order, both done.
     statuses = {s["application"]: s for s in deployment.first_appset["status"]["applicationStatus"]}
     assert {name: (s["step"], s["status"]) for name, s in statuses.items()} == {

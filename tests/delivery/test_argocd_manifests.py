@@ -107,6 +107,9 @@ def test_applicationset_generates_scheduler_then_check_from_our_charts():
         assert (REPO / element["chart"] / "Chart.yaml").is_file(), element
     template = APPSET["spec"]["template"]
     assert template["metadata"]["labels"]["stage"] == "{{ .stage }}"
+    # Deleting the ApplicationSet deletes what both Applications deployed, in reverse order.
+    assert template["metadata"]["finalizers"] == ["resources-finalizer.argocd.argoproj.io"]
+    assert APPSET["spec"]["strategy"]["deletionOrder"] == "Reverse"
     assert template["spec"]["project"] == PROJECT["metadata"]["name"]
     assert template["spec"]["source"]["repoURL"] == "{{ .repoURL }}"
     assert template["spec"]["source"]["targetRevision"] == "{{ .revision }}"
