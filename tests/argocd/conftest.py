@@ -231,30 +231,44 @@ def _cronjob_pod(spec: dict) -> dict:
     return spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})
 
 
+def containerd_name(reference: str) -> str:
+    """The name a Docker reference has in a node's containerd (Docker's normalisation)."""
+    first, _, rest = reference.partition("/")
+    if not rest:
+        return f"docker.io/library/{reference}"
+    if "." in first or ":" in first or first == "localhost":
+        return reference
+    return f"docker.io/{reference}"
+
+
+def worker_containers() -> list[str]:
+    labels = [f"label=io.x-k8s.kind.cluster={CLUSTER}", "label=io.x-k8s.kind.role=worker"]
+    listed = run(["docker", "ps", "--filter", labels[0], "--filter", labels[1], "--format", "{{.Names}}"])
+    assert listed.returncode == 0 and listed.stdout.split(), f"no worker container of {CLUSTER}: {tail(listed)}"
+    return sorted(listed.stdout.split())
+
+
 def provide_images(work: Path) -> None:
     """Our images under the names the charts pull, in every worker (pullPolicy IfNotPresent keeps them).
 
     As `make e2e` does: scripts/images.sh rebuilds what changed (BUILD_IMAGES=0:
-    the images are taken as the local Docker has them).
+    the images are taken as the local Docker has them) and `kind.sh
+    load-missing` loads them where a worker lacks their ID (so `make e2e`
+    after this loads nothing). Then, in each worker's containerd, the
+    references the charts render name the same images (`ctr images tag`):
+    nothing is copied twice, and the host's Docker is left as it was.
     """
     if os.environ.get("BUILD_IMAGES") != "0":
         script("images.sh", "build")
-    wanted = chart_images(work)
+    script("kind.sh", "load-missing", SCHEDULER_IMAGE, CHECK_IMAGE, timeout=1200)
     ours = {SCHEDULER_APP: SCHEDULER_IMAGE, CHECK_APP: CHECK_IMAGE}
-    before = {}  # reference -> the image it named on this host before, if any
-    for app, references in wanted.items():
-        for ref in sorted(references):
-            before[ref] = run(["docker", "image", "inspect", "-f", "{{.Id}}", ref]).stdout.strip()
-            tagged = run(["docker", "tag", ours[app], ref])
-            assert tagged.returncode == 0, tail(tagged)
-    try:
-        # Loaded where a worker lacks the image's ID: a rebuilt image under the same reference is loaded again.
-        script("kind.sh", "load-missing", *before, timeout=1200)
-    finally:
-        # The host's references are left as they were: they are the registry's.
-        for ref, previous in before.items():
-            run(["docker", "tag", previous, ref] if previous else ["docker", "rmi", ref])
-    progress(f"images in the workers as the charts name them: {', '.join(before)}")
+    aliases = sorted((ours[app], ref) for app, refs in chart_images(work).items() for ref in refs)
+    for node in worker_containers():
+        for image, ref in aliases:
+            tag = ["ctr", "-n", "k8s.io", "images", "tag", "--force", containerd_name(image), containerd_name(ref)]
+            tagged = run(["docker", "exec", node, *tag])
+            assert tagged.returncode == 0, f"{node}: {' '.join(tag)}: {tail(tagged)}"
+    progress(f"images in the workers as the charts name them: {', '.join(ref for _, ref in aliases)}")
 
 
 def gateway_of(cluster: str) -> str:
