@@ -191,11 +191,12 @@ EOF
 }
 
 # wait_established CRD...: until the API server serves them (`kubectl wait`
-# fails outright on a CRD that has no conditions yet).
+# fails outright on a CRD that has no conditions yet, and so does this
+# jsonpath: its error is not shown, the loop asks again).
 wait_established() {
   local crd deadline=$((SECONDS + 60))
   for crd in "$@"; do
-    until [[ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]]; do
+    until [[ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]]; do
       ((SECONDS < deadline)) || die "CRD $crd is not Established after 60s"
       sleep 1
     done
