@@ -2,16 +2,19 @@
 
 Offline, the manifests are checked against the charts they deploy (every kind
 the charts render is allowed, nothing else cluster-wide). On the local
-control plane (marker `cluster`), Argo CD's own CRDs (../shared/crds/argocd,
-Argo CD 3.6.0) are applied and the manifests are applied server-side, so the
-API server validates every field against the real schema. No Argo CD
+control plane (marker `cluster`), Argo CD's own CRDs (from the module of the
+Argo CD we build, cluster/argocd/go.mod) are applied and the manifests are
+applied server-side, so the API server validates every field against the
+real schema. No Argo CD
 controller runs there: what Argo CD then does with them is not exercised.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
 import time
 
 import pytest
@@ -27,7 +30,8 @@ from .conftest import (
 )
 
 ARGOCD = REPO / "argocd"
-CRDS = REPO.parent / "shared" / "crds" / "argocd"
+ARGOCD_MODULE_DIR = REPO / "cluster" / "argocd"
+ARGOCD_MODULE = "github.com/argoproj/argo-cd/v3"
 REPO_URL = "https://gitlab.com/your-group/gpu-scheduler.git"
 CLUSTER_SCOPED = {
     "Namespace",
@@ -205,17 +209,29 @@ def wait_established(base: list, crd: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+def argocd_crds():
+    """manifests/crds of the Argo CD release cluster/argocd/go.mod pins (Go's module cache)."""
+    go_mod = (ARGOCD_MODULE_DIR / "go.mod").read_text()
+    version = re.search(rf"^\s*{re.escape(ARGOCD_MODULE)} (v\S+)", go_mod, re.M)
+    assert version, f"{ARGOCD_MODULE} is not required in {ARGOCD_MODULE_DIR / 'go.mod'}"
+    download = subprocess.run(
+        ["go", "mod", "download", "-json", f"{ARGOCD_MODULE}@{version[1]}"],
+        cwd=ARGOCD_MODULE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert download.returncode == 0, f"go mod download {ARGOCD_MODULE}@{version[1]}: {download.stdout}{download.stderr}"
+    crds = json.loads(download.stdout)["Dir"] + "/manifests/crds"
+    return crds
+
+
 @pytest.fixture(scope="module")
 def argocd_namespace(kubeconfig, kubectl):
     """The Argo CD CRDs installed and the argocd namespace there; our objects removed after."""
-    if not CRDS.is_dir():
-        pytest.fail(
-            f"Argo CD CRDs not found at {CRDS}: the shared/ folder beside the repository "
-            "holds them (shared/crds/argocd/*.yaml)",
-            pytrace=False,
-        )
+    crds = argocd_crds()
     base = [kubectl, "--kubeconfig", kubeconfig]
-    applied = run([*base, "apply", "--server-side", "-f", CRDS])
+    applied = run([*base, "apply", "--server-side", "-k", crds])
     assert applied.returncode == 0, applied.stderr
     for crd in ("applications", "applicationsets", "appprojects"):
         wait_established(base, f"{crd}.argoproj.io")
