@@ -6,6 +6,10 @@
 #   down     delete the cluster, its kubeconfig, and the docker network `kind`
 #            when `up` created it and nothing else uses it
 #   load     IMAGE...: kind load docker-image into every node
+#   load-missing  IMAGE...: into the workers that do not hold that image ID
+#            yet (as install does with ours; scripts/argocd.sh with Argo CD's)
+#   kubeconfig  (re)write $KIND_KUBECONFIG for the existing cluster; fails when
+#            there is none
 #   running  exit 0 when the cluster's control-plane container runs (no kind needed)
 #   install  the images built (or BUILD_IMAGES=0: taken as they are) and loaded
 #            into the workers; charts/gpu-scheduler installed with its
@@ -305,6 +309,21 @@ cmd_load() {
   kind_cmd load docker-image --name "$CLUSTER" "$@"
 }
 
+cmd_load_missing() {
+  (($#)) || die "usage: $0 load-missing IMAGE..."
+  need_docker "kind load"
+  cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
+  ensure_state
+  load_images "$@"
+}
+
+cmd_kubeconfig() {
+  need_docker "kind get kubeconfig"
+  cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
+  ensure_state
+  write_kubeconfig
+}
+
 # cluster_running: the cluster's control-plane container runs. Asks Docker
 # only, so `make report` can choose a cluster without building kind.
 cluster_running() {
@@ -369,16 +388,16 @@ node_has_image() {
     2>/dev/null | grep -qx "$3"
 }
 
-# load_images: into the workers only, where our pods run (the control plane
-# is tainted and none of them tolerates it), and only where a worker does
-# not hold the image's ID yet.
+# load_images IMAGE...: into the workers only, where our pods run (the
+# control plane is tainted and none of them tolerates it), and only where a
+# worker does not hold the image's ID yet.
 load_images() {
   local workers image id node missing
   workers="$(docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=worker \
     --format '{{.Names}}' | sort)"
   [[ -n "$workers" ]] || die "cluster $CLUSTER has no running worker container"
-  for image in "$SCHEDULER_IMAGE" "$CHECK_IMAGE"; do
-    id="$(docker image inspect -f '{{.Id}}' "$image")"
+  for image in "$@"; do
+    id="$(docker image inspect -f '{{.Id}}' "$image")" || die "image $image is not in the local Docker"
     missing=()
     for node in $workers; do
       node_has_image "$node" "$image" "$id" || missing+=("$node")
@@ -488,7 +507,7 @@ uninstall_check() {
 cmd_install() {
   prepare "${1:-make e2e}"
   ensure_images
-  load_images
+  load_images "$SCHEDULER_IMAGE" "$CHECK_IMAGE"
   install_scheduler
 }
 
@@ -527,9 +546,11 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   load) shift; cmd_load "$@" ;;
+  load-missing) shift; cmd_load_missing "$@" ;;
+  kubeconfig) cmd_kubeconfig ;;
   running) cluster_running ;;
   install) cmd_install "scripts/kind.sh install" ;;
   e2e) cmd_e2e ;;
   report) cmd_report ;;
-  *) die "usage: $0 up|down|load IMAGE...|running|install|e2e|report" ;;
+  *) die "usage: $0 up|down|load IMAGE...|load-missing IMAGE...|kubeconfig|running|install|e2e|report" ;;
 esac

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make test`: lint, the fast tests, the images built and run with Docker,
 # then the real local control plane for the cluster, e2e and fault tests,
-# then KinD (real kubelets and containers): `make kind-up`, `make e2e` (both
-# charts installed with their hooks, the e2e suite against them), `make
-# report` and the KinD tests, on a cluster of its own that the last KinD test
-# deletes with `make kind-down`. Everything a stage starts (clusters, a Docker
-# engine this run started) is stopped at the end, also after a failure.
+# then KinD (real kubelets and containers): `make kind-up`, `make argocd-e2e`
+# (Argo CD syncing both charts from git), `make e2e` (both charts installed
+# with their hooks, the e2e suite against them), `make report` and the KinD
+# tests, on a cluster of its own that the last KinD test deletes with `make
+# kind-down`. Everything a stage starts (clusters, a Docker engine this run
+# started) is stopped at the end, also after a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
@@ -27,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "unit tests (no cluster, no Docker)"
-$PYTEST -m "not cluster and not e2e and not faults and not images and not kind"
+$PYTEST -m "not cluster and not e2e and not faults and not images and not kind and not argocd"
 
 # The images as users build and run them. Under CI=true the engine must come
 # up (scripts/docker-engine.sh installs and starts it when root); elsewhere,
@@ -68,16 +69,16 @@ unset KUBECONFIG
 
 # KinD, where a Docker engine runs (under CI=true the images stage has made
 # sure one does). The cluster is the KinD tests' own (tests/kind/conftest.py),
-# never a user's `make kind-up` cluster: `make e2e` and `make report` install
-# into it, then tests/kind runs on it and its last test proves that `make
-# kind-down` removes everything. Whether the docker network `kind` existed
+# never a user's `make kind-up` cluster: `make argocd-e2e`, `make e2e` and
+# `make report` install into it, then tests/kind runs on it and its last
+# test proves that `make kind-down` removes everything. Whether the docker network `kind` existed
 # before is read from Docker here, before `kind-up`, for that test.
 export KIND_CLUSTER=gpu-scheduler-kind-test
 export KIND_KUBECONFIG="$PWD/.cache/kind/$KIND_CLUSTER.kubeconfig"
 if ! $docker_runs; then
   step "KinD: no Docker engine answers, so the KinD stage is skipped"
-  echo "Install Docker (https://docs.docker.com/engine/install/) and run 'make test' again for make kind-up, make e2e and the KinD tests."
-  $PYTEST -m kind tests/kind
+  echo "Install Docker (https://docs.docker.com/engine/install/) and run 'make test' again for make kind-up, make argocd-e2e, make e2e and the KinD tests."
+  $PYTEST -m "kind or argocd" tests/kind tests/argocd
 else
   step "KinD: make kind-up (cluster $KIND_CLUSTER)"
   KIND_TEST_NETWORK_EXISTED_BEFORE=0
@@ -85,6 +86,12 @@ else
   export KIND_TEST_NETWORK_EXISTED_BEFORE
   cleanups+=('step "tearing the KinD cluster down"; make --no-print-directory kind-down')
   make --no-print-directory kind-up
+
+  # Before make e2e: it leaves its helm releases of our charts installed,
+  # which Argo CD would have to take over. The Argo CD tests remove their
+  # Applications and what they deployed; Argo CD itself stays, idle.
+  step "KinD: make argocd-e2e (Argo CD in the cluster syncs argocd/ from a git server of this checkout)"
+  make --no-print-directory argocd-e2e
 
   step "KinD: make e2e (images loaded, both charts installed with their hooks, the e2e suite)"
   make --no-print-directory e2e

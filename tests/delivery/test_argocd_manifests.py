@@ -11,6 +11,7 @@ controller runs there: what Argo CD then does with them is not exercised.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 
 import pytest
@@ -106,6 +107,9 @@ def test_applicationset_generates_scheduler_then_check_from_our_charts():
         assert (REPO / element["chart"] / "Chart.yaml").is_file(), element
     template = APPSET["spec"]["template"]
     assert template["metadata"]["labels"]["stage"] == "{{ .stage }}"
+    # Deleting the ApplicationSet deletes what both Applications deployed, in reverse order.
+    assert template["metadata"]["finalizers"] == ["resources-finalizer.argocd.argoproj.io"]
+    assert APPSET["spec"]["strategy"]["deletionOrder"] == "Reverse"
     assert template["spec"]["project"] == PROJECT["metadata"]["name"]
     assert template["spec"]["source"]["repoURL"] == "{{ .repoURL }}"
     assert template["spec"]["source"]["targetRevision"] == "{{ .revision }}"
@@ -156,6 +160,39 @@ def test_generated_applications_sync_with_prune_self_heal_and_keep_the_ca_bundle
     }
 
 
+def kustomize(kubectl, folder) -> dict[str, dict]:
+    """`kubectl kustomize FOLDER`: the objects users apply with `kubectl apply -k`, by kind."""
+    built = run([kubectl, "kustomize", folder])
+    assert built.returncode == 0, built.stderr
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(built.stdout)}
+
+
+@pytest.mark.delivery
+def test_kustomization_applies_both_files_in_the_argocd_namespace(kubectl):
+    objects = kustomize(kubectl, ARGOCD)
+
+    assert set(objects) == {"AppProject", "ApplicationSet"}
+    assert {doc["metadata"]["namespace"] for doc in objects.values()} == {"argocd"}
+    assert objects["ApplicationSet"]["spec"] == APPSET["spec"]
+
+
+@pytest.mark.delivery
+def test_the_project_allows_the_repository_the_applicationset_names(kubectl, tmp_path):
+    # One value for users: the release list's repoURL. A fork that changes
+    # only that line gets an AppProject that allows exactly its repository.
+    fork = tmp_path / "argocd"
+    shutil.copytree(ARGOCD, fork)
+    appset = yaml.safe_load((fork / "applicationset.yaml").read_text())
+    release = appset["spec"]["generators"][0]["matrix"]["generators"][0]["list"]["elements"][0]
+    release["repoURL"] = "https://gitlab.example.com/team/gpu-scheduler.git"
+    (fork / "applicationset.yaml").write_text(yaml.safe_dump(appset))
+
+    objects = kustomize(kubectl, fork)
+
+    assert objects["AppProject"]["spec"]["sourceRepos"] == ["https://gitlab.example.com/team/gpu-scheduler.git"]
+    assert objects["AppProject"]["spec"]["destinations"] == PROJECT["spec"]["destinations"]
+
+
 def wait_established(base: list, crd: str, timeout: float = 60) -> None:
     """Until the API server serves the CRD (`kubectl wait` errors before it has conditions)."""
     jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
@@ -188,7 +225,7 @@ def argocd_namespace(kubeconfig, kubectl):
         created = run([*base, "create", "namespace", "argocd"])
         assert created.returncode == 0, created.stderr
     yield "argocd"
-    run([*base, "delete", "--ignore-not-found", "--wait=false", "-f", ARGOCD])
+    run([*base, "delete", "--ignore-not-found", "--wait=false", "-k", ARGOCD])
     if not existed:
         run([*base, "delete", "namespace", "argocd", "--wait=false"])
 
@@ -198,7 +235,7 @@ def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(kubeconfi
     base = [kubectl, "--kubeconfig", kubeconfig, "--namespace", argocd_namespace]
 
     # Strict field validation: an unknown or misplaced field is an error, not a warning.
-    result = run([*base, "apply", "--server-side", "--validate=strict", "-f", ARGOCD])
+    result = run([*base, "apply", "--server-side", "--validate=strict", "-k", ARGOCD])
 
     assert result.returncode == 0, result.stdout + result.stderr
     stored = run([*base, "get", "applicationset", "gpu-scheduler", "-o", "yaml"])

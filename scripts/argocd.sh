@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Argo CD built here from Go modules and run in the KinD cluster, where users
+# run it. One subcommand per step (make argocd-* targets):
+#   binary     build the argocd binary (cluster/argocd/go.mod) into
+#              .cache/argocd, version-stamped; cached by a hash of its inputs.
+#              Prints its path; .cache/bin/argocd points at it (the CLI).
+#   images     docker build the argocd image (that binary, git, ssh, helm) and
+#              a redis image (Debian's redis-server) on the offline Debian base;
+#              tagged by a hash of their inputs. Prints both references.
+#   install    images into the KinD cluster (scripts/kind.sh load-missing), Argo CD's
+#              CRDs from its module, then cluster/argocd/install; waits until
+#              every component runs. Idempotent.
+#   uninstall  remove what install made (namespace argocd, CRDs, cluster RBAC)
+#   e2e        the Argo CD tests (tests/argocd, marker argocd); their fixture
+#              runs install, builds and loads our images, serves this checkout
+#              with git daemon and applies argocd/; it removes the apps after
+# Env: KIND_CLUSTER (gpu-scheduler), KIND_KUBECONFIG (.cache/kind/kubeconfig).
+#
+# Argo CD's go.mod points its gitops-engine at a folder of its repository
+# that the module does not contain; cluster/argocd/go.mod takes the newest
+# pseudo-version the Go module proxy has instead. The binary is therefore not
+# the exact code of the release: `argocd version` says so (ExtraBuildInfo).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+MODULE_DIR="$REPO_ROOT/cluster/argocd"
+INSTALL_DIR="$MODULE_DIR/install"
+WORK_DIR="$CACHE_DIR/argocd"
+CLUSTER="${KIND_CLUSTER:-gpu-scheduler}"
+export KIND_KUBECONFIG="${KIND_KUBECONFIG:-$CACHE_DIR/kind/kubeconfig}"
+NAMESPACE=argocd
+ARGOCD_MODULE=github.com/argoproj/argo-cd/v3
+ARGOCD_VERSION="$(mod_version "$MODULE_DIR/go.mod" "$ARGOCD_MODULE")"
+GITOPS_ENGINE_VERSION="$(awk '$1 == "replace" && $2 == "github.com/argoproj/argo-cd/gitops-engine" { print $5 }' "$MODULE_DIR/go.mod")"
+ARGOCD_IMAGE_REPOSITORY=gpu-scheduler-argocd
+REDIS_IMAGE_REPOSITORY=gpu-scheduler-argocd-redis
+ROLLOUT_TIMEOUT="${ARGOCD_ROLLOUT_TIMEOUT:-600}"
+
+export GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
+
+# module_dir: Argo CD's module source in Go's module cache (downloaded when missing).
+module_dir() {
+  (cd "$MODULE_DIR" && go mod download -json "$ARGOCD_MODULE@$ARGOCD_VERSION" |
+    awk -F'"' '$2 == "Dir" { print $4 }')
+}
+
+# ldflags: the version Argo CD's own Makefile stamps, from our pins. No git
+# commit: the module zip has none, so `argocd version` reads v3.5.7+unknown.
+ldflags() {
+  local pkg="$ARGOCD_MODULE/common" build_date client_go
+  # The release's date as the proxy records it: a rebuild stamps the same.
+  build_date="$(cd "$MODULE_DIR" && go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' "$ARGOCD_MODULE")"
+  client_go="$(awk '$1 == "k8s.io/client-go" && $2 == "=>" { print $4; exit }' "$MODULE_DIR/go.mod")"
+  printf '%s ' -s -w \
+    -X "$pkg.version=${ARGOCD_VERSION#v}" \
+    -X "$pkg.buildDate=$build_date" \
+    -X "$pkg.kubectlVersion=$client_go" \
+    -X "'$pkg.extraBuildInfo=gpu-scheduler scripts/argocd.sh; gitops-engine $GITOPS_ENGINE_VERSION from the Go proxy, not the release commit'"
+}
+
+binary_path() {
+  local key
+  key="$( (cat "$MODULE_DIR/go.mod" "$MODULE_DIR/go.sum"; go version; go env GOOS GOARCH; ldflags) | sha256sum | cut -c1-12)"
+  echo "$WORK_DIR/bin/argocd-$ARGOCD_VERSION-$key"
+}
+
+cmd_binary() {
+  command -v go >/dev/null || die "go not found: building Argo CD $ARGOCD_VERSION needs Go (cluster/argocd/go.mod says which)"
+  local out start=$SECONDS
+  out="$(binary_path)"
+  if [[ ! -x "$out" ]]; then
+    mkdir -p "$(dirname "$out")"
+    log "argocd: building $ARGOCD_VERSION from the Go module proxy (one binary for every component; cold: 7-18 min on 2 cores)"
+    # One -ldflags argument; go splits it, honouring the quotes of the -X
+    # whose value has spaces.
+    (cd "$MODULE_DIR" && with_heartbeat "building argocd" go build -trimpath -ldflags "$(ldflags)" -o "$out.tmp" "$ARGOCD_MODULE/cmd")
+    mv "$out.tmp" "$out"
+    # Older builds are only kept while nothing else points at them.
+    find "$WORK_DIR/bin" -maxdepth 1 -name 'argocd-*' ! -path "$out" -delete
+    log "argocd: built $(basename "$out") in $((SECONDS - start))s"
+  fi
+  ln -sfn "$out" "$BIN_DIR/argocd"
+  "$out" version --client --short >/dev/null || die "$out does not run"
+  echo "$out"
+}
+
+need_docker() {
+  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 ||
+    die "'$1' needs a Docker engine that answers ('docker info' fails): start one (scripts/docker-engine.sh ensure)"
+}
+
+# build_image REF DOCKERFILE CONTEXT ARGS...: docker build unless REF exists
+# (its tag is the hash of its inputs).
+build_image() {
+  local ref="$1" dockerfile="$2" context="$3" start=$SECONDS
+  shift 3
+  if docker image inspect "$ref" >/dev/null 2>&1; then
+    log "argocd: image $ref is up to date"
+    return
+  fi
+  log "argocd: docker build $ref (apt over HTTP from the Debian mirror)"
+  docker build --force-rm --file "$dockerfile" --tag "$ref" "$@" "$context" >&2
+  log "argocd: built $ref in $((SECONDS - start))s"
+}
+
+cmd_images() {
+  need_docker "make argocd-images"
+  local binary helm module debian mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" context tag
+  binary="$(cmd_binary)"
+  [[ -x "$BIN_DIR/helm" ]] || "$REPO_ROOT/scripts/fetch-tools.sh" >&2
+  helm="$(readlink -f "$BIN_DIR/helm")"
+  module="$(module_dir)"
+  debian="$("$REPO_ROOT/scripts/debian-base.sh")"
+  context="$WORK_DIR/image-context"
+  rm -rf "$context"
+  mkdir -p "$context"
+  # Hard links where the file system allows: the binary is ~190 MB.
+  cp -l "$binary" "$context/argocd" 2>/dev/null || cp "$binary" "$context/argocd"
+  cp "$helm" "$context/helm"
+  cp "$module/hack/git-verify-wrapper.sh" "$module/hack/gpg-wrapper.sh" "$context/"
+  chmod 0755 "$context"/*
+  tag="$ARGOCD_VERSION-$(
+    cd "$context"
+    (docker image inspect -f '{{.Id}}' "$debian"; echo "$mirror"; cat "$MODULE_DIR/images/Dockerfile.argocd"
+      sha256sum argocd helm git-verify-wrapper.sh gpg-wrapper.sh) | sha256sum | cut -c1-12
+  )"
+  build_image "$ARGOCD_IMAGE_REPOSITORY:$tag" "$MODULE_DIR/images/Dockerfile.argocd" "$context" \
+    --build-arg BASE_IMAGE="$debian" --build-arg DEBIAN_MIRROR="$mirror" --build-arg VERSION="$ARGOCD_VERSION"
+  local redis_tag
+  redis_tag="bookworm-$( (docker image inspect -f '{{.Id}}' "$debian"; echo "$mirror"; cat "$MODULE_DIR/images/Dockerfile.redis") |
+    sha256sum | cut -c1-12)"
+  build_image "$REDIS_IMAGE_REPOSITORY:$redis_tag" "$MODULE_DIR/images/Dockerfile.redis" "$MODULE_DIR/images" \
+    --build-arg BASE_IMAGE="$debian" --build-arg DEBIAN_MIRROR="$mirror"
+  rm -rf "$context"
+  echo "$ARGOCD_IMAGE_REPOSITORY:$tag"
+  echo "$REDIS_IMAGE_REPOSITORY:$redis_tag"
+}
+
+kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
+
+need_cluster() {
+  [[ -x "$BIN_DIR/kubectl" ]] || "$REPO_ROOT/scripts/fetch-tools.sh" >&2
+  "$REPO_ROOT/scripts/kind.sh" kubeconfig ||
+    die "KinD cluster $CLUSTER is not there: run 'make kind-up' (KIND_CLUSTER=$CLUSTER) first"
+}
+
+# overlay ARGOCD_IMAGE REDIS_IMAGE: a kustomization in .cache that is
+# cluster/argocd/install with our image references (kustomize wants relative
+# paths, so it lives under the repository).
+overlay() {
+  local dir="$WORK_DIR/install-overlay" base
+  mkdir -p "$dir"
+  base="$(realpath --relative-to="$dir" "$INSTALL_DIR")"
+  cat >"$dir/kustomization.yaml" <<EOF
+# Generated by scripts/argocd.sh: $INSTALL_DIR with the images built here.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $base
+images:
+  - name: $ARGOCD_IMAGE_REPOSITORY
+    newTag: ${1##*:}
+  - name: $REDIS_IMAGE_REPOSITORY
+    newTag: ${2##*:}
+EOF
+  echo "$dir"
+}
+
+# wait_established CRD...: until the API server serves them (`kubectl wait`
+# fails outright on a CRD that has no conditions yet).
+wait_established() {
+  local crd deadline=$((SECONDS + 60))
+  for crd in "$@"; do
+    until [[ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]]; do
+      ((SECONDS < deadline)) || die "CRD $crd is not Established after 60s"
+      sleep 1
+    done
+  done
+}
+
+# ensure_secret NAME KEY: Secret NAME with a random KEY unless it has one.
+# The cache's password (argocd-redis, auth: Argo CD's own install makes it
+# with an init container) and the API server's signing key (argocd-secret,
+# server.secretkey: argocd-server adds it on its first start, too late for
+# the ApplicationSet controller starting beside it).
+ensure_secret() {
+  local name="$1" key="$2" value
+  [[ -n "$(kubectl -n "$NAMESPACE" get secret "$name" -o jsonpath="{.data.${key//./\\.}}" 2>/dev/null)" ]] && return
+  value="$(head -c 32 /dev/urandom | base64 | tr -d '/+=\n')"
+  if kubectl -n "$NAMESPACE" get secret "$name" >/dev/null 2>&1; then
+    kubectl -n "$NAMESPACE" patch secret "$name" --type merge -p "{\"stringData\":{\"$key\":\"$value\"}}" >/dev/null
+  else
+    kubectl -n "$NAMESPACE" create secret generic "$name" --from-literal="$key=$value" >/dev/null
+  fi
+  kubectl -n "$NAMESPACE" label --overwrite secret "$name" app.kubernetes.io/part-of=argocd >/dev/null
+}
+
+cmd_install() {
+  local start=$SECONDS images argocd_image redis_image module
+  need_docker "make argocd-install"
+  need_cluster
+  images="$(cmd_images)"
+  argocd_image="$(sed -n 1p <<<"$images")"
+  redis_image="$(sed -n 2p <<<"$images")"
+  # Into the workers that lack them (Argo CD runs there; the tags are
+  # hashes of the images' inputs, so a rebuilt image has a new one).
+  "$REPO_ROOT/scripts/kind.sh" load-missing "$argocd_image" "$redis_image" >&2
+  module="$(module_dir)"
+  log "argocd: CRDs from $module/manifests/crds"
+  # Server-side: the ApplicationSet CRD is too large for the annotation a
+  # client-side apply keeps.
+  kubectl apply --server-side --force-conflicts --field-manager=gpu-scheduler-argocd -k "$module/manifests/crds" >/dev/null
+  wait_established applications.argoproj.io applicationsets.argoproj.io appprojects.argoproj.io
+  kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  ensure_secret argocd-redis auth
+  ensure_secret argocd-secret server.secretkey
+  log "argocd: applying cluster/argocd/install"
+  kubectl apply --server-side --force-conflicts --field-manager=gpu-scheduler-argocd \
+    -k "$(overlay "$argocd_image" "$redis_image")" >/dev/null
+  log "argocd: waiting for the components to run"
+  local workload
+  for workload in deployment/argocd-redis deployment/argocd-repo-server statefulset/argocd-application-controller \
+    deployment/argocd-applicationset-controller deployment/argocd-server; do
+    kubectl -n "$NAMESPACE" rollout status "$workload" --timeout="${ROLLOUT_TIMEOUT}s" >/dev/null ||
+      { kubectl -n "$NAMESPACE" get pods -o wide >&2; die "$workload did not roll out within ${ROLLOUT_TIMEOUT}s (pods above)"; }
+  done
+  log "argocd: Argo CD $ARGOCD_VERSION runs in namespace $NAMESPACE of $CLUSTER ($((SECONDS - start))s)"
+  kubectl -n "$NAMESPACE" get pods -o wide >&2
+}
+
+cmd_uninstall() {
+  need_cluster
+  local start=$SECONDS
+  if kubectl get crd applications.argoproj.io >/dev/null 2>&1; then
+    # Applications first, while the controller runs: their finalizers
+    # delete what they deployed.
+    kubectl delete applicationsets.argoproj.io,applications.argoproj.io --all -A --wait=true --timeout=300s >/dev/null || true
+  fi
+  kubectl delete namespace "$NAMESPACE" --ignore-not-found --wait=true --timeout=300s >/dev/null
+  kubectl delete clusterrole,clusterrolebinding -l app.kubernetes.io/part-of=argocd --ignore-not-found >/dev/null
+  kubectl delete crd applications.argoproj.io applicationsets.argoproj.io appprojects.argoproj.io --ignore-not-found >/dev/null
+  log "argocd: removed from $CLUSTER in $((SECONDS - start))s"
+}
+
+# e2e: tests/argocd/conftest.py does the rest, in order: it refuses a helm
+# release of our charts (make e2e's would own the same objects), runs
+# `install` above, builds our images and loads them under the references the
+# charts render, serves this checkout with git daemon and applies argocd/.
+cmd_e2e() {
+  [[ -x "$REPO_ROOT/.venv/bin/pytest" ]] || die ".venv has no pytest: run 'make install'."
+  need_docker "make argocd-e2e"
+  need_cluster
+  cd "$REPO_ROOT"
+  # -s: the fixtures' progress (install, images, rollouts) as it happens.
+  KIND_CLUSTER="$CLUSTER" .venv/bin/pytest -s -m argocd tests/argocd
+}
+
+case "${1:-}" in
+  binary) cmd_binary ;;
+  images) cmd_images ;;
+  install) cmd_install ;;
+  uninstall) cmd_uninstall ;;
+  e2e) cmd_e2e ;;
+  *) die "usage: $0 binary|images|install|uninstall|e2e" ;;
+esac

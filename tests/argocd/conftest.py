@@ -1,0 +1,488 @@
+"""Argo CD in the KinD cluster deploying argocd/ from a git server, as users run it.
+
+`make argocd-e2e` (scripts/argocd.sh e2e) runs these tests on the cluster of
+`make kind-up` (KIND_CLUSTER, default gpu-scheduler; KIND_KUBECONFIG); the
+fixture builds and installs what they need (slowly on a cold machine: Argo CD
+is built from source), printing progress. Run with pytest alone where no such
+cluster answers they are skipped; under CI=true they fail.
+
+What the module fixture `deployment` does, in order:
+  1. refuses when a helm release of our charts is installed (make e2e's);
+  2. scripts/argocd.sh install: Argo CD in namespace argocd (stays after);
+  3. our images (scripts/images.sh build) under the references the served
+     charts render by default (their registry and appVersion), loaded into
+     the workers: the charts deploy unchanged, as if pulled from the
+     release's registry;
+  4. this checkout as a git repository of one commit, served by `git daemon`
+     on the cluster network's gateway (tests/argocd/gitserver.py);
+  5. `kubectl apply -k` of an overlay of argocd/ that sets the one value users
+     set, the ApplicationSet's repoURL (with its revision), to that server;
+  6. waits until RollingSync has synced both Applications.
+Afterwards it deletes the ApplicationSet, checks that Argo CD deleted what
+both Applications deployed, deletes the AppProject and our two namespaces,
+and checks nothing of ours is left in the cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .gitserver import BRANCH, GitDaemon, ServedRepository
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache"
+BIN = CACHE / "bin"
+KUBECTL = BIN / "kubectl"
+HELM = BIN / "helm"
+ARGOCD_CLI = BIN / "argocd"
+CLUSTER = os.environ.get("KIND_CLUSTER", "gpu-scheduler")
+KUBECONFIG = Path(os.environ.get("KIND_KUBECONFIG", CACHE / "kind" / "kubeconfig"))
+SCHEDULER_IMAGE = os.environ.get("SCHEDULER_IMAGE", "gpu-scheduler:dev")
+CHECK_IMAGE = os.environ.get("CHECK_IMAGE", "gpu-scheduler-check:dev")
+ARGOCD_NAMESPACE = "argocd"
+APPSET = "gpu-scheduler"
+PROJECT = "gpu-scheduler"
+SCHEDULER_APP = "gpu-scheduler"
+CHECK_APP = "gpu-scheduler-check"
+NAMESPACES = {SCHEDULER_APP: "gpu-scheduler-system", CHECK_APP: "gpu-scheduler-check"}
+CHARTS = {SCHEDULER_APP: "charts/gpu-scheduler", CHECK_APP: "charts/gpu-scheduler-check"}
+# Cluster-scoped kinds the charts create (kind -> what kubectl calls it).
+CLUSTER_KINDS = {
+    "ClusterRole": "clusterroles.rbac.authorization.k8s.io",
+    "ClusterRoleBinding": "clusterrolebindings.rbac.authorization.k8s.io",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations.admissionregistration.k8s.io",
+}
+# A cold run builds Argo CD from source (7-18 min on 2 cores) and its images.
+INSTALL_TIMEOUT = 3600
+SYNC_TIMEOUT = 900
+DELETE_TIMEOUT = 900
+
+
+def run(argv: list, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command, capturing text output; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+
+
+def tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout[-chars:]}\nstderr:\n{result.stderr[-chars:]}"
+
+
+def progress(message: str) -> None:
+    print(f"[argocd-e2e] {message}", flush=True)
+
+
+def wait_for(what: str, probe, timeout: float, interval: float = 2.0, explain=None):
+    """Polls `probe` until it returns something truthy; fails naming `what` (and `explain()`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain else ""
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{detail}", pytrace=False)
+        time.sleep(interval)
+
+
+@dataclass
+class Kube:
+    """kubectl against the KinD cluster, JSON in and out."""
+
+    kubeconfig: Path
+
+    def kubectl(self, *args, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], timeout=timeout, input=stdin)
+
+    def ok(self, *args, timeout: float = 120, stdin: str | None = None) -> str:
+        result = self.kubectl(*args, timeout=timeout, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(map(str, args))}: {tail(result)}"
+        return result.stdout
+
+    def get(self, *args) -> dict:
+        return json.loads(self.ok("get", *args, "-o", "json"))
+
+    def items(self, *args) -> list[dict]:
+        return self.get(*args)["items"]
+
+    def exists(self, *args) -> bool:
+        return self.kubectl("get", *args).returncode == 0
+
+    def application(self, name: str) -> dict:
+        return self.get("-n", ARGOCD_NAMESPACE, "applications.argoproj.io", name)
+
+    def applications(self) -> dict[str, dict]:
+        found = self.items("-n", ARGOCD_NAMESPACE, "applications.argoproj.io")
+        return {app["metadata"]["name"]: app for app in found}
+
+
+@dataclass
+class ArgoCD:
+    """The argocd CLI in core mode: it talks to the Kubernetes API with a kubeconfig whose namespace is argocd."""
+
+    kubeconfig: Path
+
+    def run(self, *args, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        return run([ARGOCD_CLI, *args, "--core"], timeout=timeout, env=env)
+
+    def ok(self, *args, timeout: float = 600) -> str:
+        result = self.run(*args, timeout=timeout)
+        assert result.returncode == 0, f"argocd {' '.join(args)} --core: {tail(result)}"
+        return result.stdout
+
+
+@dataclass
+class Deployment:
+    """What the tests look at: the cluster, the git server, and the state right after the first rollout."""
+
+    kube: Kube
+    argocd: ArgoCD
+    repo: ServedRepository
+    repo_url: str
+    # The Applications and the ApplicationSet as they were once both were Synced and Healthy.
+    first: dict[str, dict]
+    first_appset: dict
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def cluster_kubeconfig() -> Path:
+    """KIND_KUBECONFIG, rewritten for KIND_CLUSTER; skip (fail under CI) without that cluster."""
+    if not shutil.which("docker") or run(["docker", "info"], timeout=60).returncode != 0:
+        reason = "the Argo CD tests need a Docker engine and a KinD cluster (make kind-up)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    written = run(
+        ["bash", REPO / "scripts" / "kind.sh", "kubeconfig"],
+        env={**os.environ, "KIND_CLUSTER": CLUSTER, "KIND_KUBECONFIG": str(KUBECONFIG)},
+    )
+    if written.returncode != 0:
+        reason = f"KinD cluster {CLUSTER} is not there: run `make kind-up` (KIND_CLUSTER={CLUSTER}) first"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}\n{tail(written)}", pytrace=False)
+        pytest.skip(reason)
+    return KUBECONFIG
+
+
+def refuse_helm_releases(kube: Kube) -> None:
+    listed = run([HELM, "--kubeconfig", kube.kubeconfig, "list", "-A", "-a", "-o", "json"])
+    assert listed.returncode == 0, tail(listed)
+    ours = [f"{r['name']} (namespace {r['namespace']})" for r in json.loads(listed.stdout) if r["name"] in NAMESPACES]
+    if ours:
+        pytest.fail(
+            f"helm releases of ours are installed in {CLUSTER}: {', '.join(ours)}; these tests deploy the same "
+            "charts through Argo CD: `helm uninstall` them first",
+            pytrace=False,
+        )
+
+
+def script_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "KIND_CLUSTER": CLUSTER,
+        "KIND_KUBECONFIG": str(KUBECONFIG),
+        "SCHEDULER_IMAGE": SCHEDULER_IMAGE,
+        "CHECK_IMAGE": CHECK_IMAGE,
+    }
+
+
+def script(name: str, *args, timeout: float = INSTALL_TIMEOUT) -> None:
+    """scripts/NAME ARGS with its progress on the terminal as it happens (a cold Argo CD build is long)."""
+    argv = ["bash", REPO / "scripts" / name, *args]
+    progress(" ".join(str(a) for a in argv[1:]))
+    # Not captured: pytest -s shows it live; without -s, pytest shows it with a failure.
+    finished = subprocess.run([str(a) for a in argv], env=script_env(), cwd=REPO, timeout=timeout, check=False)
+    command = " ".join(map(str, argv[1:]))
+    assert finished.returncode == 0, f"{command}: exit {finished.returncode} (its output is above)"
+
+
+def chart_images(work: Path) -> dict[str, set[str]]:
+    """The image references each served chart renders with its default values (every pod, hooks too)."""
+    images: dict[str, set[str]] = {}
+    for app, chart in CHARTS.items():
+        rendered = run([HELM, "template", app, work / chart, "--namespace", NAMESPACES[app]])
+        assert rendered.returncode == 0, tail(rendered)
+        found = set()
+        for doc in yaml.safe_load_all(rendered.stdout):
+            spec = (doc or {}).get("spec") or {}
+            for pod in (spec, spec.get("template", {}).get("spec", {}), _cronjob_pod(spec)):
+                for container in (pod or {}).get("containers", []) + (pod or {}).get("initContainers", []):
+                    found.add(container["image"])
+        images[app] = found
+    return images
+
+
+def _cronjob_pod(spec: dict) -> dict:
+    return spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})
+
+
+def provide_images(work: Path) -> None:
+    """Our images under the names the charts pull, in every worker (pullPolicy IfNotPresent keeps them).
+
+    As `make e2e` does: scripts/images.sh rebuilds what changed (BUILD_IMAGES=0:
+    the images are taken as the local Docker has them).
+    """
+    if os.environ.get("BUILD_IMAGES", "1") != "0":
+        script("images.sh", "build")
+    wanted = chart_images(work)
+    ours = {SCHEDULER_APP: SCHEDULER_IMAGE, CHECK_APP: CHECK_IMAGE}
+    before = {}  # reference -> the image it named on this host before, if any
+    for app, references in wanted.items():
+        for ref in sorted(references):
+            before[ref] = run(["docker", "image", "inspect", "-f", "{{.Id}}", ref]).stdout.strip()
+            tagged = run(["docker", "tag", ours[app], ref])
+            assert tagged.returncode == 0, tail(tagged)
+    try:
+        # Loaded where a worker lacks the image's ID: a rebuilt image under the same reference is loaded again.
+        script("kind.sh", "load-missing", *before, timeout=1200)
+    finally:
+        # The host's references are left as they were: they are the registry's.
+        for ref, previous in before.items():
+            run(["docker", "tag", previous, ref] if previous else ["docker", "rmi", ref])
+    progress(f"images in the workers as the charts name them: {', '.join(before)}")
+
+
+def gateway_of(cluster: str) -> str:
+    """The host's address on the cluster's Docker network: what a pod reaches this machine at."""
+    inspected = run(["docker", "inspect", f"{cluster}-control-plane", "-f", "{{json .NetworkSettings.Networks}}"])
+    assert inspected.returncode == 0, tail(inspected)
+    gateways = [n["Gateway"] for n in json.loads(inspected.stdout).values() if n.get("Gateway")]
+    assert gateways, f"no gateway on the networks of {cluster}-control-plane: {inspected.stdout}"
+    return gateways[0]
+
+
+def write_overlay(work: Path, repo_url: str, revision: str) -> Path:
+    """An overlay of argocd/ that sets the users' one value (their project and the revision it deploys).
+
+    Written beside the served copy's argocd/ (kustomize takes relative paths
+    only) and never committed. The AppProject's sourceRepos is patched too:
+    argocd/kustomization.yaml's replacement has already run in the base.
+    """
+    overlay = work / ".argocd-e2e"
+    overlay.mkdir(exist_ok=True)
+    release = "/spec/generators/0/matrix/generators/0/list/elements/0"
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../argocd"],
+                "patches": [
+                    {
+                        "target": {"kind": "ApplicationSet", "name": APPSET},
+                        "patch": yaml.safe_dump(
+                            [
+                                {"op": "replace", "path": f"{release}/repoURL", "value": repo_url},
+                                {"op": "replace", "path": f"{release}/revision", "value": revision},
+                            ]
+                        ),
+                    },
+                    {
+                        "target": {"kind": "AppProject", "name": PROJECT},
+                        "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/sourceRepos/0", "value": repo_url}]),
+                    },
+                ],
+            },
+            sort_keys=False,
+        )
+    )
+    return overlay
+
+
+def rolled_out(kube: Kube, revision: str) -> dict[str, dict] | None:
+    """Both Applications Synced and Healthy at `revision`, their last operation Succeeded; else None."""
+    apps = kube.applications()
+    for name in (SCHEDULER_APP, CHECK_APP):
+        status = apps.get(name, {}).get("status", {})
+        if (
+            status.get("sync", {}).get("status") != "Synced"
+            or status.get("sync", {}).get("revision") != revision
+            or status.get("health", {}).get("status") != "Healthy"
+            or status.get("operationState", {}).get("phase") != "Succeeded"
+        ):
+            return None
+    return apps
+
+
+def describe(kube: Kube) -> str:
+    """What a timeout message shows: each Application's sync, health, operation and conditions."""
+    lines = []
+    for name, app in kube.applications().items():
+        status = app.get("status", {})
+        operation = status.get("operationState", {})
+        lines.append(
+            f"{name}: sync={status.get('sync', {}).get('status')} revision={status.get('sync', {}).get('revision')} "
+            f"health={status.get('health', {}).get('status')} operation={operation.get('phase')} "
+            f"({operation.get('message', '')}) conditions={status.get('conditions', [])}"
+        )
+    appset = kube.kubectl("get", "-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET, "-o", "json")
+    if appset.returncode == 0:
+        lines.append(f"applicationset status: {json.loads(appset.stdout).get('status', {}).get('applicationStatus')}")
+    for namespace in NAMESPACES.values():
+        pods = kube.kubectl("get", "pods", "-n", namespace, "-o", "wide")
+        lines.append(pods.stdout + pods.stderr)
+    return "\n".join(lines)
+
+
+@functools.cache
+def our_cluster_objects() -> tuple[tuple[str, str], ...]:
+    """(kubectl kind, name) of every cluster-scoped object our charts render, hooks included.
+
+    Exactly these: other objects of the cluster share the gpu-scheduler
+    prefix (the offline KinD node image's gpu-scheduler-cni ClusterRole).
+    """
+    found = set()
+    for app, chart in CHARTS.items():
+        rendered = run([HELM, "template", app, REPO / chart, "--namespace", NAMESPACES[app]])
+        assert rendered.returncode == 0, tail(rendered)
+        for doc in yaml.safe_load_all(rendered.stdout):
+            if doc and doc["kind"] in CLUSTER_KINDS:
+                found.add((CLUSTER_KINDS[doc["kind"]], doc["metadata"]["name"]))
+    assert found, "the charts render no cluster-scoped object: is CLUSTER_KINDS out of date?"
+    return tuple(sorted(found))
+
+
+def present_cluster_objects(kube: Kube) -> list[str]:
+    """Those of our_cluster_objects() that exist, as kind/name."""
+    present = []
+    for kind in sorted({kind for kind, _ in our_cluster_objects()}):
+        names = {name for k, name in our_cluster_objects() if k == kind}
+        present += [line for line in kube.ok("get", kind, "-o", "name").split() if line.split("/", 1)[1] in names]
+    return present
+
+
+def leftovers(kube: Kube) -> list[str]:
+    """Anything of ours still in the cluster: Argo CD objects, our namespaces, our cluster-scoped objects."""
+    found = []
+    for kind in ("applicationsets.argoproj.io", "applications.argoproj.io", "appprojects.argoproj.io"):
+        listed = kube.kubectl("get", kind, "-n", ARGOCD_NAMESPACE, "-o", "name")
+        found += [line for line in listed.stdout.split() if line.split("/", 1)[1] in (APPSET, PROJECT, CHECK_APP)]
+    found += [f"namespace/{ns}" for ns in NAMESPACES.values() if kube.exists("namespace", ns)]
+    return found + present_cluster_objects(kube)
+
+
+# What the Applications deploy into our namespaces (the namespaces and the
+# certificate Job's Secret are not theirs: namespace deletion removes them).
+DEPLOYED_KINDS = "deployments.apps,statefulsets.apps,services,cronjobs.batch,serviceaccounts,roles,rolebindings"
+
+
+def deployed_objects(kube: Kube) -> list[str]:
+    """What the Applications deployed that still exists: our cluster-scoped objects and, in our
+    namespaces, every object of DEPLOYED_KINDS that Argo CD tracks (its instance label)."""
+    found = present_cluster_objects(kube)
+    for namespace in NAMESPACES.values():
+        listed = kube.kubectl("get", "-n", namespace, DEPLOYED_KINDS, "-l", "app.kubernetes.io/instance", "-o", "name")
+        found += [f"{namespace}/{name}" for name in listed.stdout.split()]
+    return found
+
+
+def delete_applicationset(kube: Kube) -> None:
+    """Delete the ApplicationSet and wait until it and both Applications are gone.
+
+    Its finalizer deletes the Applications one step at a time (deletionOrder:
+    Reverse); each Application's resources finalizer makes Argo CD delete
+    what it deployed before the Application goes.
+    """
+    kube.kubectl(
+        "delete", "-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET, "--ignore-not-found", "--wait=false"
+    )
+    wait_for(
+        "the ApplicationSet and both Applications to be deleted",
+        lambda: (
+            not (
+                kube.exists("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+                or set(kube.applications()) & {SCHEDULER_APP, CHECK_APP}
+            )
+        ),
+        DELETE_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+
+
+def remove_everything_of_ours(kube: Kube) -> None:
+    """The ApplicationSet (with what Argo CD deployed), then the AppProject and our namespaces."""
+    delete_applicationset(kube)
+    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "appprojects.argoproj.io", PROJECT, "--ignore-not-found")
+    kube.kubectl("delete", "namespace", *NAMESPACES.values(), "--ignore-not-found", "--timeout=300s", timeout=330)
+
+
+def remove_cluster_objects_of_ours(kube: Kube) -> None:
+    """Our charts' cluster-scoped objects that nothing else removed (a webhook configuration left behind
+    would refuse every pod of our scheduler)."""
+    present = present_cluster_objects(kube)
+    if present:
+        kube.kubectl("delete", *present, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory) -> Deployment:
+    seconds: dict[str, float] = {}
+    kube = Kube(cluster_kubeconfig())
+    refuse_helm_releases(kube)
+
+    started = time.monotonic()
+    script("argocd.sh", "install")
+    seconds["install"] = time.monotonic() - started
+    progress(f"Argo CD installed in namespace argocd ({seconds['install']:.0f}s)")
+    found = leftovers(kube)
+    if found:
+        # An interrupted run, or `helm uninstall` (it leaves the namespace and the certificate's Secret).
+        progress(f"removing what an earlier run left: {', '.join(found)}")
+        remove_everything_of_ours(kube)
+        remove_cluster_objects_of_ours(kube)
+        assert not leftovers(kube), f"could not remove objects of ours from {CLUSTER}: {leftovers(kube)}"
+
+    root = tmp_path_factory.mktemp("argocd-e2e")
+    repo = ServedRepository(root, REPO)
+    started = time.monotonic()
+    provide_images(repo.work)
+    seconds["images"] = time.monotonic() - started
+
+    daemon = GitDaemon(repo.served, gateway_of(CLUSTER), root / "git-daemon.log")
+    repo_url = daemon.url()
+    progress(f"serving {repo.head()[:12]} ({BRANCH}) at {repo_url}")
+    core_kubeconfig = root / "kubeconfig-argocd"
+    shutil.copy(kube.kubeconfig, core_kubeconfig)
+    Kube(core_kubeconfig).ok("config", "set-context", "--current", f"--namespace={ARGOCD_NAMESPACE}")
+    argocd = ArgoCD(core_kubeconfig)
+    try:
+        started = time.monotonic()
+        kube.ok("apply", "-k", write_overlay(repo.work, repo_url, BRANCH))
+        first = wait_for(
+            "RollingSync to sync gpu-scheduler, then gpu-scheduler-check, both Healthy",
+            lambda: rolled_out(kube, repo.head()),
+            SYNC_TIMEOUT,
+            explain=lambda: describe(kube),
+        )
+        seconds["first rollout"] = time.monotonic() - started
+        progress(f"both Applications Synced and Healthy ({seconds['first rollout']:.0f}s after kubectl apply -k)")
+        first_appset = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
+    finally:
+        # Deleting the ApplicationSet is how users remove both: Argo CD deletes
+        # what it deployed. Whatever it left is reported, then removed anyway
+        # (a webhook configuration left behind would refuse pods in the next
+        # test run's cluster).
+        started = time.monotonic()
+        delete_applicationset(kube)
+        not_deleted = deployed_objects(kube)
+        remove_everything_of_ours(kube)
+        daemon.stop()
+        left = leftovers(kube)
+        remove_cluster_objects_of_ours(kube)
+        progress(f"removed the Applications and our namespaces ({time.monotonic() - started:.0f}s); Argo CD stays")
+        assert not not_deleted, f"Argo CD did not delete what the Applications deployed: {not_deleted}"
+        assert not left, f"left in the cluster after deleting the ApplicationSet and our namespaces: {left}"

@@ -1,0 +1,131 @@
+"""The users' GitLab project, as the repo server in KinD can reach it: `git daemon` on this host.
+
+The repository served is this checkout as it is (committed or not: what is
+under test), copied into a new repository of one commit, so nothing is ever
+written to the project's own .git. The daemon listens on the gateway address
+of the cluster's Docker network, which the pods reach through their node.
+Tests change it as users do: a commit, pushed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+BRANCH = "main"
+NAME = "gpu-scheduler.git"
+# Commits made here have a fixed identity: the test's, not the developer's.
+GIT_IDENTITY = ["-c", "user.name=gpu-scheduler argocd-e2e", "-c", "user.email=argocd-e2e@gpu-scheduler.invalid"]
+
+
+def git(*args, cwd: Path, timeout: float = 120) -> str:
+    result = subprocess.run(
+        ["git", *GIT_IDENTITY, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"git {' '.join(map(str, args))} in {cwd}: exit {result.returncode}\n{result.stderr}")
+    return result.stdout
+
+
+def snapshot_of(checkout: Path) -> tuple[list[str], str]:
+    """The files of `checkout` git would commit (tracked and new, not ignored), and a description of HEAD."""
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=checkout).split("\0")
+    files = sorted({name for name in listed if name and (checkout / name).is_file()})
+    head = git("rev-parse", "--short", "HEAD", cwd=checkout).strip()
+    dirty = git("status", "--porcelain", cwd=checkout).strip()
+    return files, head + (" plus uncommitted changes" if dirty else "")
+
+
+class ServedRepository:
+    """A work tree (to commit in) and the bare repository the daemon serves (pushed to)."""
+
+    def __init__(self, root: Path, checkout: Path):
+        self.work = root / "work"
+        self.served = root / "served"
+        self.bare = self.served / NAME
+        files, head = snapshot_of(checkout)
+        self.work.mkdir(parents=True)
+        for name in files:
+            target = self.work / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((checkout / name).read_bytes())
+            target.chmod((checkout / name).stat().st_mode & 0o777)
+        git("init", "--quiet", "--initial-branch", BRANCH, cwd=self.work)
+        git("add", "--all", cwd=self.work)
+        git("commit", "--quiet", "--message", f"gpu-scheduler {head} (argocd-e2e)", cwd=self.work)
+        self.served.mkdir()
+        git("init", "--quiet", "--bare", self.bare, cwd=self.served)
+        git("remote", "add", "origin", self.bare, cwd=self.work)
+        self.push()
+
+    def head(self) -> str:
+        return git("rev-parse", "HEAD", cwd=self.work).strip()
+
+    def commit(self, message: str) -> str:
+        """Commit every change of the work tree and push it; the new commit's hash."""
+        git("commit", "--quiet", "--all", "--message", message, cwd=self.work)
+        self.push()
+        return self.head()
+
+    def push(self) -> None:
+        git("push", "--quiet", "origin", f"HEAD:refs/heads/{BRANCH}", cwd=self.work)
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+class GitDaemon:
+    """`git daemon` serving `base` read-only on address:port, until stop()."""
+
+    def __init__(self, base: Path, address: str, log: Path):
+        self.address = address
+        self.port = free_port(address)
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    "git",
+                    "daemon",
+                    "--reuseaddr",
+                    "--export-all",
+                    "--informative-errors",
+                    f"--base-path={base}",
+                    f"--listen={address}",
+                    f"--port={self.port}",
+                    str(base),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "LC_ALL": "C"},
+            )
+        self._wait_listening()
+
+    def url(self, name: str = NAME) -> str:
+        return f"git://{self.address}:{self.port}/{name}"
+
+    def _wait_listening(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"git daemon exited {self.process.returncode}: {self.log.read_text()}")
+            try:
+                with socket.create_connection((self.address, self.port), timeout=1):
+                    return
+            except OSError as err:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"git daemon not listening on {self.address}:{self.port} ({err})") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

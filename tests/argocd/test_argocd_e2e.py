@@ -1,0 +1,370 @@
+"""`argocd app sync` really deploys both charts, in order, from git (issue 11, section 1).
+
+Argo CD runs in the KinD cluster (built here from its Go modules); the
+ApplicationSet of argocd/ comes from `kubectl apply -k` with the users' one
+value set to a git server that serves this checkout (conftest.py). The
+oracles are the cluster's own records (object UIDs and resourceVersions, the
+job controller's events, the pods' specs and their containers' logs) and
+Argo CD's status of the Applications and the ApplicationSet; none is a log
+line of ours.
+
+The tests share one deployment and run in file order: the second sync and
+the change in git come after the checks of the first rollout.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from datetime import datetime
+
+import pytest
+import yaml
+
+from .conftest import (
+    APPSET,
+    ARGOCD_NAMESPACE,
+    CHECK_APP,
+    INSTALL_TIMEOUT,
+    NAMESPACES,
+    SCHEDULER_APP,
+    SYNC_TIMEOUT,
+    Kube,
+    describe,
+    our_cluster_objects,
+    rolled_out,
+    wait_for,
+)
+from .gitserver import BRANCH
+
+pytestmark = [pytest.mark.argocd, pytest.mark.timeout(INSTALL_TIMEOUT + 3 * SYNC_TIMEOUT)]
+
+CHECK_VALUES = "charts/gpu-scheduler-check/values.yaml"
+TLS_SECRET = "gpu-scheduler-webhook-tls"
+WEBHOOK_CONFIGURATIONS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+ROLLING_SYNC = {"username": "applicationset-controller", "automated": True}
+# What the snapshot of "everything we deployed" lists in our namespaces.
+NAMESPACED_KINDS = (
+    "pods",
+    "services",
+    "serviceaccounts",
+    "secrets",
+    "configmaps",
+    "deployments.apps",
+    "replicasets.apps",
+    "statefulsets.apps",
+    "controllerrevisions.apps",
+    "cronjobs.batch",
+    "poddisruptionbudgets.policy",
+    "resourcequotas",
+    "roles.rbac.authorization.k8s.io",
+    "rolebindings.rbac.authorization.k8s.io",
+    "networkpolicies.networking.k8s.io",
+)
+# Objects without a status: any write, even of the same content by a tool
+# that does not skip no-ops, would show in their resourceVersion.
+STATUSLESS = {
+    "Secret",
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+
+
+def when(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def expected_placements(values_file) -> dict[str, tuple[str, str]]:
+    """pod name -> (node, CUDA_VISIBLE_DEVICES), read from the check chart's map as served."""
+    placements = {}
+    for line in yaml.safe_load(values_file.read_text())["schedulingMap"].splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            index, rest = line.strip().split("=", 1)
+            node, devices = rest.split(":", 1)
+            placements[f"gpu-scheduler-check-{int(index)}"] = (node.strip(), devices.replace(" ", ""))
+    return placements
+
+
+def check_pods(kube: Kube) -> dict[str, dict]:
+    pods = kube.items("-n", NAMESPACES[CHECK_APP], "pods", "-l", "app.kubernetes.io/name=gpu-scheduler-check")
+    return {pod["metadata"]["name"]: pod for pod in pods}
+
+
+def logged_placement(kube: Kube, pod: str) -> dict[str, str] | None:
+    """The key=value fields of the check container's last report (its real stdout), or None before the first."""
+    logs = kube.kubectl("logs", "-n", NAMESPACES[CHECK_APP], pod, "-c", "check", "--tail=5")
+    reports = [line for line in logs.stdout.splitlines() if " pod=" in line]
+    if logs.returncode != 0 or not reports:
+        return None
+    return dict(re.findall(r"(\S+?)=(\S+)", reports[-1]))
+
+
+def placement_problems(kube: Kube, expected: dict[str, tuple[str, str]]) -> list[str]:
+    """Every way the running check pods differ from the map: node, env in the spec, the container's report."""
+    pods = check_pods(kube)
+    problems = [f"{name}: missing" for name in expected if name not in pods]
+    for name, (node, devices) in expected.items():
+        pod = pods.get(name)
+        if pod is None:
+            continue
+        if pod["status"].get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            problems.append(f"{name}: phase {pod['status'].get('phase')}")
+            continue
+        if pod["spec"].get("nodeName") != node:
+            problems.append(f"{name}: on {pod['spec'].get('nodeName')}, the map says {node}")
+        for container in pod["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if env.get("CUDA_VISIBLE_DEVICES") != devices:
+                problems.append(f"{name}/{container['name']}: CUDA_VISIBLE_DEVICES {env.get('CUDA_VISIBLE_DEVICES')}")
+        report = logged_placement(kube, name)
+        wanted = {"node": node, "CUDA_VISIBLE_DEVICES": devices, "match": "true"}
+        if report is None or {key: report.get(key) for key in wanted} != wanted:
+            problems.append(f"{name}: its container reports {report}, expected {wanted}")
+    return problems
+
+
+def hooks_of(app: dict) -> dict[tuple[str, str], dict]:
+    """(hook type, name) -> the hook's entry in the Application's last sync result."""
+    resources = app["status"]["operationState"]["syncResult"]["resources"]
+    return {(r["hookType"], r["name"]): r for r in resources if r.get("hookType")}
+
+
+def is_hook(obj: dict) -> bool:
+    annotations = obj["metadata"].get("annotations") or {}
+    owners = {owner["kind"] for owner in obj["metadata"].get("ownerReferences") or []}
+    return "helm.sh/hook" in annotations or "argocd.argoproj.io/hook" in annotations or "Job" in owners
+
+
+def content_digest(obj: dict) -> str:
+    """A hash of what a sync could change: metadata (labels, annotations, owners), spec, data; not status."""
+    kept = {key: value for key, value in obj.items() if key != "status"}
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+    kept["metadata"] = meta
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def snapshot(kube: Kube) -> dict[str, dict]:
+    """Every object the two Applications deployed (hooks and their Jobs' pods aside), by kind/namespace/name."""
+    objects = []
+    for namespace in NAMESPACES.values():
+        objects += kube.items("-n", namespace, ",".join(NAMESPACED_KINDS))
+    for kind, name in our_cluster_objects():
+        found = kube.kubectl("get", kind, name, "-o", "json")
+        if found.returncode == 0:
+            objects.append(json.loads(found.stdout))
+    found = {}
+    for obj in objects:
+        if is_hook(obj):
+            continue
+        meta = obj["metadata"]
+        found[f"{obj['kind']}/{meta.get('namespace', '-')}/{meta['name']}"] = {
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "digest": content_digest(obj),
+        }
+    return found
+
+
+def test_certificate_hooks_ran_under_argocd_and_the_webhook_trusts_their_ca(deployment):
+    kube = deployment.kube
+    namespace = NAMESPACES[SCHEDULER_APP]
+    hooks = hooks_of(deployment.first[SCHEDULER_APP])
+
+    # Argo CD ran the charts' Helm hooks as its own PreSync and PostSync hooks.
+    assert hooks[("PreSync", "gpu-scheduler-certs-create")]["hookPhase"] == "Succeeded", hooks
+    assert hooks[("PostSync", "gpu-scheduler-certs-patch")]["hookPhase"] == "Succeeded", hooks
+    # The job controller's own record: both Jobs ran to completion in the cluster.
+    events = kube.items("-n", namespace, "events")
+    jobs = [e for e in events if e["involvedObject"]["kind"] == "Job"]
+    completed = {e["involvedObject"]["name"] for e in jobs if e["reason"] == "Completed"}
+    assert {"gpu-scheduler-certs-create", "gpu-scheduler-certs-patch"} <= completed, completed
+    # The Secret they made holds the CA both webhook configurations now trust.
+    secret = kube.get("-n", namespace, "secret", TLS_SECRET)
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = base64.b64decode(secret["data"]["ca.crt"])
+    assert ca.startswith(b"-----BEGIN CERTIFICATE-----")
+    for kind in WEBHOOK_CONFIGURATIONS:
+        configuration = kube.get(kind, "gpu-scheduler")
+        bundles = {base64.b64decode(w["clientConfig"]["caBundle"]) for w in configuration["webhooks"]}
+        assert bundles == {ca}, f"{kind} gpu-scheduler: caBundle is not the CA of Secret {TLS_SECRET}"
+
+
+def test_both_applications_are_synced_and_healthy_at_the_served_commit(deployment):
+    served = deployment.repo.head()
+    for name in (SCHEDULER_APP, CHECK_APP):
+        app = deployment.first[name]
+        owners = [(o["kind"], o["name"]) for o in app["metadata"]["ownerReferences"]]
+        assert owners == [("ApplicationSet", APPSET)], owners
+        source = app["spec"]["source"]
+        assert (source["repoURL"], source["targetRevision"]) == (deployment.repo_url, BRANCH)
+        status = app["status"]
+        assert (status["sync"]["status"], status["sync"]["revision"]) == ("Synced", served), name
+        assert status["health"]["status"] == "Healthy", name
+        assert status["operationState"]["phase"] == "Succeeded", name
+        # The documented CLI sees the same.
+        shown = json.loads(deployment.argocd.ok("app", "get", name, "-o", "json"))
+        assert (shown["status"]["sync"]["status"], shown["status"]["health"]["status"]) == ("Synced", "Healthy")
+
+
+def health_events(kube: Kube, app: dict) -> list[tuple[int, str, str]]:
+    """(nanoseconds since the epoch, from, to) of each health change Argo CD recorded for `app`, oldest first.
+
+    The application controller writes an Event per change ("Updated health
+    status: A -> B") named <application>.<its UnixNano time in hex>: finer than
+    the Events' and the operations' timestamps (whole seconds). Only Events
+    about this Application object (its UID): an earlier run's stay for an hour.
+    """
+    name, uid = app["metadata"]["name"], app["metadata"]["uid"]
+    events = kube.items("-n", ARGOCD_NAMESPACE, "events", "--field-selector", f"involvedObject.name={name}")
+    found = []
+    for event in events:
+        change = re.fullmatch(r"Updated health status: (\w*) -> (\w+)", event["message"])
+        if event["involvedObject"].get("uid") != uid or not change:
+            continue
+        prefix, _, stamp = event["metadata"]["name"].rpartition(".")
+        assert prefix == name and re.fullmatch(r"[0-9a-f]+", stamp), f"Argo CD event name: {event['metadata']}"
+        found.append((int(stamp, 16), *change.groups()))
+    return sorted(found)
+
+
+def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deployment):
+    scheduler = deployment.first[SCHEDULER_APP]
+    check = deployment.first[CHECK_APP]
+
+    # Both syncs were RollingSync's (the ApplicationSet controller's), not ours.
+    for app in (scheduler, check):
+        assert app["status"]["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
+    # Argo CD's own record of the health of each: gpu-scheduler became
+    # Healthy before anything of the check existed (its first change away
+    # from Missing is its sync creating the StatefulSet).
+    scheduler_changes = health_events(deployment.kube, scheduler)
+    check_changes = health_events(deployment.kube, check)
+    healthy = [ns for ns, _, to in scheduler_changes if to == "Healthy"]
+    deployed = [ns for ns, _, to in check_changes if to not in ("Missing", "Unknown")]
+    assert healthy, f"no Event says gpu-scheduler became Healthy: {scheduler_changes}"
+    assert deployed, f"no Event says gpu-scheduler-check left Missing: {check_changes}"
+    assert healthy[0] < deployed[0], (
+        f"gpu-scheduler-check's objects appeared at {deployed[0]} ns, before gpu-scheduler was Healthy "
+        f"at {healthy[0]} ns: {scheduler_changes} / {check_changes}"
+    )
+    # And the check's sync operation started no earlier than that second,
+    # after gpu-scheduler's operation had finished (whole seconds, as stored).
+    check_started = when(check["status"]["operationState"]["startedAt"]).timestamp()
+    assert check_started >= healthy[0] // 1_000_000_000, (check_started, healthy[0])
+    assert check_started >= when(scheduler["status"]["operationState"]["finishedAt"]).timestamp()
+    # The ApplicationSet's own account: two steps, in this order, both done.
+    statuses = {s["application"]: s for s in deployment.first_appset["status"]["applicationStatus"]}
+    assert {name: (s["step"], s["status"]) for name, s in statuses.items()} == {
+        SCHEDULER_APP: ("1", "Healthy"),
+        CHECK_APP: ("2", "Healthy"),
+    }
+
+
+def test_check_pods_run_where_the_map_says_with_their_devices(deployment):
+    expected = expected_placements(deployment.repo.work / CHECK_VALUES)
+    assert len(expected) == 5
+
+    # The first report of each check container can be up to one interval (10 s) away.
+    wait_for(
+        "every check pod on its node with its CUDA_VISIBLE_DEVICES, by spec and by its own report",
+        lambda: not placement_problems(deployment.kube, expected),
+        120,
+        explain=lambda: "\n".join(placement_problems(deployment.kube, expected)),
+    )
+    for pod in check_pods(deployment.kube).values():
+        assert pod["spec"]["schedulerName"] == "gpu-scheduler"
+
+
+def test_a_second_sync_with_nothing_changed_changes_nothing(deployment):
+    kube, argocd = deployment.kube, deployment.argocd
+    before = snapshot(kube)
+    operations = {name: kube.application(name)["status"]["operationState"]["startedAt"] for name in NAMESPACES}
+
+    # The README's commands.
+    argocd.ok("app", "sync", SCHEDULER_APP, "--timeout", str(SYNC_TIMEOUT))
+    argocd.ok("app", "wait", SCHEDULER_APP, "--health", "--timeout", str(SYNC_TIMEOUT))
+    argocd.ok("app", "sync", CHECK_APP, "--timeout", str(SYNC_TIMEOUT))
+    argocd.ok("app", "wait", CHECK_APP, "--health", "--timeout", str(SYNC_TIMEOUT))
+
+    for name in NAMESPACES:
+        app = kube.application(name)
+        operation = app["status"]["operationState"]
+        assert operation["startedAt"] != operations[name], f"{name}: no new sync"
+        assert operation["phase"] == "Succeeded", operation
+        assert operation["operation"]["initiatedBy"].get("automated") is not True, operation["operation"]
+    # The certificate hooks ran again (and kept the Secret: below).
+    hooks = hooks_of(kube.application(SCHEDULER_APP))
+    assert {h["hookPhase"] for h in hooks.values()} == {"Succeeded"}, hooks
+    after = snapshot(kube)
+    assert set(after) == set(before), f"appeared: {set(after) - set(before)}; gone: {set(before) - set(after)}"
+    recreated = [key for key in before if after[key]["uid"] != before[key]["uid"]]
+    changed = [key for key in before if after[key]["digest"] != before[key]["digest"]]
+    rewritten = [
+        key
+        for key in before
+        if key.split("/")[0] in STATUSLESS and after[key]["resourceVersion"] != before[key]["resourceVersion"]
+    ]
+    assert not recreated, f"re-created by the second sync: {recreated}"
+    assert not changed, f"changed by the second sync: {changed}"
+    assert not rewritten, f"written again by the second sync: {rewritten}"
+    assert f"Secret/{NAMESPACES[SCHEDULER_APP]}/{TLS_SECRET}" in before
+
+
+def test_a_map_change_in_git_rolls_out_through_argocd(deployment):
+    kube, argocd, repo = deployment.kube, deployment.argocd, deployment.repo
+    values = repo.work / CHECK_VALUES
+    text = values.read_text()
+    assert text.count("\n  4=node4:3\n") == 1, "the served map no longer has the line this test moves"
+    values.write_text(text.replace("\n  4=node4:3\n", "\n  4=node1:2\n"))
+    revision = repo.commit("check: pod 4 to node1, GPU 2")
+    expected = expected_placements(values)
+    assert expected["gpu-scheduler-check-4"] == ("node1", "2")
+    old_pods = {name: pod["metadata"]["uid"] for name, pod in check_pods(kube).items()}
+
+    # What a GitLab webhook would do: Argo CD looks at git now rather than at its next poll.
+    for name in (SCHEDULER_APP, CHECK_APP):
+        argocd.ok("app", "get", name, "--refresh")
+    wait_for(
+        f"both Applications Synced and Healthy at {revision[:12]}",
+        lambda: rolled_out(kube, revision),
+        SYNC_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+    check = kube.application(CHECK_APP)["status"]["operationState"]
+    assert check["operation"]["initiatedBy"] == ROLLING_SYNC, "the change was not synced by RollingSync"
+    assert check["syncResult"]["revision"] == revision
+    wait_for(
+        "the check pods re-created on the new map",
+        lambda: (
+            not placement_problems(kube, expected)
+            and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
+        ),
+        SYNC_TIMEOUT,
+        explain=lambda: "\n".join(placement_problems(kube, expected)),
+    )
+    assert check_pods(kube)["gpu-scheduler-check-4"]["spec"]["nodeName"] == "node1"
+
+
+def test_argocd_runs_in_the_cluster_with_progressive_syncs(deployment):
+    kube = deployment.kube
+    params = kube.get("-n", ARGOCD_NAMESPACE, "configmap", "argocd-cmd-params-cm")["data"]
+    assert params["applicationsetcontroller.enable.progressive.syncs"] == "true"
+    pods = kube.items("-n", ARGOCD_NAMESPACE, "pods")
+    running = {p["metadata"]["labels"].get("app.kubernetes.io/name") for p in pods if p["status"]["phase"] == "Running"}
+    assert {
+        "argocd-application-controller",
+        "argocd-applicationset-controller",
+        "argocd-repo-server",
+        "argocd-server",
+        "argocd-redis",
+    } <= running
+    version = deployment.argocd.ok("version", "--short")
+    assert "v3.5.7" in version, version
