@@ -12,4 +12,4 @@ pipeline-down: ## stop what make pipeline left running (PIPELINE_KEEP=1): KinD c
 	$(PIPELINE_ENV) scripts/pipeline.sh down
 
 test-pipeline: install tools lint-tools ## make pipeline, then the checks of its records (registry, KinD nodes, Argo CD) in tests/pipeline
-	$(VENV)/bin/pytest -m pipeline tests/pipeline
+	$(VENV)/bin/pytest -s -m pipeline tests/pipeline

@@ -3,16 +3,20 @@
 Offline, the manifests are checked against the charts they deploy (every kind
 the charts render is allowed, nothing else cluster-wide). On the local
 control plane (marker `cluster`), Argo CD's own CRDs (../shared/crds/argocd,
-Argo CD 3.6.0) are applied and the manifests are applied server-side, so the
+Argo CD 3.6.0, where that folder is beside the repository; else those of the
+Argo CD module cluster/argocd/go.mod pins, which scripts/argocd.sh installs)
+are applied and the manifests are applied server-side, so the
 API server validates every field against the real schema. No Argo CD
 controller runs there: what Argo CD then does with them is not exercised.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -205,17 +209,28 @@ def wait_established(base: list, crd: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+def argocd_crds() -> list:
+    """kubectl apply's arguments for Argo CD's CRDs: ../shared/crds/argocd, else the pinned module's."""
+    if CRDS.is_dir():
+        return ["-f", CRDS]
+    # A clone without the shared folder (a CI job, a worktree elsewhere): the
+    # module's own manifests/crds, from Go's module cache or the proxy.
+    module = "github.com/argoproj/argo-cd/v3"
+    downloaded = run(["go", "mod", "download", "-json", module], cwd=REPO / "cluster" / "argocd", timeout=600)
+    if downloaded.returncode != 0:
+        pytest.fail(
+            f"Argo CD CRDs: neither {CRDS} nor `go mod download {module}` in cluster/argocd "
+            f"(exit {downloaded.returncode}): {downloaded.stderr[-2000:]}{downloaded.stdout[-2000:]}",
+            pytrace=False,
+        )
+    return ["-k", Path(json.loads(downloaded.stdout)["Dir"]) / "manifests" / "crds"]
+
+
 @pytest.fixture(scope="module")
 def argocd_namespace(kubeconfig, kubectl):
     """The Argo CD CRDs installed and the argocd namespace there; our objects removed after."""
-    if not CRDS.is_dir():
-        pytest.fail(
-            f"Argo CD CRDs not found at {CRDS}: the shared/ folder beside the repository "
-            "holds them (shared/crds/argocd/*.yaml)",
-            pytrace=False,
-        )
     base = [kubectl, "--kubeconfig", kubeconfig]
-    applied = run([*base, "apply", "--server-side", "-f", CRDS])
+    applied = run([*base, "apply", "--server-side", *argocd_crds()])
     assert applied.returncode == 0, applied.stderr
     for crd in ("applications", "applicationsets", "appprojects"):
         wait_established(base, f"{crd}.argoproj.io")

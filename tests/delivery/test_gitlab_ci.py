@@ -183,11 +183,14 @@ def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check
     assert deploy["rules"] == [
         {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual", "allow_failure": True}
     ]
-    syncs = [line for line in deploy["script"] if line.startswith("argocd app sync")]
-    assert [line.split()[3] for line in syncs] == [
-        "gpu-scheduler",
-        "gpu-scheduler-check",
-    ]
+    script = deploy["script"]
+    syncs = [i for i, line in enumerate(script) if line.startswith("argocd app sync")]
+    assert [script[i].split()[3] for i in syncs] == ["gpu-scheduler", "gpu-scheduler-check"]
+    # Each sync waits for the one RollingSync may have started, and is waited for.
+    for i in syncs:
+        app = script[i].split()[3]
+        assert script[i - 1] == f"argocd app wait {app} --operation --sync --health --timeout 600"
+        assert script[i + 1] == f"argocd app wait {app} --health --timeout 600"
     # What runs is what git says: the ApplicationSet of this commit, no live overrides.
     assert deploy["script"][0] == 'argocd appset create --upsert "$ARGOCD_APPLICATIONSET"'
     assert deploy["variables"]["ARGOCD_APPLICATIONSET"] == "argocd/applicationset.yaml"
