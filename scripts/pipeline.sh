@@ -266,7 +266,8 @@ prepare_production() {
 passed() {
   local out="$1" job missing=()
   shift
-  for job in "$@"; do grep -qE "^ PASS +$job\$" "$out" || missing+=("$job"); done
+  # " PASS  [ 43 s] build-image": the closing lines (--timestamps adds the time).
+  for job in "$@"; do grep -qE "^ PASS +(\[[^]]*\] +)?$job *\$" "$out" || missing+=("$job"); done
   ((${#missing[@]} == 0)) || die "jobs without PASS in $out: ${missing[*]}"
 }
 
