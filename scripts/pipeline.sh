@@ -278,7 +278,8 @@ cmd_run() {
   command -v git >/dev/null || die "git is missing"
   "$REPO_ROOT/scripts/docker-engine.sh" ensure
   mkdir -p "$PIPELINE_DIR"
-  rm -f "$PIPELINE_DIR"/{pipeline,deploy}.log
+  # A new pipeline: no job log or state of an earlier one is left to read.
+  rm -rf "$PIPELINE_DIR"/{pipeline,deploy}.log "$PIPELINE_DIR/gitlab-ci-local"
   if [[ "${PIPELINE_KEEP:-0}" != 1 ]]; then
     trap 'status=$?; cmd_down; exit $status' EXIT
   fi
