@@ -6,8 +6,9 @@
 #   down     delete the cluster, its kubeconfig, and the docker network `kind`
 #            when `up` created it and nothing else uses it
 #   load     IMAGE...: kind load docker-image into every node
-#   load-missing  IMAGE...: into the workers that do not hold that image ID
-#            yet (as install does with ours; scripts/argocd.sh with Argo CD's)
+#   load-missing  [--node CONTAINER] IMAGE...: into the workers (or that one)
+#            that do not hold that image ID yet (as install does with ours;
+#            scripts/argocd.sh with Argo CD's)
 #   kubeconfig  (re)write $KIND_KUBECONFIG for the existing cluster; fails when
 #            there is none
 #   running  exit 0 when the cluster's control-plane container runs (no kind needed)
@@ -377,7 +378,11 @@ cmd_load() {
 }
 
 cmd_load_missing() {
-  (($#)) || die "usage: $0 load-missing IMAGE..."
+  if [[ "${1:-}" == --node ]]; then
+    LOAD_NODE="${2:?usage: $0 load-missing [--node CONTAINER] IMAGE...}"
+    shift 2
+  fi
+  (($#)) || die "usage: $0 load-missing [--node CONTAINER] IMAGE..."
   need_docker "kind load"
   cluster_exists || die "kind cluster $CLUSTER does not exist: run 'make kind-up' first."
   ensure_state
@@ -461,12 +466,17 @@ node_has_image() {
 
 # load_images IMAGE...: into the workers only, where our pods run (the
 # control plane is tainted and none of them tolerates it), and only where a
-# worker does not hold the image's ID yet.
+# worker does not hold the image's ID yet. LOAD_NODE: that worker container
+# only (scripts/argocd.sh: Argo CD runs on one node).
 load_images() {
   local workers image id node missing
   workers="$(docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=worker \
     --format '{{.Names}}' | sort)"
   [[ -n "$workers" ]] || die "cluster $CLUSTER has no running worker container"
+  if [[ -n "${LOAD_NODE:-}" ]]; then
+    grep -qx "$LOAD_NODE" <<<"$workers" || die "$LOAD_NODE is not a running worker container of cluster $CLUSTER"
+    workers="$LOAD_NODE"
+  fi
   for image in "$@"; do
     id="$(docker image inspect -f '{{.Id}}' "$image")" || die "image $image is not in the local Docker"
     missing=()
@@ -627,5 +637,5 @@ case "${1:-}" in
   install) cmd_install "scripts/kind.sh install" ;;
   e2e) cmd_e2e ;;
   report) cmd_report ;;
-  *) die "usage: $0 up|down|load IMAGE...|load-missing IMAGE...|kubeconfig|running|install|e2e|report" ;;
+  *) die "usage: $0 up|down|load IMAGE...|load-missing [--node CONTAINER] IMAGE...|kubeconfig|running|install|e2e|report" ;;
 esac

@@ -47,8 +47,8 @@ HELM = BIN / "helm"
 ARGOCD_CLI = BIN / "argocd"
 CLUSTER = os.environ.get("KIND_CLUSTER", "gpu-scheduler")
 KUBECONFIG = Path(os.environ.get("KIND_KUBECONFIG", CACHE / "kind" / "kubeconfig"))
-SCHEDULER_IMAGE = os.environ.get("SCHEDULER_IMAGE", "gpu-scheduler:dev")
-CHECK_IMAGE = os.environ.get("CHECK_IMAGE", "gpu-scheduler-check:dev")
+SCHEDULER_IMAGE = os.environ.get("SCHEDULER_IMAGE") or "gpu-scheduler:dev"
+CHECK_IMAGE = os.environ.get("CHECK_IMAGE") or "gpu-scheduler-check:dev"
 ARGOCD_NAMESPACE = "argocd"
 APPSET = "gpu-scheduler"
 PROJECT = "gpu-scheduler"
@@ -139,8 +139,10 @@ class ArgoCD:
         return run([ARGOCD_CLI, *args, "--core"], timeout=timeout, env=env)
 
     def ok(self, *args, timeout: float = 600) -> str:
+        started = time.monotonic()
         result = self.run(*args, timeout=timeout)
         assert result.returncode == 0, f"argocd {' '.join(args)} --core: {tail(result)}"
+        progress(f"argocd {' '.join(args)} --core: {time.monotonic() - started:.0f}s")
         return result.stdout
 
 
@@ -229,30 +231,44 @@ def _cronjob_pod(spec: dict) -> dict:
     return spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})
 
 
+def containerd_name(reference: str) -> str:
+    """The name a Docker reference has in a node's containerd (Docker's normalisation)."""
+    first, _, rest = reference.partition("/")
+    if not rest:
+        return f"docker.io/library/{reference}"
+    if "." in first or ":" in first or first == "localhost":
+        return reference
+    return f"docker.io/{reference}"
+
+
+def worker_containers() -> list[str]:
+    labels = [f"label=io.x-k8s.kind.cluster={CLUSTER}", "label=io.x-k8s.kind.role=worker"]
+    listed = run(["docker", "ps", "--filter", labels[0], "--filter", labels[1], "--format", "{{.Names}}"])
+    assert listed.returncode == 0 and listed.stdout.split(), f"no worker container of {CLUSTER}: {tail(listed)}"
+    return sorted(listed.stdout.split())
+
+
 def provide_images(work: Path) -> None:
     """Our images under the names the charts pull, in every worker (pullPolicy IfNotPresent keeps them).
 
     As `make e2e` does: scripts/images.sh rebuilds what changed (BUILD_IMAGES=0:
-    the images are taken as the local Docker has them).
+    the images are taken as the local Docker has them) and `kind.sh
+    load-missing` loads them where a worker lacks their ID (so `make e2e`
+    after this loads nothing). Then, in each worker's containerd, the
+    references the charts render name the same images (`ctr images tag`):
+    nothing is copied twice, and the host's Docker is left as it was.
     """
-    if os.environ.get("BUILD_IMAGES", "1") != "0":
+    if os.environ.get("BUILD_IMAGES") != "0":
         script("images.sh", "build")
-    wanted = chart_images(work)
+    script("kind.sh", "load-missing", SCHEDULER_IMAGE, CHECK_IMAGE, timeout=1200)
     ours = {SCHEDULER_APP: SCHEDULER_IMAGE, CHECK_APP: CHECK_IMAGE}
-    before = {}  # reference -> the image it named on this host before, if any
-    for app, references in wanted.items():
-        for ref in sorted(references):
-            before[ref] = run(["docker", "image", "inspect", "-f", "{{.Id}}", ref]).stdout.strip()
-            tagged = run(["docker", "tag", ours[app], ref])
-            assert tagged.returncode == 0, tail(tagged)
-    try:
-        # Loaded where a worker lacks the image's ID: a rebuilt image under the same reference is loaded again.
-        script("kind.sh", "load-missing", *before, timeout=1200)
-    finally:
-        # The host's references are left as they were: they are the registry's.
-        for ref, previous in before.items():
-            run(["docker", "tag", previous, ref] if previous else ["docker", "rmi", ref])
-    progress(f"images in the workers as the charts name them: {', '.join(before)}")
+    aliases = sorted((ours[app], ref) for app, refs in chart_images(work).items() for ref in refs)
+    for node in worker_containers():
+        for image, ref in aliases:
+            tag = ["ctr", "-n", "k8s.io", "images", "tag", "--force", containerd_name(image), containerd_name(ref)]
+            tagged = run(["docker", "exec", node, *tag])
+            assert tagged.returncode == 0, f"{node}: {' '.join(tag)}: {tail(tagged)}"
+    progress(f"images in the workers as the charts name them: {', '.join(ref for _, ref in aliases)}")
 
 
 def gateway_of(cluster: str) -> str:
@@ -302,19 +318,33 @@ def write_overlay(work: Path, repo_url: str, revision: str) -> Path:
     return overlay
 
 
-def rolled_out(kube: Kube, revision: str) -> dict[str, dict] | None:
-    """Both Applications Synced and Healthy at `revision`, their last operation Succeeded; else None."""
+def rolled_out(kube: Kube, revision: str) -> tuple[dict, dict[str, dict]] | None:
+    """(ApplicationSet, Applications by name) once RollingSync is done at `revision`; else None.
+
+    Done: the ApplicationSet reports both steps Healthy, and each Application
+    is Synced and Healthy at `revision` with its last operation Succeeded and
+    none requested. RollingSync may request a step's sync more than once
+    (Argo CD v3.5.7 compares whole-second timestamps to see that a sync has
+    started), always before it reports the step Healthy: reading the
+    ApplicationSet first, then the Applications, sees any such request.
+    """
+    appset = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+    steps = {s["application"]: s["status"] for s in appset.get("status", {}).get("applicationStatus", [])}
+    if steps != {SCHEDULER_APP: "Healthy", CHECK_APP: "Healthy"}:
+        return None
     apps = kube.applications()
     for name in (SCHEDULER_APP, CHECK_APP):
-        status = apps.get(name, {}).get("status", {})
+        app = apps.get(name, {})
+        status = app.get("status", {})
         if (
-            status.get("sync", {}).get("status") != "Synced"
+            "operation" in app
+            or status.get("sync", {}).get("status") != "Synced"
             or status.get("sync", {}).get("revision") != revision
             or status.get("health", {}).get("status") != "Healthy"
             or status.get("operationState", {}).get("phase") != "Succeeded"
         ):
             return None
-    return apps
+    return appset, apps
 
 
 def describe(kube: Kube) -> str:
@@ -461,7 +491,7 @@ def deployment(tmp_path_factory) -> Deployment:
     try:
         started = time.monotonic()
         kube.ok("apply", "-k", write_overlay(repo.work, repo_url, BRANCH))
-        first = wait_for(
+        first_appset, first = wait_for(
             "RollingSync to sync gpu-scheduler, then gpu-scheduler-check, both Healthy",
             lambda: rolled_out(kube, repo.head()),
             SYNC_TIMEOUT,
@@ -469,7 +499,6 @@ def deployment(tmp_path_factory) -> Deployment:
         )
         seconds["first rollout"] = time.monotonic() - started
         progress(f"both Applications Synced and Healthy ({seconds['first rollout']:.0f}s after kubectl apply -k)")
-        first_appset = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
         yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
     finally:
         # Deleting the ApplicationSet is how users remove both: Argo CD deletes

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import json
 import re
-from datetime import datetime
 
 import pytest
 import yaml
@@ -76,10 +75,6 @@ STATUSLESS = {
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
 }
-
-
-def when(timestamp: str) -> datetime:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
 
 
 def expected_placements(values_file) -> dict[str, tuple[str, str]]:
@@ -214,52 +209,56 @@ def test_both_applications_are_synced_and_healthy_at_the_served_commit(deploymen
         assert (shown["status"]["sync"]["status"], shown["status"]["health"]["status"]) == ("Synced", "Healthy")
 
 
-def health_events(kube: Kube, app: dict) -> list[tuple[int, str, str]]:
-    """(nanoseconds since the epoch, from, to) of each health change Argo CD recorded for `app`, oldest first.
+def argocd_events(kube: Kube, app: dict) -> list[tuple[int, str]]:
+    """(nanoseconds since the epoch, message) of the Events Argo CD recorded about `app`, oldest first.
 
-    The application controller writes an Event per change ("Updated health
-    status: A -> B") named <application>.<its UnixNano time in hex>: finer than
-    the Events' and the operations' timestamps (whole seconds). Only Events
-    about this Application object (its UID): an earlier run's stay for an hour.
+    Argo CD names each Event <application>.<its UnixNano time in hex>: finer
+    than the Events' and the operations' timestamps (whole seconds). Only
+    Events about this Application object (its UID): an earlier run's stay for
+    an hour.
     """
     name, uid = app["metadata"]["name"], app["metadata"]["uid"]
-    events = kube.items("-n", ARGOCD_NAMESPACE, "events", "--field-selector", f"involvedObject.name={name}")
     found = []
-    for event in events:
-        change = re.fullmatch(r"Updated health status: (\w*) -> (\w+)", event["message"])
-        if event["involvedObject"].get("uid") != uid or not change:
+    for event in kube.items("-n", ARGOCD_NAMESPACE, "events", "--field-selector", f"involvedObject.name={name}"):
+        if event["involvedObject"].get("uid") != uid:
             continue
         prefix, _, stamp = event["metadata"]["name"].rpartition(".")
         assert prefix == name and re.fullmatch(r"[0-9a-f]+", stamp), f"Argo CD event name: {event['metadata']}"
-        found.append((int(stamp, 16), *change.groups()))
+        found.append((int(stamp, 16), event["message"]))
     return sorted(found)
+
+
+def health_at(events: list[tuple[int, str]], moment: int) -> str | None:
+    """The health the last "Updated health status: A -> B" Event before `moment` recorded (B)."""
+    changes = [re.fullmatch(r"Updated health status: \w* -> (\w+)", message) for ns, message in events if ns < moment]
+    changes = [change.group(1) for change in changes if change]
+    return changes[-1] if changes else None
 
 
 def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deployment):
     scheduler = deployment.first[SCHEDULER_APP]
     check = deployment.first[CHECK_APP]
+    served = deployment.repo.head()
 
-    # Both syncs were RollingSync's (the ApplicationSet controller's), not ours.
+    # Every sync of both was RollingSync's (the ApplicationSet controller's), not ours.
     for app in (scheduler, check):
         assert app["status"]["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
-    # Argo CD's own record of the health of each: gpu-scheduler became
-    # Healthy before anything of the check existed (its first change away
-    # from Missing is its sync creating the StatefulSet).
-    scheduler_changes = health_events(deployment.kube, scheduler)
-    check_changes = health_events(deployment.kube, check)
-    healthy = [ns for ns, _, to in scheduler_changes if to == "Healthy"]
-    deployed = [ns for ns, _, to in check_changes if to not in ("Missing", "Unknown")]
-    assert healthy, f"no Event says gpu-scheduler became Healthy: {scheduler_changes}"
-    assert deployed, f"no Event says gpu-scheduler-check left Missing: {check_changes}"
-    assert healthy[0] < deployed[0], (
-        f"gpu-scheduler-check's objects appeared at {deployed[0]} ns, before gpu-scheduler was Healthy "
-        f"at {healthy[0]} ns: {scheduler_changes} / {check_changes}"
+    # Argo CD's own Events: gpu-scheduler's first sync had succeeded and it
+    # was Healthy before anything of the check existed (the check's first
+    # health change away from Missing is its sync creating the StatefulSet).
+    scheduler_events = argocd_events(deployment.kube, scheduler)
+    check_events = argocd_events(deployment.kube, check)
+    synced = [ns for ns, message in scheduler_events if message == f"Sync operation to {served} succeeded"]
+    created = [
+        ns for ns, message in check_events if re.fullmatch(r"Updated health status: \w* -> (?!Missing$)\w+", message)
+    ]
+    assert synced, f"no Event of a successful sync of gpu-scheduler: {scheduler_events}"
+    assert created, f"no Event of gpu-scheduler-check leaving Missing: {check_events}"
+    assert synced[0] < created[0], (
+        f"gpu-scheduler-check's objects appeared ({created[0]} ns) before gpu-scheduler's sync succeeded "
+        f"({synced[0]} ns): {scheduler_events} / {check_events}"
     )
-    # And the check's sync operation started no earlier than that second,
-    # after gpu-scheduler's operation had finished (whole seconds, as stored).
-    check_started = when(check["status"]["operationState"]["startedAt"]).timestamp()
-    assert check_started >= healthy[0] // 1_000_000_000, (check_started, healthy[0])
-    assert check_started >= when(scheduler["status"]["operationState"]["finishedAt"]).timestamp()
+    assert health_at(scheduler_events, created[0]) == "Healthy", (scheduler_events, created[0])
     # The ApplicationSet's own account: two steps, in this order, both done.
     statuses = {s["application"]: s for s in deployment.first_appset["status"]["applicationStatus"]}
     assert {name: (s["step"], s["status"]) for name, s in statuses.items()} == {
