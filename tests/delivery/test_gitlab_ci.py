@@ -186,10 +186,13 @@ def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check
     script = deploy["script"]
     syncs = [i for i, line in enumerate(script) if line.startswith("argocd app sync")]
     assert [script[i].split()[3] for i in syncs] == ["gpu-scheduler", "gpu-scheduler-check"]
-    # Each sync waits for the one RollingSync may have started, and is waited for.
+    # Each sync waits for the one RollingSync may have started, and is waited for;
+    # refused beside a repeated RollingSync sync, the job waits for that one.
     for i in syncs:
         app = script[i].split()[3]
-        assert script[i - 1] == f"argocd app wait {app} --operation --sync --health --timeout 600"
+        wait = f"argocd app wait {app} --operation --sync --health --timeout 600"
+        assert script[i - 1] == wait
+        assert script[i] == f"argocd app sync {app} --timeout 600 || {wait}"
         assert script[i + 1] == f"argocd app wait {app} --health --timeout 600"
     # What runs is what git says: the ApplicationSet of this commit, no live overrides.
     assert deploy["script"][0] == 'argocd appset create --upsert "$ARGOCD_APPLICATIONSET"'
