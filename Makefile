@@ -25,7 +25,7 @@ lint: install ## ruff, the import-linter layer contract, uv.lock up to date with
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter
 
 test-unit: install ## fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster)
-	$(VENV)/bin/pytest -m "not cluster and not e2e and not faults and not images and not kind and not argocd"
+	$(VENV)/bin/pytest -m "not cluster and not e2e and not faults and not images and not kind and not argocd and not pipeline"
 
 test: install ## every test: unit, images (Docker), then the real local control plane (e2e, faults); tears it down
 	bash scripts/test.sh

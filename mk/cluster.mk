@@ -16,3 +16,7 @@ local-up: ## Start the local KWOK cluster (LOCAL_NODES=4 fake GPU nodes); kubeco
 
 local-down: ## Stop the local KWOK cluster and delete .cache/local-cluster
 	$(CLUSTER_ENV) scripts/local-down.sh
+
+.PHONY: test-cluster
+test-cluster: install tools control-plane ## the cluster, e2e and fault tests on the local control plane, brought up and torn down (CI's test-cluster job)
+	$(CLUSTER_ENV) scripts/test-cluster.sh

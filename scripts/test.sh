@@ -28,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "unit tests (no cluster, no Docker)"
-$PYTEST -m "not cluster and not e2e and not faults and not images and not kind and not argocd"
+$PYTEST -m "not cluster and not e2e and not faults and not images and not kind and not argocd and not pipeline"
 
 # The images as users build and run them. Under CI=true the engine must come
 # up (scripts/docker-engine.sh installs and starts it when root); elsewhere,

@@ -1,0 +1,15 @@
+# The GitLab pipeline run here: .gitlab-ci.yml's jobs by gitlab-ci-local in
+# its shell executor, against a registry, a KinD cluster and Argo CD on this
+# machine (scripts/pipeline.sh; docs/delivery.md, "GitLab CI").
+PIPELINE_ENV := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(or $(PIPELINE_CLUSTER),gpu-scheduler-pipeline)
+
+.PHONY: pipeline pipeline-down test-pipeline
+
+pipeline: install tools lint-tools ## .gitlab-ci.yml's jobs by gitlab-ci-local: lint, test, build (to a local registry), e2e (KinD pulls from it), deploy (Argo CD); stops all after (PIPELINE_KEEP=1 keeps it)
+	$(PIPELINE_ENV) scripts/pipeline.sh run
+
+pipeline-down: ## stop what make pipeline left running (PIPELINE_KEEP=1): KinD cluster, git daemon, registry
+	$(PIPELINE_ENV) scripts/pipeline.sh down
+
+test-pipeline: install tools lint-tools ## make pipeline, then the checks of its records (registry, KinD nodes, Argo CD) in tests/pipeline
+	$(VENV)/bin/pytest -s -m pipeline tests/pipeline

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# `make pipeline`: .gitlab-ci.yml's jobs run by gitlab-ci-local on this
+# machine, against real parts of it, as a default-branch pipeline:
+#   run   1. a registry (Debian's docker-registry) on port $PIPELINE_REGISTRY_PORT,
+#            empty, as the project's registry (CI_REGISTRY_IMAGE);
+#         2. the pipeline: lint, test-unit and test-cluster, build-image (pushes
+#            to that registry), e2e-kind (KinD cluster $KIND_CLUSTER whose nodes
+#            pull the images from that registry); the manual deploy waits;
+#         3. production, as an admin sets it up once: the e2e's helm release
+#            leaves the cluster (Argo CD will own the same objects), Argo CD
+#            is installed into it (scripts/argocd.sh install), a git server
+#            (git daemon on the cluster network's gateway) serves the commit
+#            under test with the charts naming this registry and the images'
+#            tag, and its AppProject is applied;
+#         4. the deploy job, requested by hand (gitlab-ci-local --manual deploy),
+#            syncs both Applications through that Argo CD (--core).
+#         Then everything it started is stopped (down), unless PIPELINE_KEEP=1.
+#   down  stop and remove what run started: the KinD cluster, git daemon,
+#         registry (and its data), the pushed images' tags in the local Docker.
+#
+# Every job runs in gitlab-ci-local's shell executor (--force-shell-executor):
+# no job image can be pulled here; the tools they need are this machine's
+# (.cache/bin, .venv, Docker). Records for tests/pipeline: $PIPELINE_DIR
+# (pipeline.log and deploy.log: gitlab-ci-local's output; registry.log: the
+# registry's access log; commit: the short sha the pipeline ran at).
+# Env: KIND_CLUSTER (gpu-scheduler-pipeline), PIPELINE_REGISTRY_PORT (5001),
+#      PIPELINE_GIT_PORT (9419), PIPELINE_KEEP (0), LOCAL_APISERVER_PORT
+#      (passed to the test-cluster job).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+export KIND_CLUSTER="${KIND_CLUSTER:-gpu-scheduler-pipeline}"
+export KIND_KUBECONFIG="$CACHE_DIR/kind/$KIND_CLUSTER.kubeconfig"
+REGISTRY_PORT="${PIPELINE_REGISTRY_PORT:-5001}"
+GIT_PORT="${PIPELINE_GIT_PORT:-9419}"
+REGISTRY="127.0.0.1:$REGISTRY_PORT"
+REGISTRY_IMAGE="$REGISTRY/gpu-scheduler"
+PIPELINE_DIR="$CACHE_DIR/pipeline"
+GITLAB_CI_LOCAL="$CACHE_DIR/npm/node_modules/.bin/gitlab-ci-local"
+# The project's default branch: the pipeline is the one a merge to it runs.
+DEFAULT_BRANCH=main
+export PATH="$BIN_DIR:$REPO_ROOT/.venv/bin:$PATH"
+
+kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
+
+# ---- the registry ----------------------------------------------------------
+
+ensure_registry_binary() {
+  command -v docker-registry >/dev/null 2>&1 && return
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1 ||
+    die "docker-registry is missing: install Debian's docker-registry package (or the distribution registry 2.x as docker-registry on PATH)"
+  log "pipeline: apt-get install docker-registry"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null; }
+}
+
+# start_registry: an empty registry on every address of this host (pushes
+# come over loopback, which Docker allows over plain HTTP; the KinD nodes come
+# over their network's gateway), no credentials.
+start_registry() {
+  ensure_registry_binary
+  if curl -fsS -o /dev/null "http://$REGISTRY/v2/" 2>/dev/null; then
+    die "something answers on $REGISTRY already: stop it ('scripts/pipeline.sh down' if it is ours) or set PIPELINE_REGISTRY_PORT"
+  fi
+  rm -rf "$PIPELINE_DIR/registry"
+  mkdir -p "$PIPELINE_DIR/registry/data"
+  cat >"$PIPELINE_DIR/registry/config.yml" <<EOF
+version: 0.1
+log:
+  level: info
+  formatter: text
+storage:
+  filesystem:
+    rootdirectory: $PIPELINE_DIR/registry/data
+  delete:
+    enabled: true
+http:
+  addr: 0.0.0.0:$REGISTRY_PORT
+EOF
+  setsid docker-registry serve "$PIPELINE_DIR/registry/config.yml" >"$PIPELINE_DIR/registry.log" 2>&1 </dev/null &
+  echo $! >"$PIPELINE_DIR/registry.pid"
+  local deadline=$((SECONDS + 30))
+  until curl -fsS -o /dev/null "http://$REGISTRY/v2/" 2>/dev/null; do
+    kill -0 "$(cat "$PIPELINE_DIR/registry.pid")" 2>/dev/null ||
+      { cat "$PIPELINE_DIR/registry.log" >&2; die "docker-registry exited (log above)"; }
+    ((SECONDS < deadline)) || die "docker-registry does not answer on $REGISTRY after 30s ($PIPELINE_DIR/registry.log)"
+    sleep 0.5
+  done
+  log "pipeline: registry $(docker-registry --version | awk '{print $3}') on $REGISTRY (pid $(cat "$PIPELINE_DIR/registry.pid"), data $PIPELINE_DIR/registry/data)"
+}
+
+# stop_pid FILE NAME: stop the process whose pid FILE holds, if it still runs.
+stop_pid() {
+  local file="$1" name="$2" pid
+  [[ -f "$file" ]] || return 0
+  pid="$(cat "$file")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    local deadline=$((SECONDS + 15))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    log "pipeline: stopped $name (pid $pid)"
+  fi
+  rm -f "$file"
+}
+
+# ---- gitlab-ci-local -------------------------------------------------------
+
+# The CI/CD variables a GitLab project would have, for this machine. Given
+# as --variable: gitlab-ci-local lets those outrank its own predefined values
+# (CI_REGISTRY*, the branch) and the jobs' variables, as GitLab lets a
+# pipeline's variables outrank the YAML's.
+PIPELINE_VARIABLES=(
+  --variable "CI_REGISTRY=$REGISTRY"
+  --variable "CI_REGISTRY_IMAGE=$REGISTRY_IMAGE"
+  # The pipeline a merge to the default branch runs (deploy is offered),
+  # whatever branch is checked out.
+  --variable "CI_DEFAULT_BRANCH=$DEFAULT_BRANCH"
+  --variable "CI_COMMIT_BRANCH=$DEFAULT_BRANCH"
+  # e2e-kind's cluster is this machine's production for the deploy job.
+  --variable "KIND_CLUSTER=$KIND_CLUSTER"
+  --variable "KIND_KEEP=1"
+  # Every job shares this work tree's .venv: each installs every group, so
+  # that no job's `make install` takes away what the next one needs.
+  --variable "INSTALL_GROUPS=test lint bench"
+)
+# The deploy job's, besides those: Argo CD in that cluster in core mode (the
+# CLI talks to the Kubernetes API, kubeconfig namespace argocd), and the
+# ApplicationSet whose repoURL is this machine's git server.
+DEPLOY_VARIABLES=(
+  --variable "ARGOCD_OPTS=--core"
+  --variable "KUBECONFIG=$PIPELINE_DIR/argocd.kubeconfig"
+  --variable "ARGOCD_APPLICATIONSET=$PIPELINE_DIR/applicationset.yaml"
+)
+
+# gitlab_ci_local LOG ARGS...: gitlab-ci-local in this work tree, every job in
+# the shell executor, one job at a time (2 cores); its output to LOG too.
+gitlab_ci_local() {
+  local out="$1"
+  shift
+  local status=0
+  (
+    cd "$REPO_ROOT"
+    "$GITLAB_CI_LOCAL" --force-shell-executor --concurrency 1 --no-color --timestamps \
+      --state-dir .cache/pipeline/gitlab-ci-local "${PIPELINE_VARIABLES[@]}" "$@"
+  ) 2>&1 | tee "$out" || status=$?
+  return "$status"
+}
+
+# ---- production: Argo CD and its git server --------------------------------
+
+gateway() {
+  docker network inspect kind -f '{{range .IPAM.Config}}{{.Gateway}} {{end}}' | tr ' ' '\n' | grep -m1 '\.'
+}
+
+# hand_over_cluster: what the e2e job installed leaves; Argo CD owns it next.
+hand_over_cluster() {
+  log "pipeline: removing the e2e job's helm release (Argo CD deploys the same objects)"
+  "$BIN_DIR/helm" --kubeconfig "$KIND_KUBECONFIG" uninstall gpu-scheduler --namespace gpu-scheduler-system --wait \
+    --ignore-not-found >/dev/null
+  kubectl delete namespace gpu-scheduler-system gpu-scheduler-check --ignore-not-found --wait=true --timeout=180s >/dev/null
+}
+
+# serve_repository SHORT_SHA: the commit under test as a user's project holds
+# a release: the charts name this registry and the pipeline's image tag. One
+# commit on top of HEAD on branch `deploy`, served by git daemon.
+serve_repository() {
+  local sha="$1" work="$PIPELINE_DIR/git/work" served="$PIPELINE_DIR/git/served"
+  rm -rf "$PIPELINE_DIR/git"
+  mkdir -p "$served"
+  git clone --quiet --no-checkout "$REPO_ROOT" "$work"
+  git -C "$work" checkout --quiet -B deploy "$(git -C "$REPO_ROOT" rev-parse HEAD)"
+  local chart values
+  for chart in gpu-scheduler gpu-scheduler-check; do
+    values="$work/charts/$chart/values.yaml"
+    [[ "$(grep -c '^  registry: ' "$values")" == 1 && "$(grep -c '^  tag: ""$' "$values")" == 1 ]] ||
+      die "$values: expected one image registry line and one empty image tag line to set"
+    sed -i -e "s|^  registry: .*|  registry: $REGISTRY_IMAGE|" -e "s|^  tag: \"\"$|  tag: \"$sha\"|" "$values"
+  done
+  git -C "$work" -c user.name="gpu-scheduler pipeline" -c user.email=pipeline@gpu-scheduler.invalid \
+    commit --quiet --all --message "release $sha from $REGISTRY_IMAGE (make pipeline)"
+  git clone --quiet --bare "$work" "$served/gpu-scheduler.git"
+  local address
+  address="$(gateway)" || die "the docker network kind has no IPv4 gateway"
+  git daemon --reuseaddr --export-all --base-path="$served" --listen="$address" --port="$GIT_PORT" \
+    --pid-file="$PIPELINE_DIR/git-daemon.pid" --detach "$served"
+  local deadline=$((SECONDS + 15))
+  until git ls-remote "git://$address:$GIT_PORT/gpu-scheduler.git" deploy >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "git daemon does not serve git://$address:$GIT_PORT/gpu-scheduler.git"
+    sleep 0.5
+  done
+  echo "git://$address:$GIT_PORT/gpu-scheduler.git"
+}
+
+# argocd_files REPO_URL: argocd/ through an overlay of its one user value
+# (repoURL, revision `deploy`), split: the AppProject (applied here, once,
+# as an admin does) and the ApplicationSet (the deploy job applies it).
+argocd_files() {
+  local overlay="$PIPELINE_DIR/argocd-overlay"
+  rm -rf "$overlay"
+  mkdir -p "$overlay"
+  cat >"$overlay/kustomization.yaml" <<EOF
+# Generated by scripts/pipeline.sh: argocd/ with this machine's git server.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$overlay" "$REPO_ROOT/argocd")
+patches:
+  - target:
+      kind: ApplicationSet
+      name: gpu-scheduler
+    patch: |-
+      - op: replace
+        path: /spec/generators/0/matrix/generators/0/list/elements/0/repoURL
+        value: $1
+      - op: replace
+        path: /spec/generators/0/matrix/generators/0/list/elements/0/revision
+        value: deploy
+  - target:
+      kind: AppProject
+      name: gpu-scheduler
+    patch: |-
+      - op: replace
+        path: /spec/sourceRepos/0
+        value: $1
+EOF
+  kubectl kustomize "$overlay" >"$PIPELINE_DIR/argocd.yaml"
+  "$REPO_ROOT/.venv/bin/python" - "$PIPELINE_DIR" <<'EOF'
+import sys
+from pathlib import Path
+
+import yaml
+
+out = Path(sys.argv[1])
+documents = [d for d in yaml.safe_load_all((out / "argocd.yaml").read_text()) if d]
+kinds = {d["kind"]: d for d in documents}
+assert set(kinds) == {"AppProject", "ApplicationSet"}, f"argocd/ renders {sorted(kinds)}"
+(out / "appproject.yaml").write_text(yaml.safe_dump(kinds["AppProject"], sort_keys=False))
+(out / "applicationset.yaml").write_text(yaml.safe_dump(kinds["ApplicationSet"], sort_keys=False))
+EOF
+}
+
+# argocd_kubeconfig: the cluster's kubeconfig with namespace argocd, where
+# `argocd --core` looks for its objects.
+argocd_kubeconfig() {
+  cp "$KIND_KUBECONFIG" "$PIPELINE_DIR/argocd.kubeconfig"
+  "$BIN_DIR/kubectl" --kubeconfig "$PIPELINE_DIR/argocd.kubeconfig" config set-context --current --namespace=argocd >/dev/null
+}
+
+prepare_production() {
+  local sha="$1" repo_url start=$SECONDS
+  hand_over_cluster
+  log "pipeline: Argo CD into $KIND_CLUSTER (scripts/argocd.sh install)"
+  CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" install
+  repo_url="$(serve_repository "$sha")"
+  log "pipeline: git daemon serves the release commit (branch deploy) at $repo_url"
+  argocd_files "$repo_url"
+  kubectl apply -f "$PIPELINE_DIR/appproject.yaml" >/dev/null
+  argocd_kubeconfig
+  log "pipeline: production ready in $((SECONDS - start))s"
+}
+
+# ---- subcommands ------------------------------------------------------------
+
+# passed LOG JOB...: each JOB has gitlab-ci-local's PASS line in LOG.
+passed() {
+  local out="$1" job missing=()
+  shift
+  # " PASS  [ 43 s] build-image": the closing lines (--timestamps adds the time).
+  for job in "$@"; do grep -qE "^ PASS +(\[[^]]*\] +)?$job *\$" "$out" || missing+=("$job"); done
+  ((${#missing[@]} == 0)) || die "jobs without PASS in $out: ${missing[*]}"
+}
+
+cmd_run() {
+  local start=$SECONDS sha
+  [[ -x "$GITLAB_CI_LOCAL" ]] || CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/fetch-lint-tools.sh"
+  [[ -x "$GITLAB_CI_LOCAL" ]] || die "gitlab-ci-local is missing ($GITLAB_CI_LOCAL): make lint-tools (needs npm)"
+  command -v git >/dev/null || die "git is missing"
+  "$REPO_ROOT/scripts/docker-engine.sh" ensure
+  mkdir -p "$PIPELINE_DIR"
+  # A new pipeline: no job log or state of an earlier one is left to read.
+  rm -rf "$PIPELINE_DIR"/{pipeline,deploy}.log "$PIPELINE_DIR/gitlab-ci-local"
+  if [[ "${PIPELINE_KEEP:-0}" != 1 ]]; then
+    trap 'status=$?; cmd_down; exit $status' EXIT
+  fi
+  # gitlab-ci-local's CI_COMMIT_SHORT_SHA: the first 8 hex digits of HEAD.
+  sha="$(git -C "$REPO_ROOT" rev-parse HEAD | cut -c1-8)"
+  echo "$sha" >"$PIPELINE_DIR/commit"
+  start_registry
+  log "pipeline: gitlab-ci-local $("$GITLAB_CI_LOCAL" --version): the default-branch pipeline at $sha (lint, test, build, e2e; deploy is manual)"
+  gitlab_ci_local "$PIPELINE_DIR/pipeline.log" || die "the pipeline failed ($PIPELINE_DIR/pipeline.log, above)"
+  passed "$PIPELINE_DIR/pipeline.log" lint test-unit test-cluster build-image e2e-kind
+  log "pipeline: lint, test, build and e2e passed in $((SECONDS - start))s; preparing production for the manual deploy"
+  prepare_production "$sha"
+  log "pipeline: deploy, requested by hand (--manual deploy)"
+  gitlab_ci_local "$PIPELINE_DIR/deploy.log" "${DEPLOY_VARIABLES[@]}" --manual deploy deploy || die "the deploy job failed ($PIPELINE_DIR/deploy.log, above)"
+  passed "$PIPELINE_DIR/deploy.log" deploy
+  log "pipeline: every job passed in $((SECONDS - start))s"
+}
+
+cmd_down() {
+  local start=$SECONDS image tag
+  log "pipeline: down"
+  stop_pid "$PIPELINE_DIR/git-daemon.pid" "git daemon"
+  stop_pid "$PIPELINE_DIR/registry.pid" "docker-registry"
+  if docker info >/dev/null 2>&1; then
+    CACHE_DIR="$CACHE_DIR" KIND_CLUSTER="$KIND_CLUSTER" "$REPO_ROOT/scripts/kind.sh" down
+    # The tags build-image made; their layers are the dev images' too.
+    for image in gpu-scheduler gpu-scheduler-check; do
+      for tag in $(docker image ls --format '{{.Tag}}' "$REGISTRY_IMAGE/$image"); do
+        docker rmi "$REGISTRY_IMAGE/$image:$tag" >/dev/null || true
+      done
+    done
+  fi
+  rm -rf "$PIPELINE_DIR/registry/data" "$PIPELINE_DIR/git" "$PIPELINE_DIR/argocd-overlay"
+  log "pipeline: down in $((SECONDS - start))s"
+}
+
+case "${1:-run}" in
+  run) cmd_run ;;
+  down) cmd_down ;;
+  *) die "usage: $0 [run|down]" ;;
+esac

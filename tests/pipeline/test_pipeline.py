@@ -1,0 +1,164 @@
+"""`make pipeline`: .gitlab-ci.yml's jobs, run by gitlab-ci-local, against real parts of this machine.
+
+Every claim is read from a record the pipeline's own scripts did not write:
+gitlab-ci-local's output and job logs, the registry's HTTP API and access
+log, the KinD nodes' containerd and the pods' status, Argo CD's Applications.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from .conftest import CLUSTER, IMAGES, PIPELINE_DIR, PIPELINE_TIMEOUT, REGISTRY, REGISTRY_IMAGE, run
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(PIPELINE_TIMEOUT + 600)]
+
+STAGES = ["lint", "test", "build", "e2e", "deploy"]
+# What a default-branch pipeline runs before its manual deploy (release-check
+# and publish-charts are for tags only).
+PIPELINE_JOBS = ["lint", "test-unit", "test-cluster", "build-image", "e2e-kind"]
+MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+# gitlab-ci-local --timestamps: "[HH:MM:SS duration] job  starting shell (stage)".
+STARTED = re.compile(r"^\[[^\]]*\] (\S+)\s+starting (\S+) \((\w+)\)$", re.M)
+# The registry's access log (combined format): address, method, repository,
+# manifest reference, status, user agent. containerd adds ?ns=<registry host>
+# to what it asks a mirror.
+ACCESS = re.compile(
+    r'^(\S+) - - \[[^\]]*\] "(GET|HEAD) /v2/([^ ]+)/manifests/([^ ?]+)\S* HTTP/[\d.]+" (\d+) \S+ "[^"]*" "([^"]*)"$',
+    re.M,
+)
+
+
+def job_output(job: str) -> str:
+    return (PIPELINE_DIR / "gitlab-ci-local" / "output" / f"{job}.log").read_text()
+
+
+def summary(log: str) -> dict[str, str]:
+    """gitlab-ci-local's closing lines: job -> PASS, FAIL, WARN, ..."""
+    # " PASS  [   43 s] build-image  " (--timestamps adds the job's time).
+    return dict((m[2], m[1]) for m in re.finditer(r"^ ([A-Z]+) +(?:\[[^\]]*\] +)?(\S+) *$", log, re.M))
+
+
+def test_every_job_ran_in_the_shell_executor_and_passed_in_stage_order(pipeline):
+    started = STARTED.findall(pipeline.log)
+
+    assert [job for job, _, _ in started] == PIPELINE_JOBS, started
+    # No job image can be pulled here: the shell executor ran each one.
+    assert {executor for _, executor, _ in started} == {"shell"}, started
+    stages = [STAGES.index(stage) for _, _, stage in started]
+    assert stages == sorted(stages), started
+    assert summary(pipeline.log) == dict.fromkeys(PIPELINE_JOBS, "PASS"), pipeline.log[-3000:]
+    # The manual deploy ran only when asked, on its own, after the rest.
+    assert STARTED.findall(pipeline.deploy_log) == [("deploy", "shell", "deploy")]
+    assert summary(pipeline.deploy_log) == {"deploy": "PASS"}, pipeline.deploy_log[-3000:]
+
+
+def test_test_jobs_ran_the_unit_suite_and_the_cluster_and_fault_tests(pipeline):
+    unit, cluster = job_output("test-unit"), job_output("test-cluster")
+
+    for name, output in (("test-unit", unit), ("test-cluster", cluster)):
+        outcome = re.findall(r"=+ (.*) in [\d.]+s", output)
+        assert outcome and "passed" in outcome[-1], f"{name}: {outcome}"
+        assert "failed" not in outcome[-1] and "error" not in outcome[-1], f"{name}: {outcome[-1]}"
+    assert "test-cluster: local control plane" in cluster
+    assert re.search(r"tests/faults/test_\w+\.py \.", cluster), "no fault test ran"
+    assert re.search(r"tests/e2e/test_\w+\.py \.", cluster), "no e2e test ran"
+
+
+def test_registry_holds_both_images_with_the_commit_and_branch_tags(pipeline):
+    _, catalog = pipeline.registry("/v2/_catalog")
+
+    assert sorted(catalog["repositories"]) == [f"gpu-scheduler/{image}" for image in IMAGES]
+    for image in IMAGES:
+        _, tags = pipeline.registry(f"/v2/gpu-scheduler/{image}/tags/list")
+        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.ref_slug}), tags
+
+
+def node_addresses() -> dict[str, str]:
+    """The KinD nodes' addresses on the docker network `kind` -> container name."""
+    names = run(["docker", "ps", "--filter", f"label=io.x-k8s.kind.cluster={CLUSTER}", "--format", "{{.Names}}"])
+    inspected = json.loads(run(["docker", "inspect", *names.stdout.split()]).stdout)
+    return {c["NetworkSettings"]["Networks"]["kind"]["IPAddress"]: c["Name"].lstrip("/") for c in inspected}
+
+
+def digest_of(pipeline, image: str) -> str:
+    """The registry's digest of `image`:<commit> (what the nodes must have fetched)."""
+    headers, _ = pipeline.registry(
+        f"/v2/gpu-scheduler/{image}/manifests/{pipeline.commit}", method="HEAD", accept=MANIFEST_TYPES
+    )
+    return headers["Docker-Content-Digest"]
+
+
+def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline):
+    nodes = node_addresses()
+    requests = [
+        (nodes[address], method, name, reference)
+        for address, method, name, reference, status, agent in ACCESS.findall(
+            (PIPELINE_DIR / "registry.log").read_text()
+        )
+        if address in nodes and status == "200" and agent.startswith("containerd/")
+    ]
+
+    for image in IMAGES:
+        name = f"gpu-scheduler/{image}"
+        # containerd resolves the tag to a digest, then fetches that manifest.
+        resolved = {node for node, _, n, reference in requests if n == name and reference == pipeline.commit}
+        fetched = {
+            node
+            for node, method, n, reference in requests
+            if n == name and method == "GET" and reference == digest_of(pipeline, image)
+        }
+        assert resolved and fetched, f"no KinD node of {CLUSTER} pulled {image}:{pipeline.commit} from {REGISTRY}"
+        for node in fetched:
+            listed = run(["docker", "exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+            assert f"{REGISTRY_IMAGE}/{image}:{pipeline.commit}" in listed, f"{node}: {listed}"
+    # The e2e job had its nodes pull: nothing was built or `kind load`ed there.
+    e2e = job_output("e2e-kind")
+    assert "BUILD_IMAGES=pull" in e2e
+    assert "kind: loading" not in e2e and "docker build" not in e2e
+
+
+def test_deployed_pods_run_the_pushed_images_by_their_registry_digest(pipeline):
+    pods = json.loads(pipeline.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+    digests = {f"{REGISTRY_IMAGE}/{image}": digest_of(pipeline, image) for image in IMAGES}
+
+    running = {}
+    for pod in pods:
+        for status in pod["status"].get("containerStatuses", []):
+            repository, _, tag = status["image"].rpartition(":")
+            if repository in digests:
+                assert tag == pipeline.commit, f"{pod['metadata']['name']}: {status['image']}"
+                assert status["imageID"] == f"{repository}@{digests[repository]}", status
+                assert status["ready"], f"{pod['metadata']['name']} is not ready"
+                running.setdefault(repository, set()).add(pod["metadata"]["namespace"])
+    assert running == {
+        f"{REGISTRY_IMAGE}/gpu-scheduler": {"gpu-scheduler-system"},
+        f"{REGISTRY_IMAGE}/gpu-scheduler-check": {"gpu-scheduler-check"},
+    }, running
+
+
+def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline):
+    served = PIPELINE_DIR / "git" / "served" / "gpu-scheduler.git"
+    release = run(["git", "--git-dir", served, "rev-parse", "deploy"]).stdout.strip()
+    applications = json.loads(pipeline.kubectl("-n", "argocd", "get", "applications.argoproj.io", "-o", "json"))
+
+    states = {
+        app["metadata"]["name"]: (
+            app["status"]["sync"]["status"],
+            app["status"]["health"]["status"],
+            app["status"]["sync"]["revision"],
+            app["status"]["operationState"]["phase"],
+        )
+        for app in applications["items"]
+    }
+    assert states == {
+        "gpu-scheduler": ("Synced", "Healthy", release, "Succeeded"),
+        "gpu-scheduler-check": ("Synced", "Healthy", release, "Succeeded"),
+    }, states
+    # The deploy job synced them with the CLI, in order.
+    assert pipeline.deploy_log.index("argocd app sync gpu-scheduler ") < pipeline.deploy_log.index(
+        "argocd app sync gpu-scheduler-check "
+    )
