@@ -5,7 +5,8 @@
 # (Argo CD syncing both charts from git), `make e2e` (both charts installed
 # with their hooks, the e2e suite against them), `make report` and the KinD
 # tests, on a cluster of its own that the last KinD test deletes with `make
-# kind-down`. Everything a stage starts (clusters, a Docker engine this run
+# kind-down`; then `make test-pipeline` (.gitlab-ci.yml by gitlab-ci-local
+# against a local registry, KinD and Argo CD). Everything a stage starts (clusters, a Docker engine this run
 # started) is stopped at the end, also after a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +79,7 @@ export KIND_KUBECONFIG="$PWD/.cache/kind/$KIND_CLUSTER.kubeconfig"
 if ! $docker_runs; then
   step "KinD: no Docker engine answers, so the KinD stage is skipped"
   echo "Install Docker (https://docs.docker.com/engine/install/) and run 'make test' again for make kind-up, make argocd-e2e, make e2e and the KinD tests."
-  $PYTEST -m "kind or argocd" tests/kind tests/argocd
+  $PYTEST -m "kind or argocd or pipeline" tests/kind tests/argocd tests/pipeline
 else
   step "KinD: make kind-up (cluster $KIND_CLUSTER)"
   KIND_TEST_NETWORK_EXISTED_BEFORE=0
@@ -101,5 +102,12 @@ else
 
   step "KinD: the KinD tests on the same cluster; the last one is make kind-down"
   $PYTEST -m kind tests/kind
+
+  # The GitLab pipeline as users ship through it, once the KinD stage's
+  # cluster is gone (the cores): its own registry, KinD cluster and Argo CD.
+  unset KIND_CLUSTER KIND_KUBECONFIG
+  cleanups+=('step "stopping what make pipeline left"; bash scripts/pipeline.sh down')
+  step "pipeline: make test-pipeline (.gitlab-ci.yml's jobs by gitlab-ci-local: local registry, KinD, Argo CD)"
+  $PYTEST -s -m pipeline tests/pipeline
 fi
 step "all tests passed"
