@@ -73,12 +73,7 @@ done
 reuse etcd || pkgs+=(./etcd) # cluster/local/etcd: etcd's main at k8s's pinned version
 if ((${#pkgs[@]})); then
   # kwokctl parses `kube-apiserver --version`, so stamp the version like a release build.
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1"
-    ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $pkg.gitTreeState=clean"
-    ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  done
+  ldflags="$(k8s_release_ldflags)"
   go_build cluster/local "$ldflags" "${pkgs[@]}"
 fi
 

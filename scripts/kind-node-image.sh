@@ -117,12 +117,7 @@ done
   pkgs+=(./etcd)
 if ((${#pkgs[@]})); then
   # Stamped like a release build: kubeadm reads its own version, kind reads /kind/version.
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1"
-    ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $pkg.gitTreeState=clean"
-    ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  done
+  ldflags="$(k8s_release_ldflags)"
   names="${pkgs[*]##*/}"
   log "node image: building $names (Go $(go env GOVERSION); about 2 min with a warm Go cache)"
   step=$SECONDS

@@ -17,6 +17,18 @@ ETCD_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" go.etcd.io/etcd/se
 KWOK_VERSION="$(mod_version "$REPO_ROOT/cluster/local/kwok/go.mod" sigs.k8s.io/kwok)"
 K8S_MINOR="${K8S_VERSION%.*}" # v1.34
 
+# k8s_release_ldflags: -ldflags that stamp K8S_VERSION into Kubernetes
+# binaries as a release build does (kwokctl, kubeadm and kind read it back).
+k8s_release_ldflags() {
+  local pkg ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1"
+    ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $pkg.gitTreeState=clean"
+    ldflags+=" -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  done
+  echo "$ldflags"
+}
+
 # host_python: the machine's python3 (or $PYTHON), never the project's .venv
 # one that the Makefile puts first on PATH (the venv is made from it).
 host_python() {

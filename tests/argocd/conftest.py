@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import commands
 import pytest
 import yaml
 
@@ -69,15 +70,9 @@ SYNC_TIMEOUT = 900
 DELETE_TIMEOUT = 900
 
 
-def run(argv: list, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    """Runs a command, capturing text output; never raises on a non-zero exit."""
-    return subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )
-
-
-def tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
-    return f"exit {result.returncode}\nstdout:\n{result.stdout[-chars:]}\nstderr:\n{result.stderr[-chars:]}"
+# KinD and Argo CD commands take minutes, not the default two.
+run = functools.partial(commands.run, timeout=300)
+tail = commands.tail
 
 
 def progress(message: str) -> None:

@@ -9,12 +9,12 @@ fetched once on first use, so a fresh clone runs these tests with no set-up.
 from __future__ import annotations
 
 import functools
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from commands import run
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -28,18 +28,6 @@ CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
 # Where the Argo CD ApplicationSet and the docs install the charts.
 SCHEDULER_NAMESPACE = "gpu-scheduler-system"
 CHECK_NAMESPACE = "gpu-scheduler-check"
-
-
-def run(argv: list, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    """Runs a command, capturing text output; never raises on a non-zero exit."""
-    return subprocess.run(
-        [str(a) for a in argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        **kwargs,
-    )
 
 
 def _fetch(script: str, wanted: list[Path]) -> None:

@@ -14,6 +14,7 @@ scripts/docker-engine.sh may start an engine first, as `make kind-up` does).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import commands
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,15 +34,9 @@ KUBECONFIG = CACHE / "kind" / f"{CLUSTER}.kubeconfig"
 UP_TIMEOUT = 3600
 
 
-def run(argv: list, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    """Runs a command, capturing text output; never raises on a non-zero exit."""
-    return subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )
-
-
-def tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
-    return f"exit {result.returncode}\nstdout:\n{result.stdout[-chars:]}\nstderr:\n{result.stderr[-chars:]}"
+# KinD and Argo CD commands take minutes, not the default two.
+run = functools.partial(commands.run, timeout=300)
+tail = commands.tail
 
 
 def kind_env() -> dict[str, str]:

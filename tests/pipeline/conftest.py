@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from commands import run
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -33,13 +34,6 @@ REGISTRY_IMAGE = f"{REGISTRY}/gpu-scheduler"
 IMAGES = ("gpu-scheduler", "gpu-scheduler-check")
 # A cold machine builds the control plane, the KinD node image and Argo CD.
 PIPELINE_TIMEOUT = 5400
-
-
-def run(argv: list, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    """Runs a command, capturing text output; never raises on a non-zero exit."""
-    return subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )
 
 
 @dataclass(frozen=True)
