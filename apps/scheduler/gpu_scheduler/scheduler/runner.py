@@ -211,11 +211,13 @@ class Scheduler:
                 log.exception("scheduling %s failed", pod_key(pod))
                 self._update(self.state.attempt_failed, uid, time.monotonic(), random.random())
             finally:
-                # One waiting worker wakes to see the backoff this attempt may have set:
-                # this one may take another pod and be busy when that backoff ends.
+                # While pods wait in backoff, one waiting worker wakes to time the
+                # earliest (this attempt may have set it, and this worker may take
+                # another pod and be busy when it ends). Otherwise nobody needs waking.
                 with self._work:
                     self._in_flight -= 1
-                    self._work.notify()
+                    if self.state.queue.next_due() is not None:
+                        self._work.notify()
                     if self._stopping and not self._in_flight:
                         self._drained.notify_all()
 
