@@ -17,19 +17,28 @@ Two workloads:
 
 The webhook's CPU (gunicorn master and workers, from /proc) is read around
 each run: CPU ms per request is a figure the machine's noise barely moves.
+
+Then the stack's floor (bench/stack_floor.py): the same gunicorn server with
+an app that does no admission, bare and in Flask, gets the repeated load at
+FLOOR_RATE, so the report shows how much of the webhook's CPU per request is
+gunicorn's and TLS's, Flask's, and ours.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
+from . import stack_floor
 from .context import OUR_SCHEDULER, Bench
-from .paths import BIN
-from .processes import CpuMeter
+from .paths import BIN, REPO
+from .processes import CpuMeter, Process
+from .runners import free_port
 from .workload import admission_review, group_leader
 
 VEGETA = str(BIN / "vegeta")  # built by bench/tools.sh from bench/tools/go.mod
@@ -126,6 +135,63 @@ def distinct_groups(rates: tuple[int, ...], seconds: float) -> list[range]:
     return ranges
 
 
+FLOOR_RATE = 500  # requests/s: the rate of the latency target
+
+
+def check_floor(url: str, context, body: bytes) -> bool:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5, context=context) as response:
+        return response.status == 200
+
+
+def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
+    """Each stack_floor app under the webhook's gunicorn settings, at FLOOR_RATE for the admission seconds."""
+    settings, rows = bench.settings, []
+    for app in stack_floor.APPS:
+        port = free_port()
+        url = f"https://127.0.0.1:{port}/mutate"
+        process = Process(
+            f"stack-floor-{app}",
+            [
+                sys.executable,
+                "-m",
+                "bench.stack_floor",
+                "--app",
+                app,
+                "--tls-cert-file",
+                str(bench.webhook.certs / "tls.crt"),
+                "--tls-private-key-file",
+                str(bench.webhook.certs / "tls.key"),
+                "--port",
+                str(port),
+                "--workers",
+                str(bench.webhook.workers),
+            ],
+            settings.out / "logs" / f"stack-floor-{app}.log",
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        process.start()
+        try:
+            context = bench.webhook.tls_context()
+            process.wait_ready(lambda url=url, context=context: check_floor(url, context, body), timeout=60)
+            targets = write_targets(out / f"floor-{app}.json", url, [body])
+            attack(bench, targets, *WARMUP, out / f"floor-{app}-warmup.bin")
+            bench.phase(
+                f"admission, the stack's floor ({app}): {FLOOR_RATE} requests/s for {settings.admission_seconds:g}s"
+            )
+            cpu = CpuMeter({"floor": [process.pid]})
+            report = attack(bench, targets, FLOOR_RATE, settings.admission_seconds, out / f"floor-{app}.bin")
+            figures = {"app": app, **row(FLOOR_RATE, settings.admission_seconds, report, cpu.used()["floor"])}
+            bench.phase(
+                f"  p99 {figures['p99_ms']:.2f}ms, errors {figures['errors']}, "
+                f"CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+            )
+            rows.append(figures)
+        finally:
+            process.stop()
+    return rows
+
+
 def run(bench: Bench) -> dict:
     settings = bench.settings
     out = settings.out / "admission"
@@ -162,4 +228,5 @@ def run(bench: Bench) -> dict:
         "map_lines": settings.group,
         "workers": bench.webhook.workers,
         "workloads": workloads,
+        "stack_floor": measure_stack_floor(bench, repeated, out),
     }

@@ -364,7 +364,50 @@ def admission_lines(adm: dict) -> list[str]:
             "",
             *table(["rate", "achieved", "requests", "p50", "p99", "max", "errors", "webhook CPU per request"], rows),
         ]
-    return lines
+    return lines + stack_floor_lines(adm)
+
+
+FLOOR_LABELS = {
+    "gunicorn": "gunicorn alone (our server settings, TLS, a bare WSGI app answering a fixed review)",
+    "flask": "gunicorn + Flask (the same answer from a Flask route)",
+}
+
+
+def stack_floor_lines(adm: dict) -> list[str]:
+    """The stack's floor beside the webhook at the same rate (repeated map): what is whose."""
+    floor = adm.get("stack_floor") or []
+    if not floor:
+        return []
+    rate = floor[0]["rate"]
+    ours = next(
+        (r for w in adm.get("workloads", []) if w["key"] == "repeated" for r in w["rates"] if r["rate"] == rate),
+        None,
+    )
+    rows = [
+        [
+            FLOOR_LABELS.get(f["app"], f["app"]),
+            num(f["p99_ms"], 2, " ms"),
+            str(f["errors"]),
+            num(f["cpu_ms_per_request"], 3, " ms"),
+        ]
+        for f in floor
+    ]
+    if ours:
+        rows.append(
+            [
+                "gpu-scheduler webhook (admission, logging, metrics), one map repeated",
+                num(ours["p99_ms"], 2, " ms"),
+                str(ours["errors"]),
+                num(ours.get("cpu_ms_per_request"), 3, " ms"),
+            ]
+        )
+    return [
+        "",
+        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the same gunicorn server with no admission "
+        "behind it, so the difference to the webhook's row is what our code costs per request.",
+        "",
+        *table(["server", "p99", "errors", "CPU per request"], rows),
+    ]
 
 
 def memory_lines(mem: dict) -> list[str]:

@@ -1,5 +1,6 @@
 """From runs to figures to the report: medians, paired ratios, targets PASS/MISS, the Markdown tables."""
 
+import io
 import json
 import math
 
@@ -75,37 +76,37 @@ def admission_workload(key: str, p99_at_500: float, errors_at_1000: int) -> dict
         "key": key,
         "maps": key,
         "rates": [
-                {
-                    "rate": 500,
-                    "duration_s": 15.0,
-                    "requests": 7500,
-                    "achieved_rate": 500.0,
-                    "throughput": 500.0,
-                    "p50_ms": 1.0,
-                    "p99_ms": p99_at_500,
-                    "max_ms": 30.0,
-                    "mean_ms": 1.2,
-                    "errors": 0,
-                    "error_samples": [],
-                    "cpu_s": 7.5,
-                    "cpu_ms_per_request": 1.0,
-                },
-                {
-                    "rate": 1000,
-                    "duration_s": 15.0,
-                    "requests": 15000,
-                    "achieved_rate": 990.0,
-                    "throughput": 900.0,
-                    "p50_ms": 900.0,
-                    "p99_ms": 10000.0,
-                    "max_ms": 10001.0,
-                    "mean_ms": 2000.0,
-                    "errors": errors_at_1000,
-                    "error_samples": ["timeout"] if errors_at_1000 else [],
-                    "cpu_s": 15.0,
-                    "cpu_ms_per_request": 1.0,
-                },
-            ],
+            {
+                "rate": 500,
+                "duration_s": 15.0,
+                "requests": 7500,
+                "achieved_rate": 500.0,
+                "throughput": 500.0,
+                "p50_ms": 1.0,
+                "p99_ms": p99_at_500,
+                "max_ms": 30.0,
+                "mean_ms": 1.2,
+                "errors": 0,
+                "error_samples": [],
+                "cpu_s": 7.5,
+                "cpu_ms_per_request": 1.0,
+            },
+            {
+                "rate": 1000,
+                "duration_s": 15.0,
+                "requests": 15000,
+                "achieved_rate": 990.0,
+                "throughput": 900.0,
+                "p50_ms": 900.0,
+                "p99_ms": 10000.0,
+                "max_ms": 10001.0,
+                "mean_ms": 2000.0,
+                "errors": errors_at_1000,
+                "error_samples": ["timeout"] if errors_at_1000 else [],
+                "cpu_s": 15.0,
+                "cpu_ms_per_request": 1.0,
+            },
+        ],
     }
 
 
@@ -212,3 +213,31 @@ def test_strict_mode_fails_on_a_miss_and_on_a_target_not_measured():
     assert exit_code({"errors": {}, "targets": [{"status": NOT_MEASURED}]}, strict=True) == 1
     assert exit_code({"errors": {}, "targets": [{"status": MISS}]}, strict=False) == 0
     assert exit_code({"errors": {"memory": "boom"}, "targets": []}, strict=False) == 1
+
+
+def test_the_stack_floor_is_shown_beside_the_webhook_at_the_same_rate():
+    data = results()
+    floor_row = dict(data["admission"]["workloads"][0]["rates"][0], cpu_ms_per_request=0.4)
+    data["admission"]["stack_floor"] = [
+        dict(floor_row, app="gunicorn"),
+        dict(floor_row, app="flask", cpu_ms_per_request=0.6),
+    ]
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "**The stack's floor** at 500/s" in markdown
+    assert "| gunicorn alone (our server settings" in markdown and "| 0.400 ms |" in markdown
+    assert "| gunicorn + Flask (the same answer from a Flask route) | 8.50 ms | 0 | 0.600 ms |" in markdown
+    assert (
+        "| gpu-scheduler webhook (admission, logging, metrics), one map repeated | 8.50 ms | 0 | 1.000 ms |" in markdown
+    )
+
+
+def test_the_stack_floor_apps_read_the_body_and_allow():
+    from bench import stack_floor
+
+    environ = {"wsgi.input": io.BytesIO(b'{"request": {}}'), "REQUEST_METHOD": "POST"}
+    started = []
+    body = b"".join(stack_floor.bare_app(environ, lambda status, headers: started.append(status)))
+    assert started == ["200 OK"] and json.loads(body)["response"]["allowed"] is True
+    client = stack_floor.flask_app().test_client()
+    answer = client.post("/mutate", data=b"{}", content_type="application/json")
+    assert answer.status_code == 200 and answer.get_json()["response"]["allowed"] is True
