@@ -1,25 +1,58 @@
-"""Phase 3: the webhook's latency at fixed request rates, with vegeta (a constant-rate load tool).
+"""Phase 3: the webhook's latency and CPU at fixed request rates, with vegeta (a constant-rate load tool).
 
 vegeta sends on schedule whether or not earlier answers came back, so a
 saturated webhook shows up as latency and errors instead of a lower rate (a
-closed-loop client would hide it). The request is the AdmissionReview the
-apiserver sends to /mutate for a bench pod with a `group`-line map; one
-answer is checked first, so the load exercises the real path (a patch that
-injects CUDA_VISIBLE_DEVICES), not an error path.
+closed-loop client would hide it). It runs on the same machine as the webhook,
+as the targets ask. Each request is the AdmissionReview the apiserver sends to
+/mutate for a bench pod with a `group`-line map; one answer of each workload
+is checked first, so the load exercises the real path (a patch that injects
+CUDA_VISIBLE_DEVICES), not an error path.
+
+Two workloads:
+- repeated: every request carries the same map, as the pods of one big
+  StatefulSet do; the webhook's parse cache answers after the first;
+- distinct: every request of a run carries a map no earlier request of the
+  phase carried (the pod p-<g*size> of group g, for a new g each time), as in
+  a cluster with many workloads: the parse cache misses every time.
+
+The webhook's CPU (gunicorn master and workers, from /proc) is read around
+each run: CPU ms per request is a figure the machine's noise barely moves.
+
+Then the stack's floor (bench/stack_floor.py): the same gunicorn server with
+an app that does no admission, bare and in Flask, gets the repeated load at
+FLOOR_RATE, so the report shows how much of the webhook's CPU per request is
+gunicorn's and TLS's, Flask's, and ours.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
+from . import stack_floor
 from .context import OUR_SCHEDULER, Bench
-from .paths import BIN
-from .workload import admission_review, bench_pods
+from .paths import BIN, REPO
+from .processes import CpuMeter, Process
+from .runners import free_port
+from .workload import admission_review, group_leader
 
 VEGETA = str(BIN / "vegeta")  # built by bench/tools.sh from bench/tools/go.mod
 WARMUP = (50, 2)  # rate/s, seconds: both gunicorn workers answer at least once before measuring
+REPEATED, DISTINCT = "repeated", "distinct"
+WORKLOADS = {
+    REPEATED: "one map, repeated (parse cache hits)",
+    DISTINCT: "a new map per request (parse cache misses)",
+}
+
+
+def review_body(group: int, settings) -> bytes:
+    pod = group_leader(group, settings.group, settings.nodes, OUR_SCHEDULER, "gpu-bench")
+    return json.dumps(admission_review(pod, uid=f"bench-{group}"), separators=(",", ":")).encode()
 
 
 def check_answer(bench: Bench, body: bytes) -> None:
@@ -33,14 +66,27 @@ def check_answer(bench: Bench, body: bytes) -> None:
         raise RuntimeError(f"the webhook did not allow and patch the benchmark's pod: {review}")
 
 
-def attack(bench: Bench, targets: str, rate: int, seconds: float) -> dict:
+def write_targets(path: Path, url: str, bodies: list[bytes]) -> Path:
+    """vegeta's JSON target format, one request per line; vegeta sends them in turn."""
+    with open(path, "w") as out:
+        for body in bodies:
+            target = {
+                "method": "POST",
+                "url": url,
+                "header": {"Content-Type": ["application/json"]},
+                "body": base64.b64encode(body).decode("ascii"),
+            }
+            out.write(json.dumps(target) + "\n")
+    return path
+
+
+def attack(bench: Bench, targets: Path, rate: int, seconds: float, results: Path) -> dict:
     """One constant-rate run; vegeta's JSON report."""
-    out = bench.settings.out / "admission"
-    results = out / f"{rate}.bin"
     subprocess.run(
         [
             VEGETA,
             "attack",
+            "-format=json",
             f"-targets={targets}",
             f"-rate={rate}/1s",
             f"-duration={seconds}s",
@@ -57,8 +103,8 @@ def attack(bench: Bench, targets: str, rate: int, seconds: float) -> dict:
     return json.loads(report.stdout)
 
 
-def row(rate: int, seconds: float, report: dict) -> dict:
-    """The figures of one vegeta report (its latencies are in nanoseconds)."""
+def row(rate: int, seconds: float, report: dict, cpu_s: float) -> dict:
+    """The figures of one vegeta report (its latencies are in nanoseconds) and the webhook's CPU."""
     latencies = report["latencies"]
     ok = report.get("status_codes", {}).get("200", 0)
     return {
@@ -73,29 +119,114 @@ def row(rate: int, seconds: float, report: dict) -> dict:
         "mean_ms": latencies["mean"] / 1e6,
         "errors": report["requests"] - ok,
         "error_samples": (report.get("errors") or [])[:3],
+        "cpu_s": cpu_s,
+        "cpu_ms_per_request": cpu_s * 1000 / report["requests"] if report["requests"] else float("nan"),
     }
+
+
+def distinct_groups(rates: tuple[int, ...], seconds: float) -> list[range]:
+    """The groups whose maps each rate's run sends: disjoint, one per request, so no map is
+    sent twice in the phase and the parse cache cannot answer (whatever its size)."""
+    ranges, start = [], 1  # group 0 is the repeated workload's map
+    for rate in rates:
+        count = int(rate * seconds) + rate  # vegeta may send a little more than rate x seconds
+        ranges.append(range(start, start + count))
+        start += count
+    return ranges
+
+
+FLOOR_RATE = 500  # requests/s: the rate of the latency target
+
+
+def check_floor(url: str, context, body: bytes) -> bool:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5, context=context) as response:
+        return response.status == 200
+
+
+def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
+    """Each stack_floor app under the webhook's gunicorn settings, at FLOOR_RATE for the admission seconds."""
+    settings, rows = bench.settings, []
+    for app in stack_floor.APPS:
+        port = free_port()
+        url = f"https://127.0.0.1:{port}/mutate"
+        process = Process(
+            f"stack-floor-{app}",
+            [
+                sys.executable,
+                "-m",
+                "bench.stack_floor",
+                "--app",
+                app,
+                "--tls-cert-file",
+                str(bench.webhook.certs / "tls.crt"),
+                "--tls-private-key-file",
+                str(bench.webhook.certs / "tls.key"),
+                "--port",
+                str(port),
+                "--workers",
+                str(bench.webhook.workers),
+            ],
+            settings.out / "logs" / f"stack-floor-{app}.log",
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        process.start()
+        try:
+            context = bench.webhook.tls_context()
+            process.wait_ready(lambda url=url, context=context: check_floor(url, context, body), timeout=60)
+            targets = write_targets(out / f"floor-{app}.json", url, [body])
+            attack(bench, targets, *WARMUP, out / f"floor-{app}-warmup.bin")
+            bench.phase(
+                f"admission, the stack's floor ({app}): {FLOOR_RATE} requests/s for {settings.admission_seconds:g}s"
+            )
+            cpu = CpuMeter({"floor": [process.pid]})
+            report = attack(bench, targets, FLOOR_RATE, settings.admission_seconds, out / f"floor-{app}.bin")
+            figures = {"app": app, **row(FLOOR_RATE, settings.admission_seconds, report, cpu.used()["floor"])}
+            bench.phase(
+                f"  p99 {figures['p99_ms']:.2f}ms, errors {figures['errors']}, "
+                f"CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+            )
+            rows.append(figures)
+        finally:
+            process.stop()
+    return rows
 
 
 def run(bench: Bench) -> dict:
     settings = bench.settings
     out = settings.out / "admission"
     out.mkdir(parents=True, exist_ok=True)
-    # p-0 of a full group: it carries its group's whole map, as a StatefulSet's pod carries its workload's.
-    pod = bench_pods(settings.group, settings.nodes, settings.group, OUR_SCHEDULER, bench.namespace)[0]
-    body = json.dumps(admission_review(pod)).encode()
-    (out / "review.json").write_bytes(body)
-    check_answer(bench, body)
-    targets = out / "targets.txt"
-    targets.write_text(f"POST {bench.webhook.url}/mutate\nContent-Type: application/json\n@{out / 'review.json'}\n")
+    url = f"{bench.webhook.url}/mutate"
+    repeated = review_body(0, settings)
+    check_answer(bench, repeated)
+    repeated_targets = write_targets(out / "repeated.json", url, [repeated])
+    attack(bench, repeated_targets, *WARMUP, out / "warmup.bin")
 
-    attack(bench, str(targets), *WARMUP)
-    rows = []
-    for rate in settings.admission_rates:
-        bench.phase(f"admission: {rate} requests/s for {settings.admission_seconds:g}s")
-        figures = row(rate, settings.admission_seconds, attack(bench, str(targets), rate, settings.admission_seconds))
-        bench.phase(
-            f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, "
-            f"max {figures['max_ms']:.1f}ms, errors {figures['errors']}"
-        )
-        rows.append(figures)
-    return {"endpoint": "/mutate", "map_lines": settings.group, "workers": 2, "rates": rows}
+    workloads = []
+    for key in settings.admission_workloads:
+        rows = []
+        groups = distinct_groups(settings.admission_rates, settings.admission_seconds)
+        for rate, rate_groups in zip(settings.admission_rates, groups, strict=True):
+            if key == REPEATED:
+                targets = repeated_targets
+            else:
+                bodies = [review_body(g, settings) for g in rate_groups]
+                check_answer(bench, bodies[-1])  # a map of this run's, answered before its run: not sent again
+                targets = write_targets(out / f"distinct-{rate}.json", url, bodies[:-1])
+            bench.phase(f"admission, {WORKLOADS[key]}: {rate} requests/s for {settings.admission_seconds:g}s")
+            cpu = CpuMeter({"webhook": [bench.webhook.process.pid]})
+            report = attack(bench, targets, rate, settings.admission_seconds, out / f"{key}-{rate}.bin")
+            figures = row(rate, settings.admission_seconds, report, cpu.used()["webhook"])
+            bench.phase(
+                f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, max {figures['max_ms']:.1f}ms, "
+                f"errors {figures['errors']}, webhook CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+            )
+            rows.append(figures)
+        workloads.append({"key": key, "maps": WORKLOADS[key], "rates": rows})
+    return {
+        "endpoint": "/mutate",
+        "map_lines": settings.group,
+        "workers": bench.webhook.workers,
+        "workloads": workloads,
+        "stack_floor": measure_stack_floor(bench, repeated, out),
+    }

@@ -2,10 +2,15 @@
 
 Run as its own process (`python -m bench.bare_binder`), like a scheduler: it
 watches the pending pods of one schedulerName and posts each one's binding to
-the node its affinity pins it to. With gpu-scheduler's 16 workers and a
-Python HTTP client, it is what gpu-scheduler could reach if its own work cost
-nothing. With the Go binder (bench/tools/ceiling) it makes the ceiling: the
-faster of the two in a round.
+the node its affinity pins it to. With as many threads as gpu-scheduler has
+bind workers and a Python HTTP client, it is what gpu-scheduler could reach if
+its own work cost nothing. With the Go binder (bench/tools/ceiling) it makes
+the ceiling: the faster of the two in a round.
+
+No decision, but no pod lost either: a binding that failed without proving
+the pod has a node (no answer, 429, 5xx, or a 409 that is not "already
+assigned": etcd failing mid-write answers 409 too) is posted again after
+RETRY_SECONDS, as any scheduler would. A 404 (the pod is gone) ends it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,14 @@ from .kubeapi import ApiError, KubeApi
 from .workload import pinned_node
 
 READY_LINE = "bare binder ready"
+RETRY_SECONDS = 0.1
+# How the apiserver says that a pod has a node already (the only 409 that means "done").
+ALREADY_ASSIGNED = b"is already assigned to node"
+
+
+def finished(status: int, body: bytes) -> bool:
+    """Whether a binding's answer ends the pod's binding: bound, already bound, or gone."""
+    return status in (200, 201, 404) or (status == 409 and ALREADY_ASSIGNED in body)
 
 
 def binding(name: str, uid: str, node: str) -> bytes:
@@ -54,13 +67,18 @@ class BareBinder:
 
     def _bind_loop(self) -> None:
         while True:
-            name, uid, node = self._queue.get()
-            status, data = self._api.request(
-                "POST", f"{self._pods_path}/{quote(name)}/binding", binding(name, uid, node)
-            )
-            if status not in (200, 201, 409, 404):
+            name, uid, node = item = self._queue.get()
+            try:
+                status, data = self._api.request(
+                    "POST", f"{self._pods_path}/{quote(name)}/binding", binding(name, uid, node)
+                )
+            except OSError as err:
+                status, data = 0, str(err).encode()
+            if not finished(status, data):
                 self.failures += 1
-                print(f"bind {name} -> {node}: HTTP {status} {data[:200]!r}", file=sys.stderr, flush=True)
+                print(f"bind {name} -> {node}: HTTP {status} {data[:200]!r}; again", file=sys.stderr, flush=True)
+                time.sleep(RETRY_SECONDS)
+                self._queue.put(item)
 
     def run(self) -> None:
         for i in range(self._threads):

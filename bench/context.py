@@ -9,7 +9,8 @@ from pathlib import Path
 
 from .cluster import BenchCluster
 from .kubeapi import KubeApi
-from .settle import wait_quiet
+from .paths import LOCAL_CLUSTER_DIR
+from .settle import check_alive, wait_quiet
 from .webhook import Webhook
 
 NAMESPACE = "gpu-bench"
@@ -35,10 +36,22 @@ class Settings:
     out: Path
     phases: tuple[str, ...]
     profile: bool = False  # sample gpu-scheduler with py-spy during its runs (profile.py)
+    runners: tuple[str, ...] = ()  # contenders keys of the throughput phase, in contenders.RUNNERS order
+    modes: tuple[str, ...] = ("burst", "drain")
+    admission_workloads: tuple[str, ...] = ("repeated", "distinct")
+    scale: bool = False  # `make bench-scale`: the scale phase only
+    scale_pods: int = 10000
+    scale_nodes: int = 5000
+    strict: bool = False  # exit non-zero when a target is missed (BENCH_STRICT=1)
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.
         return 60 + pods / 10
+
+    @property
+    def kind(self) -> str:
+        """Which targets this run measures (performance-config.yaml's `run`)."""
+        return "scale" if self.scale else "bench"
 
     def to_json(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -53,7 +66,12 @@ class Bench:
     cluster: BenchCluster
     webhook: Webhook
     started: float = field(default_factory=time.monotonic)
-    control_plane: list[int] = field(default_factory=list)  # pids whose CPU settle() watches
+    control_plane_processes: dict[str, int] = field(default_factory=dict)  # name -> pid, of the local cluster
+
+    @property
+    def control_plane(self) -> list[int]:
+        """The pids whose CPU is the control plane's, and which settle() waits on."""
+        return list(self.control_plane_processes.values())
 
     @property
     def namespace(self) -> str:
@@ -64,7 +82,9 @@ class Bench:
         return self.settings.out / "logs"
 
     def settle(self) -> dict:
-        """Waits for the control plane to be quiet (see settle.py); what it found goes with the run."""
+        """Checks that the control plane is whole and waits for it to be quiet (see settle.py);
+        what it found goes with the run."""
+        check_alive(self.control_plane_processes, LOCAL_CLUSTER_DIR)
         waited, cores = wait_quiet(self.control_plane)
         if waited > 2:
             self.phase(f"  waited {waited:.0f}s for the control plane to settle ({cores:.2f} cores busy)")

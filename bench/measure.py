@@ -88,6 +88,7 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         )
         figures = result.to_json()
         figures["cpu_s"] = cpu.used()
+        figures["processes_gone"] = cpu.gone()
         figures.update(settled)
         figures.update(
             key=key,
@@ -127,6 +128,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
             "peak_rss_mib": runner.peak_rss_mib(),
             "attempt_seconds": attempt_seconds(runner),
             "cpu_s": cpu.used(),
+            "processes_gone": cpu.gone(),
         }
     finally:
         watcher.stop()

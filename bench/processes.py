@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import ssl
@@ -159,26 +160,46 @@ def tree_peak_rss_mib(pid: int) -> dict[str, float | int]:
     return {"processes": len(peaks), "max_mib": max(peaks, default=0.0), "sum_mib": sum(peaks)}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far; 0 when it is gone."""
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far; None when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return None
     # Fields after the command, counted from state (field 3 of the line): utime is 14, stime 15.
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 class CpuMeter:
-    """CPU seconds that groups of processes (each a pid and its descendants) use from now on."""
+    """CPU seconds that groups of processes (each a pid and its descendants) use from now on.
+
+    A process that exits meanwhile takes its CPU time with it, so a group that
+    lost one has no figure (NaN) rather than a wrong one, and gone() names it.
+    """
 
     def __init__(self, groups: dict[str, list[int]]) -> None:
         self._groups = {name: [q for p in pids for q in (p, *descendants(p))] for name, pids in groups.items()}
-        self._start = self._now()
+        self._start = {name: {p: cpu_seconds(p) for p in pids} for name, pids in self._groups.items()}
 
-    def _now(self) -> dict[str, float]:
-        return {name: sum(cpu_seconds(p) for p in pids) for name, pids in self._groups.items()}
+    def gone(self) -> dict[str, list[int]]:
+        """The processes of each group that were there at the start and are gone now."""
+        return {
+            name: gone
+            for name, pids in self._groups.items()
+            if (gone := [p for p in pids if self._start[name][p] is not None and cpu_seconds(p) is None])
+        }
 
     def used(self) -> dict[str, float]:
-        now = self._now()
-        return {name: round(now[name] - self._start[name], 2) for name in now}
+        used = {}
+        for name, pids in self._groups.items():
+            total = 0.0
+            for pid in pids:
+                before, now = self._start[name][pid], cpu_seconds(pid)
+                if before is None:
+                    continue  # gone before the start: it used nothing in this window
+                if now is None:
+                    total = math.nan
+                    break
+                total += now - before
+            used[name] = total if math.isnan(total) else round(total, 2)
+        return used

@@ -7,25 +7,47 @@ import math
 from pathlib import Path
 
 from . import targets
-from .contenders import LABELS, RATIO_LABELS, RATIOS, SHORT_LABELS
+from .contenders import (
+    BIND_WORKERS,
+    CEILING_WORKERS,
+    CPU_RATIOS,
+    LABELS,
+    OUR_BURST,
+    OUR_QPS,
+    OURS,
+    RATIO_LABELS,
+    RATIOS,
+    SHORT_LABELS,
+)
+from .kube_scheduler import PINNED_FILTERS
 from .paths import DEFAULT_OUT
-from .summary import headline_metrics, summarize_throughput
+from .summary import CPU_RATIO_GROUPS, headline_metrics, summarize_throughput
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
     "and the apiserver, etcd, kwok, the scheduler under test and the load generators all share "
-    "its cores. Each figure is the median of the rounds; ratios are taken per round between "
-    "runs made side by side."
+    "its cores. Each figure is the median of the complete rounds (min–max in brackets); ratios "
+    "are taken per round between runs made side by side. CPU per pod (from /proc) is the figure "
+    "that noise moves least."
 )
 HOW = [
-    "gpu-scheduler runs as in production: leader election on (a Lease in the bench namespace), 16 bind workers, "
-    "client qps 500 / burst 1000, `--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber "
-    "nodes x 8; sharing is not what is measured), info logging.",
+    f"gpu-scheduler runs as in production: leader election on (a Lease in the bench namespace), "
+    f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
+    "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
+    "is measured), info logging.",
     "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
-    "the chart's own configurations (mutate + validate on pod CREATE, failurePolicy Fail, timeout 5 s, "
-    "matchConditions on the schedulerName), so its pods pay admission as in production; the other runners' "
-    "pods do not go through it.",
-    "kube-scheduler v1.34 runs the default profile, leader election off; nothing else runs during a run.",
+    "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
+    "on the schedulerName), so each of its pods pays one admission call as in production; the other "
+    "runners' pods do not go through it.",
+    "kube-scheduler v1.34, leader election off, three ways: at its default client settings with its "
+    f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
+    f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
+    "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
+    f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
+    f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
+    "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
+    "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
+    "left is the price of admission plus our own work.",
     "Every pod carries both the map annotation and the equivalent required node affinity; only "
     "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
     "connections with bodies serialised in advance.",
@@ -50,21 +72,40 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def run_name(results: dict) -> str:
+    """How the README names a run: its date, mode and machine."""
+    settings = results.get("settings") or {}
+    m = results.get("machine") or {}
+    mode = (
+        "make bench-scale"
+        if settings.get("scale")
+        else ("make bench QUICK=1" if settings.get("quick") else "make bench")
+    )
+    return (
+        f"`{mode}` of {str(results.get('started', '?'))[:16].replace('T', ' ')} UTC, "
+        f"{m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB"
+    )
+
+
 def machine_lines(results: dict) -> list[str]:
     m = results.get("machine") or {}
-    quick = " in QUICK mode (smaller sizes, one round)" if (results.get("settings") or {}).get("quick") else ""
-    return [
-        f"Measured {results.get('started', '?')}{quick}, {num(results.get('duration_s'), 0)} s in all.",
+    settings = results.get("settings") or {}
+    lines = [
+        f"Run: {run_name(results)}; {num(results.get('duration_s'), 0)} s in all.",
         "",
         f"Machine: {m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, "
-        f"load average at start {m.get('load_average_at_start')}. Python {m.get('python')}; {m.get('gpu_scheduler')}; "
-        f"kube-apiserver and kube-scheduler {m.get('kube_apiserver')}; {m.get('kwok')}; {m.get('etcd')}; "
-        f"vegeta {m.get('vegeta')}.",
-        "",
-        NOTE_SHARED,
-        "",
-        *[f"- {line}" for line in HOW],
+        f"load average at start {m.get('load_average_at_start')}, at the end {m.get('load_average_at_end')}. "
+        f"Python {m.get('python')}; {m.get('gpu_scheduler')}; kube-apiserver and kube-scheduler "
+        f"{m.get('kube_apiserver')}; {m.get('kwok')}; {m.get('etcd')}; vegeta {m.get('vegeta')}.",
     ]
+    if settings.get("quick"):
+        lines += [
+            "",
+            "**QUICK mode**: smaller sizes and one round, a check that everything works. Its sizes are not "
+            "the targets' sizes (each target says the scale it is set for and the scale it was measured at), "
+            "so its PASS/MISS is an indication, not the figure to quote.",
+        ]
+    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in HOW]]
 
 
 def targets_lines(checked: list[dict]) -> list[str]:
@@ -72,29 +113,60 @@ def targets_lines(checked: list[dict]) -> list[str]:
         [
             t["description"],
             f"{t['op']} {t['threshold']:g} {t['unit']}",
-            num(t["value"], 3 if t["unit"] in ("x", "s") else 1, f" {t['unit']}"),
+            num(t["value"], 3 if t["unit"] in ("x", "s", "ms") else 1, f" {t['unit']}"),
             t["measured_at"] or "—",
             t["at"],
-            f"**{t['status']}**",
+            f"**{t['status']}**" + (f" ({targets.shortfall(t)})" if t["status"] == targets.MISS else ""),
         ]
         for t in checked
     ]
     return table(["target", "wanted", "measured", "measured at", "set for", "status"], rows)
 
 
+def verdict_text(results: dict) -> str:
+    """PASS/MISS per target, one line each (printed at the end of `make bench`)."""
+    lines = [f"targets ({run_name(results)}):"]
+    for t in results.get("targets", []):
+        value = num(t["value"], 3, f" {t['unit']}")
+        miss = f" ({targets.shortfall(t)})" if t["status"] == targets.MISS else ""
+        lines.append(f"  {t['status']:<12} {t['metric']}: {value} (wanted {t['op']} {t['threshold']:g}){miss}")
+    return "\n".join(lines)
+
+
 def ratio_lines(figures: dict) -> list[str]:
-    return table(
-        ["ratio (per round, then median)", "per round", "median"],
-        [
-            [
-                RATIO_LABELS[name],
-                ", ".join(num(r, 2) for r in figures["ratios"][name]["per_round"]),
-                f"**{num(figures['ratios'][name]['median'], 2)}x**",
-            ]
-            for name in RATIOS
-            if name in figures["ratios"]
-        ],
-    )
+    rows = []
+    for name in RATIOS:
+        ratio = figures["ratios"].get(name)
+        if ratio:
+            rows.append(
+                [
+                    RATIO_LABELS[name],
+                    ", ".join(num(r, 2) for r in ratio["per_round"]),
+                    f"**{num(ratio['median'], 2)}x**",
+                ]
+            )
+    return table(["pods/s ratio (per round, then median)", "per round", "median"], rows)
+
+
+def cpu_ratio_lines(figures: dict) -> list[str]:
+    names = {
+        "runner": "the scheduler alone",
+        "control_plane": "control plane",
+        "total": "scheduler + webhook + control plane",
+    }
+    rows = []
+    for name, denominator in CPU_RATIOS.items():
+        for group in CPU_RATIO_GROUPS:
+            ratio = (figures.get("cpu_ratios") or {}).get(name, {}).get(group)
+            if ratio:
+                rows.append(
+                    [
+                        f"{names[group]}: gpu-scheduler / {LABELS[denominator]}",
+                        ", ".join(num(r, 2) for r in ratio["per_round"]),
+                        f"**{num(ratio['median'], 2)}x**",
+                    ]
+                )
+    return table(["CPU per pod ratio (per round, then median)", "per round", "median"], rows) if rows else []
 
 
 def _rate(s: dict) -> str:
@@ -102,24 +174,77 @@ def _rate(s: dict) -> str:
     return num(s["pods_per_second"]) + spread
 
 
-CPU_HEADER = "CPU s per 1,000 pods: runner / webhook / control plane"
+CPU_HEADER = "CPU ms per pod: scheduler / webhook / control plane"
 
 
 def _cpu(s: dict) -> str:
-    cpu = s.get("cpu_s_per_1000_pods") or {}
-    return " / ".join(num(cpu.get(g), 1) for g in ("runner", "webhook", "control_plane"))
+    cpu = s.get("cpu_ms_per_pod") or {}
+    return " / ".join(num(cpu.get(g), 2) for g in ("runner", "webhook", "control_plane"))
 
 
-def _all_bound(s: dict) -> str:
-    return "yes" if s["complete"] and not s["create_errors"] else f"NO ({s['create_errors']} create errors)"
+def _cpu_total(s: dict) -> str:
+    total = num((s.get("cpu_ms_per_pod") or {}).get("total"), 2)
+    if s["runs"] > 1:
+        total += f" ({num(s['cpu_ms_per_pod_total_min'], 2)}–{num(s['cpu_ms_per_pod_total_max'], 2)})"
+    return total
+
+
+def _runs(s: dict) -> str:
+    return str(s["runs"]) + (f" (+{len(s['incomplete'])} incomplete)" if s.get("incomplete") else "")
+
+
+def incomplete_lines(*modes: tuple[str, dict]) -> list[str]:
+    """Every incomplete run, by round and why; none is in any median or ratio."""
+    lines = [
+        f"- {mode}, round {item['round']}, {s['label']}: {item['reason']}"
+        for mode, figures in modes
+        for s in (figures.get("summary") or {}).values()
+        for item in s.get("incomplete", [])
+    ]
+    if not lines:
+        return []
+    return ["", "Incomplete runs (left out of every median and ratio):", "", *lines]
+
+
+def burst_table(summary: dict) -> list[str]:
+    rows = [
+        [
+            label,
+            _runs(s),
+            _rate(s),
+            ms(s["latency_p50_s"]),
+            ms(s["latency_p99_s"]),
+            ms(s["create_p99_s"]),
+            str(s["create_retries"]),
+            _cpu(s),
+            _cpu_total(s),
+            num(s["peak_rss_mib"], 0, " MiB"),
+        ]
+        for key, label in LABELS.items()
+        if (s := summary.get(key))
+    ]
+    return table(
+        [
+            "runner",
+            "rounds",
+            "pods/s",
+            "p50",
+            "p99",
+            "create p99",
+            "creates retried",
+            CPU_HEADER,
+            "CPU ms per pod, all",
+            "peak RSS",
+        ],
+        rows,
+    )
 
 
 def throughput_lines(tp: dict) -> list[str]:
     burst, drain = tp.get("burst") or {}, tp.get("drain") or {}
-    rounds = max((s["runs"] for s in (burst.get("summary") or drain.get("summary") or {}).values()), default=0)
     lines = [
         f"{tp['pods']} bare pods on {tp['nodes']} KWOK nodes per run, maps shared by groups of "
-        f"{tp['group']} pods; median of {rounds} round(s)."
+        f"{tp['group']} pods; medians over the complete rounds."
     ]
     if burst.get("summary"):
         lines += [
@@ -128,30 +253,16 @@ def throughput_lines(tp: dict) -> list[str]:
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
             "request alone, which for gpu-scheduler includes its admission webhook; a create answered "
             "429/5xx (such as a webhook timeout) is sent again and counted. CPU is what each process "
-            "group used during the run, per 1,000 pods bound (control plane: etcd, kube-apiserver, "
-            "kube-controller-manager, kwok).",
+            "group used during the run (from /proc), in milliseconds per pod bound, i.e. CPU seconds "
+            "per 1,000 pods (control plane: etcd, kube-apiserver, kube-controller-manager, kwok); the "
+            "webhook's is its CPU per admission, as each pod is admitted once.",
             "",
+            *burst_table(burst["summary"]),
+            "",
+            *ratio_lines(burst),
+            "",
+            *cpu_ratio_lines(burst),
         ]
-        rows = [
-            [
-                label,
-                _rate(s),
-                ms(s["latency_p50_s"]),
-                ms(s["latency_p99_s"]),
-                ms(s["create_p99_s"]),
-                str(s["create_retries"]),
-                _cpu(s),
-                num(s["peak_rss_mib"], 0, " MiB"),
-                _all_bound(s),
-            ]
-            for key, label in LABELS.items()
-            if (s := burst["summary"].get(key))
-        ]
-        lines += table(
-            ["runner", "pods/s", "p50", "p99", "create p99", "creates retried", CPU_HEADER, "peak RSS", "all bound"],
-            rows,
-        )
-        lines += ["", *ratio_lines(burst)]
     if drain.get("summary"):
         lines += [
             "",
@@ -164,34 +275,43 @@ def throughput_lines(tp: dict) -> list[str]:
         rows = [
             [
                 label,
+                _runs(s),
                 _rate(s),
                 num(s["launch_to_first_bind_s"], 2, " s"),
-                num(s["attempt_ms"], 1, " ms") if key == "ours" else "—",
+                num(s["attempt_ms"], 1, " ms") if key == OURS else "—",
                 _cpu(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
-                _all_bound(s),
             ]
             for key, label in LABELS.items()
             if (s := drain["summary"].get(key))
         ]
         lines += table(
-            [
-                "runner",
-                "pods/s",
-                "start → first bind",
-                "mean attempt (its /metrics)",
-                CPU_HEADER,
-                "peak RSS",
-                "all bound",
-            ],
+            ["runner", "rounds", "pods/s", "start → first bind", "mean attempt (its /metrics)", CPU_HEADER, "peak RSS"],
             rows,
         )
         lines += ["", *ratio_lines(drain)]
+    lines += incomplete_lines(("burst", burst), ("drain", drain))
     return lines
 
 
+def profile_cost_lines(tp: dict) -> list[str]:
+    """What kube-scheduler's default profile costs over the pinned-pod one, at the same client settings."""
+    summary = (tp.get("burst") or {}).get("summary") or {}
+    default, pinned = summary.get("kube_matched"), summary.get("kube_pinned")
+    if not default or not pinned:
+        return []
+    d, p = default["cpu_ms_per_pod"], pinned["cpu_ms_per_pod"]
+    return [
+        "",
+        f"kube-scheduler's two profiles at our client settings: the default one spent "
+        f"{num(d['runner'], 2)} CPU ms per pod in kube-scheduler and {num(d['control_plane'], 2)} in the control "
+        f"plane; the pinned-pod one {num(p['runner'], 2)} and {num(p['control_plane'], 2)}; pods/s "
+        f"{num(default['pods_per_second'])} and {num(pinned['pods_per_second'])}.",
+    ]
+
+
 def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
-    ours = ((tp or {}).get("burst") or {}).get("summary", {}).get("ours")
+    ours = ((tp or {}).get("burst") or {}).get("summary", {}).get(OURS)
     bare = (f"bare pods, {tp['group']}-line maps", ours) if ours else None
     rows = [
         ["pods/s bound", num(ours["pods_per_second"]) if ours else "—", num(sts["pods_per_second"])],
@@ -219,23 +339,74 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
 
 
 def admission_lines(adm: dict) -> list[str]:
+    lines = [
+        f"POST {adm['endpoint']} (an AdmissionReview for a pod with a {adm['map_lines']}-line map) against "
+        f"`gpu-scheduler webhook` (gunicorn, TLS, {adm['workers']} workers) with vegeta at constant rates, on "
+        "the same machine. The webhook's CPU is read from /proc around each run.",
+    ]
+    for workload in adm.get("workloads", []):
+        rows = [
+            [
+                f"{r['rate']}/s",
+                num(r["achieved_rate"], 0),
+                f"{r['requests']:,}",
+                num(r["p50_ms"], 2, " ms"),
+                num(r["p99_ms"], 2, " ms"),
+                num(r["max_ms"], 1, " ms"),
+                str(r["errors"]),
+                num(r.get("cpu_ms_per_request"), 3, " ms"),
+            ]
+            for r in workload["rates"]
+        ]
+        lines += [
+            "",
+            f"**{workload['maps'].capitalize()}**",
+            "",
+            *table(["rate", "achieved", "requests", "p50", "p99", "max", "errors", "webhook CPU per request"], rows),
+        ]
+    return lines + stack_floor_lines(adm)
+
+
+FLOOR_LABELS = {
+    "gunicorn": "gunicorn alone (our server settings, TLS, a bare WSGI app answering a fixed review)",
+    "flask": "gunicorn + Flask (the same answer from a Flask route)",
+}
+
+
+def stack_floor_lines(adm: dict) -> list[str]:
+    """The stack's floor beside the webhook at the same rate (repeated map): what is whose."""
+    floor = adm.get("stack_floor") or []
+    if not floor:
+        return []
+    rate = floor[0]["rate"]
+    ours = next(
+        (r for w in adm.get("workloads", []) if w["key"] == "repeated" for r in w["rates"] if r["rate"] == rate),
+        None,
+    )
     rows = [
         [
-            f"{r['rate']}/s",
-            num(r["achieved_rate"], 0),
-            f"{r['requests']:,}",
-            num(r["p50_ms"], 2, " ms"),
-            num(r["p99_ms"], 2, " ms"),
-            num(r["max_ms"], 1, " ms"),
-            str(r["errors"]),
+            FLOOR_LABELS.get(f["app"], f["app"]),
+            num(f["p99_ms"], 2, " ms"),
+            str(f["errors"]),
+            num(f["cpu_ms_per_request"], 3, " ms"),
         ]
-        for r in adm["rates"]
+        for f in floor
     ]
+    if ours:
+        rows.append(
+            [
+                "gpu-scheduler webhook (admission, logging, metrics), one map repeated",
+                num(ours["p99_ms"], 2, " ms"),
+                str(ours["errors"]),
+                num(ours.get("cpu_ms_per_request"), 3, " ms"),
+            ]
+        )
     return [
-        f"POST {adm['endpoint']} (an AdmissionReview for a pod with a {adm['map_lines']}-line map) against "
-        f"`gpu-scheduler webhook` (gunicorn, TLS, {adm['workers']} workers) with vegeta at constant rates.",
         "",
-        *table(["rate", "achieved", "requests", "p50", "p99", "max", "errors"], rows),
+        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the same gunicorn server with no admission "
+        "behind it, so the difference to the webhook's row is what our code costs per request.",
+        "",
+        *table(["server", "p99", "errors", "CPU per request"], rows),
     ]
 
 
@@ -267,6 +438,20 @@ def memory_lines(mem: dict) -> list[str]:
     ]
 
 
+def scale_lines(sc: dict) -> list[str]:
+    lines = [
+        f"One burst of {sc['pods']:,} pods over {sc['nodes']:,} KWOK nodes per runner and round, as in the "
+        "throughput phase; peak RSS is each scheduler's VmHWM with every node and every pod in its caches.",
+        "",
+        *burst_table(sc["summary"]),
+        "",
+        *ratio_lines(sc),
+        "",
+        *cpu_ratio_lines(sc),
+    ]
+    return lines + incomplete_lines(("scale", sc))
+
+
 def profile_lines(tp: dict) -> list[str]:
     """gpu-scheduler's top functions in its last profiled run of each mode (BENCH_PROFILE=1)."""
     lines = []
@@ -294,9 +479,11 @@ def profile_lines(tp: dict) -> list[str]:
 
 
 def render_markdown(results: dict, checked: list[dict]) -> str:
-    lines = ["# gpu-scheduler benchmark", "", *machine_lines(results), "", "## Targets", "", *targets_lines(checked)]
+    title = "gpu-scheduler scale run" if (results.get("settings") or {}).get("scale") else "gpu-scheduler benchmark"
+    lines = [f"# {title}", "", *machine_lines(results), "", "## Targets", "", *targets_lines(checked)]
     if results.get("throughput"):
-        lines += ["", "## 1. Scheduling throughput and latency", "", *throughput_lines(results["throughput"])]
+        lines += ["", "## 1. Scheduling throughput, latency and CPU", "", *throughput_lines(results["throughput"])]
+        lines += profile_cost_lines(results["throughput"])
         profiled = profile_lines(results["throughput"])
         if profiled:
             lines += ["", "### Where gpu-scheduler's time goes (py-spy)", *profiled]
@@ -308,12 +495,56 @@ def render_markdown(results: dict, checked: list[dict]) -> str:
             *statefulset_lines(results["statefulset"], results.get("throughput")),
         ]
     if results.get("admission"):
-        lines += ["", "## 3. Admission latency", "", *admission_lines(results["admission"])]
+        lines += ["", "## 3. Admission latency and CPU", "", *admission_lines(results["admission"])]
     if results.get("memory"):
         lines += ["", "## 4. Memory", "", *memory_lines(results["memory"])]
+    if results.get("scale"):
+        lines += ["", "## Scale: scheduler_perf's size", "", *scale_lines(results["scale"])]
     if results.get("errors"):
         lines += ["", "## Errors", ""] + [f"- {phase}: {error}" for phase, error in results["errors"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _throughput_axis(ax, tp: dict, modes: list[str], title: str) -> None:
+    keys = [k for k in LABELS if any(k in tp[m]["summary"] for m in modes)]
+    width = 0.8 / max(1, len(modes))
+    for offset, mode in enumerate(modes):
+        summary = tp[mode]["summary"]
+        medians = [summary[k]["pods_per_second"] if k in summary else 0 for k in keys]
+        low = [summary[k]["pods_per_second_min"] if k in summary else 0 for k in keys]
+        high = [summary[k]["pods_per_second_max"] if k in summary else 0 for k in keys]
+        errors = [
+            [0 if math.isnan(m - lo) else m - lo for m, lo in zip(medians, low, strict=True)],
+            [0 if math.isnan(hi - m) else hi - m for m, hi in zip(medians, high, strict=True)],
+        ]
+        ax.bar(
+            [i + (offset - (len(modes) - 1) / 2) * width for i in range(len(keys))],
+            medians,
+            width,
+            yerr=errors,
+            capsize=3,
+            label=mode,
+        )
+    ax.set_xticks(range(len(keys)), [SHORT_LABELS[k] for k in keys])
+    ax.set_ylabel("pods bound per second (median, min–max)")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend()
+
+
+def _cpu_axis(ax, summary: dict) -> None:
+    keys = [k for k in LABELS if k in summary]
+    bottom = [0.0] * len(keys)
+    for group, name in (("runner", "scheduler"), ("webhook", "webhook"), ("control_plane", "control plane")):
+        values = [summary[k]["cpu_ms_per_pod"][group] for k in keys]
+        values = [0 if math.isnan(v) else v for v in values]
+        ax.bar(range(len(keys)), values, 0.6, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xticks(range(len(keys)), [SHORT_LABELS[k] for k in keys])
+    ax.set_ylabel("CPU ms per pod (median)")
+    ax.set_title("CPU per pod of a burst")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend()
 
 
 def plot(results: dict, path: Path) -> None:
@@ -322,57 +553,36 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tp, adm = results.get("throughput"), results.get("admission")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    tp, adm, sc = results.get("throughput"), results.get("admission"), results.get("scale")
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(18, 5))
     if tp:
         modes = [m for m in ("burst", "drain") if (tp.get(m) or {}).get("summary")]
-        keys = [k for k in LABELS if any(k in tp[m]["summary"] for m in modes)]
-        width = 0.8 / max(1, len(modes))
-        for offset, mode in enumerate(modes):
-            summary = tp[mode]["summary"]
-            medians = [summary[k]["pods_per_second"] if k in summary else 0 for k in keys]
-            errors = [
-                [
-                    m - summary[k]["pods_per_second_min"] if k in summary else 0
-                    for k, m in zip(keys, medians, strict=True)
-                ],
-                [
-                    summary[k]["pods_per_second_max"] - m if k in summary else 0
-                    for k, m in zip(keys, medians, strict=True)
-                ],
-            ]
-            left.bar(
-                [i + (offset - (len(modes) - 1) / 2) * width for i in range(len(keys))],
-                medians,
-                width,
-                yerr=errors,
-                capsize=3,
-                label=mode,
-            )
-        left.set_xticks(range(len(keys)), [SHORT_LABELS[k] for k in keys])
-        left.set_ylabel("pods bound per second (median, min–max)")
-        left.set_title(f"Throughput: {tp['pods']} pods, {tp['nodes']} nodes")
-        left.tick_params(axis="x", labelsize=8)
-        left.legend()
-    if adm:
-        rates = [r["rate"] for r in adm["rates"]]
-        width = 0.25
-        for offset, (field, name) in enumerate((("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max"))):
-            right.bar(
-                [i + (offset - 1) * width for i in range(len(rates))],
-                [r[field] for r in adm["rates"]],
-                width,
-                label=name,
-            )
+        if modes:
+            _throughput_axis(left, tp, modes, f"Throughput: {tp['pods']} pods, {tp['nodes']} nodes")
+        if (tp.get("burst") or {}).get("summary"):
+            _cpu_axis(middle, tp["burst"]["summary"])
+    elif sc:
+        _throughput_axis(left, {"scale": sc}, ["scale"], f"Throughput: {sc['pods']:,} pods, {sc['nodes']:,} nodes")
+        _cpu_axis(middle, sc["summary"])
+    if adm and adm.get("workloads"):
+        width = 0.8 / (2 * len(adm["workloads"]))
+        rates = [r["rate"] for r in adm["workloads"][0]["rates"]]
+        position = 0
+        for workload in adm["workloads"]:
+            for field, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
+                right.bar(
+                    [i + (position - (2 * len(adm["workloads"]) - 1) / 2) * width for i in range(len(rates))],
+                    [r[field] for r in workload["rates"]],
+                    width,
+                    label=f"{name}, {workload['key']} maps",
+                )
+                position += 1
         right.set_xticks(range(len(rates)), [f"{r}/s" for r in rates])
         right.set_yscale("log")
         right.set_ylabel("latency (ms, log scale)")
         right.set_title("Webhook /mutate latency at constant rates")
-        right.legend()
-    m = results.get("machine") or {}
-    fig.suptitle(
-        f"gpu-scheduler bench — {m.get('cores')} cores {m.get('cpu_model')}, {results.get('started')}", fontsize=10
-    )
+        right.legend(fontsize=7)
+    fig.suptitle(f"gpu-scheduler bench — {run_name(results).replace('`', '')}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -389,8 +599,20 @@ def json_safe(value):
     return value
 
 
+def _nan_again(value):
+    """results.json's nulls back to NaN where a figure is expected (for rerender)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, dict):
+        return {k: _nan_again(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_again(v) for v in value]
+    return value
+
+
 def write(results: dict, out: Path) -> dict:
-    results["targets"] = targets.evaluate(targets.load(), headline_metrics(results))
+    kind = "scale" if (results.get("settings") or {}).get("scale") else "bench"
+    results["targets"] = targets.evaluate(targets.load(run=kind), headline_metrics(results))
     markdown = render_markdown(results, results["targets"])
     paths = {"json": out / "results.json", "markdown": out / "results.md", "plot": out / "bench.png"}
     paths["json"].write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
@@ -403,9 +625,9 @@ def rerender(out: Path) -> dict:
     """Writes the report again from out/results.json: its runs are summarised anew, so a change
     to the targets, the ratios or the tables needs no new measurement."""
     results = json.loads((out / "results.json").read_text())
-    for mode in ("burst", "drain"):
-        figures = (results.get("throughput") or {}).get(mode)
+    for figures in [*((results.get("throughput") or {}).get(m) for m in ("burst", "drain")), results.get("scale")]:
         if figures:
+            figures["runs"] = [_nan_again(r) for r in figures["runs"]]
             figures.update(summarize_throughput(figures["runs"]))
     return write(results, out)
 
@@ -415,3 +637,4 @@ if __name__ == "__main__":
 
     written = rerender(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT)
     print(written["markdown_text"])
+    print(verdict_text(json.loads(written["json"].read_text())))

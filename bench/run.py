@@ -1,6 +1,7 @@
 """`make bench`: run every phase on the local control plane, then write the report.
 
     .venv/bin/python -m bench.run [--quick] [--phases throughput,statefulset,admission,memory]
+    .venv/bin/python -m bench.run --scale      # `make bench-scale`: 5,000 nodes, 10,000 pods
 
 Every size is a flag with an environment variable (BENCH_PODS, BENCH_NODES,
 ...), so `make bench BENCH_PODS=10000` works. The cluster is brought up if it
@@ -21,13 +22,13 @@ from pathlib import Path
 
 from kubernetes import config as kube_config
 
-from . import admission, machine, memory, profile, report, statefulset, throughput
+from . import admission, contenders, machine, memory, profile, report, scale, statefulset, throughput
 from .cluster import BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
 from .paths import DEFAULT_OUT, LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG
 from .runners import free_port
-from .settle import control_plane_pids
+from .settle import control_plane_processes
 from .webhook import Webhook
 from .workload import BENCH_LABEL
 
@@ -37,12 +38,14 @@ PHASES = {
     "admission": admission.run,
     "memory": memory.run,
 }
+# `make bench-scale` runs this one alone (not part of `make bench`).
+SCALE_PHASES = {"scale": scale.run}
 
 # (full, quick) defaults; quick mode finishes in a few minutes on 2 cores.
 DEFAULTS = {
     "pods": (1000, 200),
     "nodes": (100, 20),
-    "runs": (3, 1),
+    "runs": (5, 1),
     "sts_replicas": (500, 60),
     "admission_seconds": (15.0, 3.0),
     "mem_pods": (10000, 500),
@@ -55,15 +58,36 @@ def _default(name: str, quick: bool, env_name: str, kind=int):
     return kind(value) if value else DEFAULTS[name][1 if quick else 0]
 
 
+def _flag(env_name: str) -> bool:
+    return os.environ.get(env_name, "") not in ("", "0")
+
+
+def _names(text: str, known, what: str, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    names = tuple(n for n in text.split(",") if n)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names
+
+
 def parse_settings(argv: list[str] | None) -> Settings:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument(
         "--quick",
         action="store_true",
-        default=os.environ.get("QUICK", "") not in ("", "0"),
-        help="smaller sizes and one round: a check in 2-3 minutes, not figures to quote (env QUICK=1)",
+        default=_flag("QUICK"),
+        help="smaller sizes and one round: a check in under 5 minutes, not figures to quote; the "
+        "report says its sizes are not the targets' (env QUICK=1)",
     )
-    quick = pre.parse_known_args(argv)[0].quick
+    pre.add_argument(
+        "--scale",
+        action="store_true",
+        default=_flag("BENCH_SCALE"),
+        help="the scale run alone (`make bench-scale`): --scale-pods pods over --scale-nodes nodes, "
+        "gpu-scheduler and kube-scheduler side by side, one round unless --runs says otherwise (env BENCH_SCALE=1)",
+    )
+    known = pre.parse_known_args(argv)[0]
+    quick, scale_run = known.quick, known.scale
 
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0], parents=[pre])
     add = parser.add_argument
@@ -88,8 +112,19 @@ def parse_settings(argv: list[str] | None) -> Settings:
     add(
         "--runs",
         type=int,
-        default=_default("runs", quick, "BENCH_RUNS"),
-        help="rounds; each figure is the median over them (env BENCH_RUNS)",
+        default=int(os.environ.get("BENCH_RUNS") or (1 if scale_run else DEFAULTS["runs"][1 if quick else 0])),
+        help="rounds; each figure is the median over them (env BENCH_RUNS; 5, QUICK 1, scale 1)",
+    )
+    add(
+        "--runners",
+        default=os.environ.get("BENCH_RUNNERS", ",".join(contenders.RUNNERS)),
+        help=f"comma-separated subset of {','.join(contenders.RUNNERS)} for the throughput and scale "
+        "phases (env BENCH_RUNNERS); a ratio needs both of its runners",
+    )
+    add(
+        "--modes",
+        default=os.environ.get("BENCH_MODES", ",".join(throughput.MODES)),
+        help=f"comma-separated subset of {','.join(throughput.MODES)} (env BENCH_MODES)",
     )
     add(
         "--threads",
@@ -115,6 +150,29 @@ def parse_settings(argv: list[str] | None) -> Settings:
         help="requests per second, comma-separated (env BENCH_ADMISSION_RATES)",
     )
     add(
+        "--admission-workloads",
+        default=os.environ.get("BENCH_ADMISSION_WORKLOADS", ",".join(admission.WORKLOADS)),
+        help=f"comma-separated subset of {','.join(admission.WORKLOADS)} (env BENCH_ADMISSION_WORKLOADS)",
+    )
+    add(
+        "--scale-pods",
+        type=int,
+        default=int(os.environ.get("BENCH_SCALE_PODS", "10000")),
+        help="pods of the scale run's burst (env BENCH_SCALE_PODS)",
+    )
+    add(
+        "--scale-nodes",
+        type=int,
+        default=int(os.environ.get("BENCH_SCALE_NODES", "5000")),
+        help="KWOK nodes of the scale run (env BENCH_SCALE_NODES)",
+    )
+    add(
+        "--strict",
+        action="store_true",
+        default=_flag("BENCH_STRICT"),
+        help="exit 1 when a target is missed or not measured (env BENCH_STRICT=1)",
+    )
+    add(
         "--mem-pods",
         type=int,
         default=_default("mem_pods", quick, "BENCH_MEM_PODS"),
@@ -134,8 +192,8 @@ def parse_settings(argv: list[str] | None) -> Settings:
     )
     add(
         "--phases",
-        default=os.environ.get("BENCH_PHASES", ",".join(PHASES)),
-        help=f"comma-separated subset of {','.join(PHASES)} (env BENCH_PHASES)",
+        default=os.environ.get("BENCH_PHASES", ",".join(SCALE_PHASES if scale_run else PHASES)),
+        help=f"comma-separated subset of {','.join(PHASES)} (env BENCH_PHASES); --scale runs scale alone",
     )
     add(
         "--profile",
@@ -145,10 +203,10 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "report (env BENCH_PROFILE=1; needs py-spy: the bench group of `make install`)",
     )
     args = parser.parse_args(argv)
-    phases = tuple(p for p in args.phases.split(",") if p)
-    unknown = [p for p in phases if p not in PHASES]
-    if unknown:
-        parser.error(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    phases = _names(args.phases, SCALE_PHASES if scale_run else PHASES, "phase(s)", parser)
+    runners = _names(args.runners, contenders.RUNNERS, "runner(s)", parser)
+    modes = _names(args.modes, throughput.MODES, "mode(s)", parser)
+    workloads = _names(args.admission_workloads, admission.WORKLOADS, "admission workload(s)", parser)
     if args.profile and not profile.available():
         parser.error(
             "--profile/BENCH_PROFILE needs py-spy, from the bench group of uv.lock: "
@@ -156,10 +214,12 @@ def parse_settings(argv: list[str] | None) -> Settings:
         )
     if not 1 <= args.pods <= 10000:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
+    if args.runs < 1:
+        parser.error(f"--runs/BENCH_RUNS must be at least 1, got {args.runs}")
     return Settings(
         quick=args.quick,
         pods=args.pods,
-        nodes=args.nodes,
+        nodes=args.scale_nodes if scale_run else args.nodes,
         group=args.group,
         runs=args.runs,
         threads=args.threads,
@@ -171,6 +231,13 @@ def parse_settings(argv: list[str] | None) -> Settings:
         out=args.out.resolve(),
         phases=phases,
         profile=args.profile,
+        runners=runners,
+        modes=modes,
+        admission_workloads=workloads,
+        scale=scale_run,
+        scale_pods=args.scale_pods,
+        scale_nodes=args.scale_nodes,
+        strict=args.strict,
     )
 
 
@@ -206,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         BenchCluster(api, NAMESPACE),
         Webhook(settings.out, OUR_SCHEDULER, free_port()),
         started,
-        control_plane=control_plane_pids(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else [],
+        control_plane_processes=(
+            control_plane_processes(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else {}
+        ),
     )
     try:
         bench.phase(f"setup: namespace {NAMESPACE}, {settings.nodes} KWOK nodes, webhook")
@@ -214,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         bench.cluster.ensure_nodes(settings.nodes)
         bench.webhook.start()
         bench.webhook.register(api_client, api, NAMESPACE, (BENCH_LABEL, "true"))
+        phases = SCALE_PHASES if settings.scale else PHASES
         for name in settings.phases:
             try:
-                results[name] = PHASES[name](bench)
+                results[name] = phases[name](bench)
             except Exception as err:  # noqa: BLE001 - record it and go on: the other phases still tell something
                 traceback.print_exc()
                 results["errors"][name] = f"{err.__class__.__name__}: {err}"
@@ -225,10 +295,21 @@ def main(argv: list[str] | None = None) -> int:
         bench.phase("cleanup")
         cleanup(bench, started_cluster)
     results["duration_s"] = round(time.monotonic() - started, 1)
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     written = report.write(results, settings.out)
     print(written["markdown_text"])
     bench.phase(f"done in {results['duration_s']:.0f}s: {written['markdown']}, {written['plot']}, {written['json']}")
-    return 1 if results["errors"] else 0
+    print(report.verdict_text(results), file=sys.stderr)
+    return exit_code(results, settings.strict)
+
+
+def exit_code(results: dict, strict: bool) -> int:
+    """1 when a phase failed; with strict, also when a target was missed or not measured."""
+    if results["errors"]:
+        return 1
+    if strict and any(t["status"] != report.targets.PASS for t in results["targets"]):
+        return 1
+    return 0
 
 
 def cleanup(bench: Bench, started_cluster: bool) -> None:

@@ -22,7 +22,8 @@ from .contenders import (
     BIND_WORKERS,
     CEILING,
     CEILING_WORKERS,
-    KUBE_MATCHED,
+    KUBE_DEFAULTS,
+    KUBE_PINNED,
     LABELS,
     OUR_BURST,
     OUR_QPS,
@@ -75,7 +76,8 @@ class Runner:
 
 
 def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Runner:
-    """gpu-scheduler as in production: leader election on, default workers and client settings.
+    """gpu-scheduler as in production: leader election on, its default workers and client settings
+    (given explicitly, so that the bench's labels and the Python binder's threads say the truth).
 
     --gpu-sharing=allow because the bench's maps share GPUs once there are
     more pods than nodes x 8 (see workload.placement), and sharing is not what
@@ -102,6 +104,8 @@ def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Ru
             scheduler_name,
             "--leader-elect-resource-namespace",
             namespace,
+            "--workers",
+            str(BIND_WORKERS),
             "--kube-api-qps",
             str(OUR_QPS),
             "--kube-api-burst",
@@ -122,8 +126,11 @@ def ours(kubeconfig: str, namespace: str, logs: Path, scheduler_name: str) -> Ru
 
 
 def kube(key: str, kubeconfig: str, logs: Path, scheduler_name: str) -> Runner:
-    qps, burst = (OUR_QPS, OUR_BURST) if key == KUBE_MATCHED else (None, None)
-    config = kube_scheduler.scheduler_configuration(kubeconfig, scheduler_name, qps, burst)
+    """kube-scheduler at its default client settings, or at ours with its default profile or
+    the pinned-pod one (kube_scheduler.py)."""
+    qps, burst = (None, None) if key == KUBE_DEFAULTS else (OUR_QPS, OUR_BURST)
+    profile = kube_scheduler.PINNED_PROFILE if key == KUBE_PINNED else kube_scheduler.DEFAULT_PROFILE
+    config = kube_scheduler.scheduler_configuration(kubeconfig, scheduler_name, qps, burst, profile)
     config_path = logs / f"{key}-config.yaml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -19,23 +19,44 @@ WINDOW_SECONDS = 1.0
 TIMEOUT_SECONDS = 20.0
 
 
-def control_plane_pids(cluster_dir: Path) -> list[int]:
-    """The running processes kwokctl started for the clusters under cluster_dir (its pid files)."""
-    pids = []
+class ControlPlaneDown(Exception):
+    """A process of the local control plane has exited; str() says which and what to do."""
+
+
+def control_plane_processes(cluster_dir: Path) -> dict[str, int]:
+    """The running processes kwokctl started for the clusters under cluster_dir (its pid
+    files): name (kube-apiserver, etcd, ...) -> pid."""
+    found = {}
     for pid_file in sorted(cluster_dir.glob("clusters/*/pids/*.pid")):
         try:
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
             continue
         if Path(f"/proc/{pid}").exists():
-            pids.append(pid)
-    return pids
+            found[pid_file.stem] = pid
+    return found
+
+
+def check_alive(processes: dict[str, int], cluster_dir: Path) -> None:
+    """Raises ControlPlaneDown when a process of the control plane has exited (kwokctl does not
+    restart them: kube-controller-manager, for one, exits when it cannot renew its lease in time
+    on an overloaded machine), since every later figure would be wrong."""
+    gone = [f"{name} (pid {pid})" for name, pid in processes.items() if cpu_seconds(pid) is None]
+    if gone:
+        raise ControlPlaneDown(
+            f"{', '.join(gone)} of the local cluster exited (logs: {cluster_dir}/clusters/*/logs/); "
+            "restart the cluster (make local-down local-up) and run the bench again"
+        )
+
+
+def _total(pids: list[int]) -> float:
+    return sum(cpu_seconds(p) or 0.0 for p in pids)
 
 
 def cores_used(pids: list[int], window: float = WINDOW_SECONDS) -> float:
-    before = sum(cpu_seconds(p) for p in pids)
+    before = _total(pids)
     time.sleep(window)
-    return (sum(cpu_seconds(p) for p in pids) - before) / window
+    return (_total(pids) - before) / window
 
 
 def wait_quiet(pids: list[int], timeout: float = TIMEOUT_SECONDS) -> tuple[float, float]:

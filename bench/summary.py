@@ -1,41 +1,75 @@
-"""From the runs to the figures: medians per runner, paired ratios, the metrics the targets read. Pure."""
+"""From the runs to the figures: medians per runner, paired ratios, the metrics the targets read. Pure.
+
+An incomplete run (a timeout, a pod never created or never bound) is never
+averaged in: its figures would describe a different amount of work. It is
+left out of the medians and of its round's ratios, and listed by round with
+what went wrong, so that a report with fewer rounds than asked says why.
+"""
 
 from __future__ import annotations
 
 import math
 
-from .contenders import RATIOS
+from .contenders import CPU_RATIOS, OURS, RATIOS
 from .stats import median, paired_ratios
+
+CPU_GROUPS = ("runner", "webhook", "control_plane")
+# The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
+CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
 
 
 def _nan(value: float | None) -> float:
     return math.nan if value is None else value
 
 
+def incomplete_reason(run: dict) -> str | None:
+    """Why a run does not count, or None when it does: every pod created, and every one bound."""
+    pods = run.get("pods")
+    created = run.get("created", pods)
+    reasons = []
+    if not run.get("complete", False):
+        reasons.append("timed out")
+    if pods is not None and created is not None and created < pods:
+        reasons.append(f"{pods - created} of {pods} pods not created")
+    if created is not None and run.get("bound") is not None and run["bound"] < created:
+        reasons.append(f"{created - run['bound']} of {created} pods not bound")
+    for group, pids in (run.get("processes_gone") or {}).items():
+        reasons.append(f"{group} process(es) {', '.join(map(str, pids))} exited during the run")
+    return "; ".join(reasons) or None
+
+
+def cpu_ms_per_pod(run: dict) -> dict[str, float]:
+    """CPU milliseconds per pod bound (= CPU seconds per 1,000 pods) of each process group, and their sum."""
+    cpu = run.get("cpu_s") or {}
+    bound = run.get("bound") or 0
+    per_pod = {g: (_nan(cpu.get(g)) * 1000 / bound if bound else math.nan) for g in CPU_GROUPS}
+    per_pod["total"] = sum(per_pod.values())
+    return per_pod
+
+
 def summarize_runner(runs: list[dict]) -> dict:
-    """Median of each figure over one runner's runs (and the spread of pods/s)."""
-    rates = [r["pods_per_second"] for r in runs]
+    """Medians over one runner's complete runs (and the spread of pods/s and of total CPU)."""
+    complete = [r for r in runs if incomplete_reason(r) is None]
+    rates = [r["pods_per_second"] for r in complete]
 
     def med(*path: str) -> float:
         values = []
-        for run in runs:
+        for run in complete:
             value = run
             for step in path:
                 value = value.get(step) if isinstance(value, dict) else None
             values.append(_nan(value))
         return median(values)
 
-    def cpu_per_1000_pods(group: str) -> float:
-        return median(
-            [_nan((r.get("cpu_s") or {}).get(group)) / r["bound"] * 1000 if r.get("bound") else math.nan for r in runs]
-        )
-
+    cpu = [cpu_ms_per_pod(r) for r in complete]
+    totals = [c["total"] for c in cpu if not math.isnan(c["total"])]
     return {
         "label": runs[0]["label"],
-        "runs": len(runs),
+        "runs": len(complete),
+        "incomplete": [{"round": r.get("round"), "reason": incomplete_reason(r)} for r in runs if r not in complete],
         "pods_per_second": median(rates),
-        "pods_per_second_min": min(rates),
-        "pods_per_second_max": max(rates),
+        "pods_per_second_min": min(rates, default=math.nan),
+        "pods_per_second_max": max(rates, default=math.nan),
         "latency_p50_s": med("latency_s", "p50"),
         "latency_p99_s": med("latency_s", "p99"),
         "create_p50_s": med("create_latency_s", "p50"),
@@ -45,15 +79,42 @@ def summarize_runner(runs: list[dict]) -> dict:
         "peak_rss_mib": med("peak_rss_mib"),
         "attempt_ms": med("attempt_seconds") * 1000,
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
-        "cpu_s_per_1000_pods": {g: cpu_per_1000_pods(g) for g in ("runner", "webhook", "control_plane")},
-        "create_errors": sum(r["create_errors"] for r in runs),
-        "create_retries": sum(r["create_retries"] for r in runs),
-        "complete": all(r["complete"] for r in runs),
+        "cpu_ms_per_pod": {g: median([c[g] for c in cpu]) for g in (*CPU_GROUPS, "total")},
+        "cpu_ms_per_pod_total_min": min(totals, default=math.nan),
+        "cpu_ms_per_pod_total_max": max(totals, default=math.nan),
+        "create_errors": sum(r.get("create_errors", 0) for r in runs),
+        "create_retries": sum(r.get("create_retries", 0) for r in runs),
+        "complete": not any(incomplete_reason(r) for r in runs),
     }
 
 
+def _by_round(runs: list[dict]) -> dict[int, dict]:
+    """A runner's runs by round; an incomplete run counts as absent."""
+    return {r["round"]: r for r in runs if incomplete_reason(r) is None}
+
+
+def _paired(by_key: dict[str, list[dict]], numerator: str, denominators: tuple[str, ...], figure) -> dict | None:
+    """figure(numerator's run) / figure(denominator's run), round by round; with several
+    denominators, the one with the largest figure in that round. Rounds where a side has no
+    complete run give NaN (listed, never averaged in)."""
+    present = [d for d in denominators if d in by_key]
+    if numerator not in by_key or not present:
+        return None
+    rounds = sorted({r["round"] for key in (numerator, *present) for r in by_key[key]})
+    ours = _by_round(by_key[numerator])
+    theirs = [_by_round(by_key[d]) for d in present]
+    numerators, denominators_ = [], []
+    for round_no in rounds:
+        candidates = [figure(t[round_no]) for t in theirs if round_no in t]
+        numerators.append(figure(ours[round_no]) if round_no in ours else math.nan)
+        denominators_.append(max(candidates) if candidates else math.nan)
+    per_round = paired_ratios(numerators, denominators_)
+    return {"rounds": rounds, "per_round": per_round, "median": median(per_round)}
+
+
 def summarize_throughput(runs: list[dict]) -> dict:
-    """Per-runner medians, and each ratio as the median of its per-round ratios."""
+    """Per-runner medians, and each ratio as the median of its per-round ratios: pods/s, and
+    CPU per pod of ours over kube-scheduler's at our client settings (total, and each group)."""
     by_key: dict[str, list[dict]] = {}
     for run in runs:
         by_key.setdefault(run["key"], []).append(run)
@@ -61,14 +122,20 @@ def summarize_throughput(runs: list[dict]) -> dict:
         key_runs.sort(key=lambda r: r["round"])
     ratios = {}
     for name, (numerator, denominators) in RATIOS.items():
-        present = [d for d in denominators if d in by_key]
-        if numerator in by_key and present:
-            fastest = [
-                max(rates) for rates in zip(*([r["pods_per_second"] for r in by_key[d]] for d in present), strict=True)
-            ]
-            per_round = paired_ratios([r["pods_per_second"] for r in by_key[numerator]], fastest)
-            ratios[name] = {"per_round": per_round, "median": median(per_round)}
-    return {"summary": {key: summarize_runner(key_runs) for key, key_runs in by_key.items()}, "ratios": ratios}
+        paired = _paired(by_key, numerator, denominators, lambda r: r["pods_per_second"])
+        if paired is not None:
+            ratios[name] = paired
+    cpu_ratios: dict[str, dict] = {}
+    for name, denominator in CPU_RATIOS.items():
+        for group in CPU_RATIO_GROUPS:
+            paired = _paired(by_key, OURS, (denominator,), lambda r, g=group: cpu_ms_per_pod(r)[g])
+            if paired is not None:
+                cpu_ratios.setdefault(name, {})[group] = paired
+    return {
+        "summary": {key: summarize_runner(key_runs) for key, key_runs in by_key.items()},
+        "ratios": ratios,
+        "cpu_ratios": cpu_ratios,
+    }
 
 
 def headline_metrics(results: dict) -> dict[str, dict]:
@@ -83,18 +150,38 @@ def headline_metrics(results: dict) -> dict[str, dict]:
         prefix = "" if mode == "burst" else "drain."
         for name, ratio in figures["ratios"].items():
             metrics[f"{prefix}ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        ours = figures["summary"].get("ours")
+        for name, groups in (figures.get("cpu_ratios") or {}).items():
+            for group, ratio in groups.items():
+                metrics[f"{prefix}cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
+        ours = figures["summary"].get(OURS)
         if ours:
             metrics[f"{prefix}ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
+            for group, value in ours["cpu_ms_per_pod"].items():
+                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = {"value": value, "scale": scale}
             if mode == "burst":
                 metrics["ours.latency_p99_s"] = {"value": ours["latency_p99_s"], "scale": scale}
-    for row in (results.get("admission") or {}).get("rates", []):
-        scale = f"{row['rate']}/s for {row['duration_s']:g}s"
-        metrics[f"admission.{row['rate']}.p99_ms"] = {"value": row["p99_ms"], "scale": scale}
-        metrics[f"admission.{row['rate']}.errors"] = {"value": row["errors"], "scale": scale}
+    admission = results.get("admission") or {}
+    for workload in admission.get("workloads", []):
+        for row in workload["rates"]:
+            scale = f"{row['rate']}/s for {row['duration_s']:g}s, {workload['maps']}"
+            name = f"admission.{workload['key']}.{row['rate']}"
+            metrics[f"{name}.p99_ms"] = {"value": row["p99_ms"], "scale": scale}
+            metrics[f"{name}.errors"] = {"value": row["errors"], "scale": scale}
+            metrics[f"{name}.cpu_ms_per_request"] = {"value": row.get("cpu_ms_per_request"), "scale": scale}
     memory = results.get("memory") or {}
     if memory.get("scheduler_peak_rss_mib") is not None:
         scale = f"{memory['pods']} pods, {memory['nodes']} nodes"
         metrics["memory.scheduler_peak_rss_mib"] = {"value": memory["scheduler_peak_rss_mib"], "scale": scale}
         metrics["memory.webhook_peak_rss_sum_mib"] = {"value": memory["webhook"]["sum_mib"], "scale": scale}
+    scale_run = results.get("scale") or {}
+    ours = (scale_run.get("summary") or {}).get(OURS)
+    if ours:
+        scale = f"{scale_run['pods']} pods, {scale_run['nodes']} nodes"
+        metrics["scale.ours.peak_rss_mib"] = {"value": ours["peak_rss_mib"], "scale": scale}
+        metrics["scale.ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
+        for name, ratio in (scale_run.get("ratios") or {}).items():
+            metrics[f"scale.ratio.{name}"] = {"value": ratio["median"], "scale": scale}
+        for name, groups in (scale_run.get("cpu_ratios") or {}).items():
+            for group, ratio in groups.items():
+                metrics[f"scale.cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
     return metrics

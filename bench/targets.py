@@ -11,17 +11,28 @@ import yaml
 CONFIG = Path(__file__).resolve().parent / "performance-config.yaml"
 
 OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+RUNS = ("bench", "scale")
 PASS, MISS, NOT_MEASURED = "PASS", "MISS", "not measured"
+FIELDS = ("metric", "description", "op", "threshold", "unit", "at")
 
 
-def load(path: Path = CONFIG) -> list[dict]:
+def load(path: Path = CONFIG, run: str | None = None) -> list[dict]:
+    """The targets (of one run kind, when given); a malformed entry is an error naming it."""
     targets = yaml.safe_load(path.read_text())["targets"]
-    for target in targets:
+    for position, target in enumerate(targets):
+        missing = [f for f in FIELDS if f not in target]
+        if missing:
+            raise ValueError(f"{path}: target {position + 1}: missing {', '.join(missing)}")
         if target["op"] not in OPERATORS:
             raise ValueError(
                 f"{path}: target {target['metric']}: op {target['op']!r} is not one of {', '.join(OPERATORS)}"
             )
-    return targets
+        target.setdefault("run", "bench")
+        if target["run"] not in RUNS:
+            raise ValueError(
+                f"{path}: target {target['metric']}: run {target['run']!r} is not one of {', '.join(RUNS)}"
+            )
+    return [t for t in targets if run is None or t["run"] == run]
 
 
 def evaluate(targets: list[dict], metrics: dict[str, dict]) -> list[dict]:
@@ -38,3 +49,15 @@ def evaluate(targets: list[dict], metrics: dict[str, dict]) -> list[dict]:
             {**target, "value": value, "measured_at": measured["scale"] if measured else None, "status": status}
         )
     return checked
+
+
+def shortfall(target: dict) -> str:
+    """By how much a missed target was missed, in the target's terms ("" when it was not)."""
+    if target["status"] != MISS:
+        return ""
+    value, threshold = target["value"], target["threshold"]
+    if target["op"] == "==":
+        return f"{value:g} {target['unit']} instead of {threshold:g}"
+    if threshold and target["unit"] == "x":
+        return f"{abs(value / threshold - 1) * 100:.0f}% {'over' if value > threshold else 'short'}"
+    return f"{abs(value - threshold):.3g} {target['unit']} {'over' if value > threshold else 'short'}"

@@ -9,36 +9,39 @@ from __future__ import annotations
 from . import contenders
 from .context import Bench
 from .measure import measure_burst, measure_drain
-from .summary import summarize_throughput
+from .summary import incomplete_reason, summarize_throughput
 
-# Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
-ORDER = (
-    contenders.OURS,
-    contenders.KUBE_DEFAULTS,
-    contenders.KUBE_MATCHED,
-    contenders.CEILING,
-    contenders.PYTHON_BINDER,
-)
+MODES = {"burst": measure_burst, "drain": measure_drain}
 
 
 def run(bench: Bench) -> dict:
     settings = bench.settings
-    runs: dict[str, list[dict]] = {"burst": [], "drain": []}
+    # Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
+    order = [key for key in contenders.RUNNERS if key in settings.runners]
+    runs: dict[str, list[dict]] = {mode: [] for mode in settings.modes}
     for round_no in range(1, settings.runs + 1):
-        for mode, measure in (("burst", measure_burst), ("drain", measure_drain)):
-            for key in ORDER:
+        for mode in settings.modes:
+            for key in order:
                 bench.phase(
                     f"throughput round {round_no}/{settings.runs}, {mode}: {contenders.LABELS[key]}, "
                     f"{settings.pods} pods on {settings.nodes} nodes"
                 )
-                figures = measure(bench, key, settings.pods, settings.nodes, f"{key} {mode}")
+                figures = MODES[mode](bench, key, settings.pods, settings.nodes, f"{key} {mode}")
                 figures["round"] = round_no
                 latency = (
                     f", p50 {figures['latency_s']['p50']:.3f}s, p99 {figures['latency_s']['p99']:.3f}s"
                     if mode == "burst"
                     else ""
                 )
-                bench.phase(f"  {figures['pods_per_second']:.1f} pods/s{latency}")
+                cpu = figures["cpu_s"]
+                bound = figures["bound"] or 1
+                problem = incomplete_reason(figures)
+                bench.phase(
+                    f"  {figures['pods_per_second']:.1f} pods/s{latency}; CPU ms per pod: runner "
+                    f"{cpu['runner'] * 1000 / bound:.2f}, webhook {cpu['webhook'] * 1000 / bound:.2f}, "
+                    f"control plane {cpu['control_plane'] * 1000 / bound:.2f}"
+                    + (f"; INCOMPLETE ({problem}): left out of the medians" if problem else "")
+                )
                 runs[mode].append(figures)
     return {
         "pods": settings.pods,

@@ -100,6 +100,7 @@ class Webhook:
         self.out_dir = out_dir
         self.scheduler_name = scheduler_name
         self.port = port
+        self.workers = workers
         self.certs = out_dir / "certs"
         self.ca_bundle = ""
         self.process = Process(

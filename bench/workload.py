@@ -115,27 +115,36 @@ def pod_spec(scheduler_name: str, node: str | None) -> dict:
     return spec
 
 
+def bench_pod(index: int, text: str, group: int, nodes: int, scheduler_name: str, namespace: str) -> dict:
+    """Pod p-<index> of group `group`, whose map text (shared by its group) is `text`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p-{index}",
+            "namespace": namespace,
+            "labels": {BENCH_LABEL: "true", "group": f"g{group}"},
+            "annotations": {MAP_ANNOTATION: text},
+        },
+        "spec": pod_spec(scheduler_name, placement(index, nodes)[0]),
+    }
+
+
 def bench_pods(count: int, nodes: int, group_size: int, scheduler_name: str, namespace: str) -> list[dict]:
     """Pods p-0 .. p-<count-1>, in groups of group_size sharing one map text."""
     pods = []
     for start in range(0, count, group_size):
         members = range(start, min(start + group_size, count))
         text = map_text(members, nodes)
-        for i in members:
-            pods.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"p-{i}",
-                        "namespace": namespace,
-                        "labels": {BENCH_LABEL: "true", "group": f"g{start // group_size}"},
-                        "annotations": {MAP_ANNOTATION: text},
-                    },
-                    "spec": pod_spec(scheduler_name, placement(i, nodes)[0]),
-                }
-            )
+        pods += [bench_pod(i, text, start // group_size, nodes, scheduler_name, namespace) for i in members]
     return pods
+
+
+def group_leader(group: int, group_size: int, nodes: int, scheduler_name: str, namespace: str) -> dict:
+    """The first pod of group `group` (as bench_pods would make it), carrying its group's whole
+    map: one pod per map, for admission requests that each bring a map the webhook has not seen."""
+    start = group * group_size
+    return bench_pod(start, map_text(range(start, start + group_size), nodes), group, nodes, scheduler_name, namespace)
 
 
 def statefulset(name: str, replicas: int, nodes: int, scheduler_name: str, namespace: str) -> dict:

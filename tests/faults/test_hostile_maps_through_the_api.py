@@ -82,11 +82,22 @@ def test_kubectl_apply_refuses_every_kind_with_a_broken_map_naming_the_line(kube
     assert listed.stdout.strip() == "", f"stored despite the broken map: {listed.stdout}"
 
 
+# How long a decision's log line may take to reach the log file.
+LOG_LINE_WAIT = 5.0
+
+
 def webhook_seconds(webhook, namespace: str, pod_name: str) -> float:
-    """How long the webhook took to answer for the pod, from its decision log line."""
+    """How long the webhook took to answer for the pod, from its decision log line.
+
+    The line is written by the webhook's log writer after the answer went out
+    (it writes in batches, logs.BATCH_SECONDS apart), so it is waited for."""
     pattern = re.compile(rf"mutate \w+ .*pod={re.escape(namespace)}/{re.escape(pod_name)} .*duration_ms=([\d.]+)")
-    found = pattern.findall(webhook.log_path.read_text(errors="replace"))
-    assert found, f"no mutate decision for {namespace}/{pod_name} in {webhook.log_path}"
+    deadline = time.monotonic() + LOG_LINE_WAIT
+    while not (found := pattern.findall(webhook.log_path.read_text(errors="replace"))):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert found, f"no mutate decision for {namespace}/{pod_name} in {webhook.log_path} after {LOG_LINE_WAIT} s"
     return float(found[-1]) / 1000
 
 

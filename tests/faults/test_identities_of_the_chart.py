@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import REPO, bare_pod
+from gpu_scheduler.logs import BATCH_SECONDS
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -192,6 +194,7 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(api_client, 
 
     # Written through pods/status, the one write to pods the chart allows besides bindings.
     assert "no-such-node" in wait_for("the PodScheduled=False condition", condition, 20).message
+    time.sleep(3 * BATCH_SECONDS)  # what the log writer still held reaches the file
     log = chart_scheduler.log_path.read_text(errors="replace")
     assert "forbidden" not in log.lower(), chart_scheduler.log_tail()  # the API's word in every 403
     assert "PRIVATE KEY" not in log

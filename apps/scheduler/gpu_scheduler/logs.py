@@ -87,22 +87,66 @@ class _BoundedQueueHandler(logging.handlers.QueueHandler):
         self._drop_lock = threading.Lock()
 
 
-class _Writer(logging.handlers.QueueListener):
-    """The one thread that formats and writes records, and says how many were dropped."""
+# The writer wakes at most this often while records keep coming: waking it for
+# every record (a thread switch and a write per log line) cost a busy process
+# more than formatting the lines (make bench: ~0.1 ms per request of the webhook).
+BATCH_SECONDS = 0.05
+# Records written per write() at most: what the writer holds besides the queue.
+BATCH_RECORDS = 1000
 
-    def __init__(self, source: _BoundedQueueHandler, handler: logging.Handler) -> None:
+
+class _Writer(logging.handlers.QueueListener):
+    """The one thread that formats and writes records, and says how many were dropped.
+
+    It writes in batches: woken by a record, it lets BATCH_SECONDS go by, then
+    formats what has queued meanwhile (up to BATCH_RECORDS) and hands it to the
+    stream in one write. A line reaches stderr at most that much later; flush()
+    and a fork write everything first.
+    """
+
+    def __init__(self, source: _BoundedQueueHandler, handler: logging.StreamHandler) -> None:
         super().__init__(source.queue, handler)
         self.source = source
         self.reported = 0
+        self.stream_handler = handler
 
-    def handle(self, record: logging.LogRecord) -> None:
-        super().handle(record)
-        self.report_drops()
+    def _monitor(self) -> None:
+        records = self.queue
+        while True:
+            batch = [records.get()]
+            if batch[0] is not self._sentinel:
+                time.sleep(BATCH_SECONDS)
+            while batch[-1] is not self._sentinel and len(batch) < BATCH_RECORDS:
+                try:
+                    batch.append(records.get_nowait())
+                except queue.Empty:
+                    break
+            stop = batch[-1] is self._sentinel
+            self._write([record for record in batch if record is not self._sentinel])
+            if stop:
+                return
 
-    def report_drops(self) -> None:
+    def _write(self, records: list[logging.LogRecord]) -> None:
+        lines = []
+        for record in [*records, *self._drop_report()]:
+            try:
+                lines.append(self.stream_handler.format(record) + self.stream_handler.terminator)
+            except Exception:  # noqa: BLE001 - as logging does: one bad record must not stop the writer
+                self.stream_handler.handleError(record)
+        if not lines:
+            return
+        try:
+            stream = self.stream_handler.stream
+            stream.write("".join(lines))
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's rule: a failed write is reported, never raised
+            if records:
+                self.stream_handler.handleError(records[0])
+
+    def _drop_report(self) -> list[logging.LogRecord]:
         dropped = self.source.dropped
         if dropped <= self.reported:
-            return
+            return []
         record = logging.LogRecord(
             __name__,
             logging.WARNING,
@@ -114,7 +158,10 @@ class _Writer(logging.handlers.QueueListener):
         )
         record.fields = {"dropped": dropped - self.reported, "dropped_total": dropped}
         self.reported = dropped
-        super().handle(record)
+        return [record]
+
+    def report_drops(self) -> None:
+        self._write([])
 
     @property
     def running(self) -> bool:

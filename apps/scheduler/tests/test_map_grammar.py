@@ -10,6 +10,7 @@ from gpu_scheduler.placement import (
     InvalidMapError,
     InvalidNodeError,
     MalformedEntryError,
+    MapLineError,
     MapTooLargeError,
     MigDeviceError,
     parse_map,
@@ -17,7 +18,16 @@ from gpu_scheduler.placement import (
 from gpu_scheduler.placement import (
     parse_map_uncached as parse,
 )
-from gpu_scheduler.placement.grammar import MAX_ERRORS_KEPT, MAX_MAP_BYTES, _ParsedMapCache
+from gpu_scheduler.placement.grammar import (
+    _DNS1123_SUBDOMAIN,
+    MAX_ERRORS_KEPT,
+    MAX_MAP_BYTES,
+    _parse_line,
+    _parse_plain_line,
+    _ParsedMapCache,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TASK_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
 GPU_UUID = "GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"
@@ -189,3 +199,42 @@ def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_bytes():
 
 def test_the_shared_parse_cache_parses_like_the_parser():
     assert parse_map(TASK_MAP).to_json() == parse(TASK_MAP).to_json()
+
+
+# Lines near the plain form: the fast reader must accept only what the full
+# checks accept, and read it the same way.
+_PLAIN_PARTS = {
+    "index": st.sampled_from(["0", "7", "00", "2147483647", "2147483648", "9999999999", "12345678901", "-1", " 3"]),
+    "node": st.sampled_from(
+        ["node1", "a", "bn-0", "n.example.com", "-bad", "bad-", "Node1", "a..b", "a" * 253, "a" * 254]
+    ),
+    "devices": st.lists(
+        st.sampled_from(["0", "1", "01", "00", "2147483647", "2147483648", "9999999999", "", " 2", GPU_UUID]),
+        min_size=1,
+        max_size=4,
+    ),
+}
+
+
+@settings(max_examples=500)
+@given(**_PLAIN_PARTS)
+def test_the_plain_line_reader_agrees_with_the_full_checks(index, node, devices):
+    text = f"{index}={node}:{','.join(devices)}"
+    fast = _parse_plain_line(5, text)
+    try:
+        full = _parse_line(5, text)
+    except MapLineError:
+        full = None
+    if fast is not None:
+        assert fast == full
+    # A valid line in the plain form (no spaces, ordinals, a node name rather than an alias
+    # such as "Node1" or "a..b") is read by the fast reader, not left to the slow one.
+    node_name = len(node) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(node)
+    if full is not None and " " not in text and GPU_UUID not in text and node_name:
+        assert fast == full
+
+
+def test_a_plain_map_and_the_same_map_with_spaces_parse_alike():
+    plain = "\n".join(f"{i}=n{i % 7}:{i % 8},{(i + 1) % 8}" for i in range(200))
+    spaced = "\n".join(f" {i} = n{i % 7} : {i % 8} , {(i + 1) % 8} " for i in range(200))
+    assert parse(plain).to_json() == parse(spaced).to_json()

@@ -7,6 +7,10 @@
 // streams over one connection (measured: ~480 vs ~330 binds/s on 2 cores),
 // so that is the default. Only the standard library is used, so it builds in
 // seconds.
+//
+// No decision, but no pod lost: a binding that failed without proving the pod
+// has a node (no answer, 429, 5xx, or a 409 that is not "already assigned":
+// etcd failing mid-write answers 409 too) is posted again after retryDelay.
 package main
 
 import (
@@ -22,12 +26,29 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
 
 // ReadyLine is printed once the first list is done: from then on no pod is missed.
 const ReadyLine = "ceiling binder ready"
+
+// How the apiserver says that a pod has a node already (the only 409 that means "done").
+const alreadyAssigned = "is already assigned to node"
+
+const retryDelay = 100 * time.Millisecond
+
+// finished says whether a binding's answer ends the pod's binding: bound, already bound, or gone.
+func finished(status int, body []byte) bool {
+	switch status {
+	case 200, 201, 404:
+		return true
+	case 409:
+		return strings.Contains(string(body), alreadyAssigned)
+	}
+	return false
+}
 
 type pod struct {
 	Metadata struct {
@@ -106,16 +127,15 @@ func (b *binder) bindLoop() {
 			"target":   map[string]string{"apiVersion": "v1", "kind": "Node", "name": p.pinnedNode()},
 		})
 		resp, err := b.do("POST", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/binding", b.namespace, p.Metadata.Name), body)
-		if err != nil {
-			log.Printf("bind %s: %v", p.Metadata.Name, err)
-			continue
+		status, msg := 0, []byte(fmt.Sprint(err))
+		if err == nil {
+			msg, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
 		}
-		msg, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case 200, 201, 404, 409:
-		default:
-			log.Printf("bind %s: HTTP %d %.200s", p.Metadata.Name, resp.StatusCode, msg)
+		if !finished(status, msg) {
+			log.Printf("bind %s: HTTP %d %.200s; again", p.Metadata.Name, status, msg)
+			go func(p *pod) { time.Sleep(retryDelay); b.queue <- p }(p)
 		}
 	}
 }

@@ -129,6 +129,13 @@ class KubeClient:
         self._user_agent = user_agent
         self._pool = RESTClientObject(configuration).pool_manager
         self._base = configuration.host.rstrip("/")
+        # Without a proxy every request goes to the one apiserver: its connection pool
+        # is taken once, and requests go to it by path. The pool manager would parse
+        # the URL and look the pool up on every request, a quarter of the client's CPU
+        # per request (make bench: 584 -> 431 us per POST). Through a proxy, the pool
+        # manager does what the proxy needs.
+        self._apiserver = None if configuration.proxy else self._pool.connection_from_url(self._base)
+        self._apiserver_path = (urllib3.util.parse_url(self._base).path or "").rstrip("/")
         self._limiter = TokenBucket(qps, burst, time.monotonic())
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -147,6 +154,13 @@ class KubeClient:
     def _url(self, path: str, query: dict[str, str] | None) -> str:
         return self._base + path + ("?" + urlencode(query) if query else "")
 
+    def _open(self, method: str, path: str, query: dict[str, str] | None, **kwargs) -> urllib3.BaseHTTPResponse:
+        if self._apiserver is None:
+            return self._pool.request(method, self._url(path, query), **kwargs)
+        target = self._apiserver_path + path + ("?" + urlencode(query) if query else "")
+        # redirect=False: as the pool manager does (the apiserver never redirects).
+        return self._apiserver.urlopen(method, target, redirect=False, **kwargs)
+
     def request(
         self,
         method: str,
@@ -162,9 +176,10 @@ class KubeClient:
         self._limiter.acquire()
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         try:
-            response = self._pool.request(
+            response = self._open(
                 method,
-                self._url(path, query),
+                path,
+                query,
                 body=payload,
                 headers=self._headers(content_type if payload is not None else None),
                 timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
@@ -195,9 +210,10 @@ class KubeClient:
         connection soon.
         """
         try:
-            response = self._pool.request(
+            response = self._open(
                 "GET",
-                self._url(path, query),
+                path,
+                query,
                 headers=self._headers(None),
                 timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
                 retries=False,

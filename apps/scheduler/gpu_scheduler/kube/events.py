@@ -213,4 +213,7 @@ class EventRecorder:
             if status != 404:
                 raise ApiError("PATCH", f"{collection}/{step.name}", status)
             # The first Event was dropped or expired: write it anew.
-        self._client.call("POST", collection, body=body)
+        # The answer (the stored Event) is not read: only whether it was stored.
+        status, answer = self._client.request("POST", collection, body=body)
+        if status >= 300:
+            raise ApiError("POST", collection, status, answer)

@@ -19,6 +19,7 @@ import threading
 import time
 
 from gpu_scheduler.config import boolean, env, env_help, positive_float, positive_int
+from gpu_scheduler.gc_tuning import tune_for_service
 
 log = logging.getLogger("gpu_scheduler.scheduler")
 
@@ -321,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
         log.info("stopped before the caches synced")
         server.stop()
         return 0
+    # The caches hold what was listed: start-up is over.
+    tune_for_service()
     if elector is not None:
         elector.start()
     else:

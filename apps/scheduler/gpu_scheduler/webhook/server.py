@@ -25,6 +25,8 @@ from flask import Flask
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
+from ..gc_tuning import tune_for_service
+
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE = 1.0  # seconds
@@ -245,4 +247,6 @@ class WebhookServer(BaseApplication):
     def load(self) -> Flask:
         # Runs in each worker after the fork: every worker has its own app and
         # metrics objects (their values meet in the multiprocess directory).
-        return self.app_factory()
+        app = self.app_factory()
+        tune_for_service()
+        return app

@@ -1,0 +1,46 @@
+"""`make bench-scale`: scheduler_perf's scale, 5,000 KWOK nodes and 10,000 pods, side by side.
+
+gpu-scheduler and kube-scheduler at our client settings (both profiles) each
+bind one 10,000-pod burst over 5,000 nodes, in turn, as in the throughput
+phase (measure.measure_burst: the same pods but for spec.schedulerName, the
+same clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
+cost shows at this scale: every node in the node cache, every pod in the
+pods-on-nodes cache. Not part of `make bench` nor `make test`: it takes a
+quarter of an hour on 2 cores (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from . import contenders
+from .context import Bench
+from .measure import measure_burst
+from .summary import summarize_throughput
+
+RUNNERS = (contenders.OURS, contenders.KUBE_MATCHED, contenders.KUBE_PINNED)
+
+
+def run(bench: Bench) -> dict:
+    settings = bench.settings
+    bench.phase(f"scale: {settings.scale_nodes:,} nodes (creating the missing ones)")
+    bench.cluster.ensure_nodes(settings.scale_nodes)
+    runs = []
+    for round_no in range(1, settings.runs + 1):
+        for key in (k for k in RUNNERS if k in settings.runners):
+            bench.phase(
+                f"scale round {round_no}/{settings.runs}: {contenders.LABELS[key]}, "
+                f"{settings.scale_pods:,} pods on {settings.scale_nodes:,} nodes"
+            )
+            figures = measure_burst(bench, key, settings.scale_pods, settings.scale_nodes, f"{key} scale")
+            figures["round"] = round_no
+            bench.phase(
+                f"  {figures['pods_per_second']:.1f} pods/s, p99 {figures['latency_s']['p99']:.2f}s, "
+                f"peak RSS {figures['peak_rss_mib'] or 0:.0f} MiB"
+            )
+            runs.append(figures)
+    return {
+        "pods": settings.scale_pods,
+        "nodes": settings.scale_nodes,
+        "group": settings.group,
+        "runs": runs,
+        **summarize_throughput(runs),
+    }
