@@ -11,6 +11,7 @@ import time
 import pytest
 import yaml
 from e2e.cluster import container_env, list_pods
+from e2e.waiting import NotYet, wait_for
 from e2e.workloads import REPO, bare_pod, deployment, indexed_job, statefulset
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -92,12 +93,14 @@ def webhook_seconds(webhook, namespace: str, pod_name: str) -> float:
     The line is written by the webhook's log writer after the answer went out
     (it writes in batches, logs.BATCH_SECONDS apart), so it is waited for."""
     pattern = re.compile(rf"mutate \w+ .*pod={re.escape(namespace)}/{re.escape(pod_name)} .*duration_ms=([\d.]+)")
-    deadline = time.monotonic() + LOG_LINE_WAIT
-    while not (found := pattern.findall(webhook.log_path.read_text(errors="replace"))):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert found, f"no mutate decision for {namespace}/{pod_name} in {webhook.log_path} after {LOG_LINE_WAIT} s"
+
+    def decision() -> list[str]:
+        found = pattern.findall(webhook.log_path.read_text(errors="replace"))
+        if not found:
+            raise NotYet(f"no mutate decision for {namespace}/{pod_name} in {webhook.log_path}")
+        return found
+
+    found = wait_for("the webhook's decision log line", decision, LOG_LINE_WAIT, interval=0.05)
     return float(found[-1]) / 1000
 
 
