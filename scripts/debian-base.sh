@@ -35,18 +35,33 @@ if ! command -v debootstrap >/dev/null; then
 fi
 [[ "$(id -u)" == 0 ]] || die "debootstrap needs root to build $IMAGE"
 
+# debootstrap mounts /proc (and on some hosts /sys, /dev/pts) inside the root
+# file system and does not always unmount them (seen on a 6.18 kernel, where
+# the unmount was refused as busy): unmount whatever is mounted below it,
+# deepest first, lazily if it is busy, before it is archived or deleted.
+unmount_below() {
+  local dir="$1" mounts
+  mounts="$(awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r)"
+  [[ -z "$mounts" ]] && return 0
+  while read -r mount; do
+    umount "$mount" 2>/dev/null || umount -l "$mount"
+  done <<<"$mounts"
+}
+
 rootfs="$(mktemp -d "${TMPDIR:-/tmp}/debian-rootfs.XXXXXX")"
-trap 'rm -rf "$rootfs"' EXIT
+trap 'unmount_below "$rootfs"; rm -rf --one-file-system "$rootfs"' EXIT
 log "debian-base: debootstrap $SUITE (minbase + $INCLUDE) from $MIRROR (about a minute)"
 with_heartbeat "running debootstrap" \
   debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$rootfs" "$MIRROR" >"$rootfs.log" 2>&1 ||
   { tail -n 30 "$rootfs.log" >&2; die "debootstrap failed (log above)"; }
 rm -f "$rootfs.log"
+unmount_below "$rootfs"
 # Smaller and reproducible-ish: no package lists or caches in the image; apt
 # in a later build runs `apt-get update` first anyway.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
 log "debian-base: docker import as $IMAGE"
-tar -C "$rootfs" -c . | docker import \
+# --one-file-system: never archive a mount that is still there (a host's /proc).
+tar -C "$rootfs" --one-file-system -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
 echo "$IMAGE"

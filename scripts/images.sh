@@ -67,13 +67,14 @@ image_present() { docker image inspect "$1" >/dev/null 2>&1; }
 # built once and tagged by a hash of its inputs. Prints its reference.
 offline_python_base() {
   local debian dockerfile="$REPO_ROOT/scripts/python-base.Dockerfile" mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-  debian="$("$REPO_ROOT/scripts/debian-base.sh")"
+  # Called in $(...), where set -e does not reach: each failure stops here by hand.
+  debian="$("$REPO_ROOT/scripts/debian-base.sh")" || die "images: the offline Debian base could not be built (above)"
   local ref
   ref="gpu-scheduler-python:3.11-bookworm-$(cat "$dockerfile" <(echo "$debian $mirror") | sha256sum | cut -c1-12)"
   if ! image_present "$ref"; then
     log "images: building the offline Python base $ref (Debian's python3 on $debian; apt over HTTP, about a minute)"
     docker build --quiet --build-arg DEBIAN_IMAGE="$debian" --build-arg DEBIAN_MIRROR="$mirror" \
-      -t "$ref" - <"$dockerfile" >/dev/null
+      -t "$ref" - <"$dockerfile" >/dev/null || die "images: building the offline Python base $ref failed (above)"
   fi
   echo "$ref"
 }
@@ -100,7 +101,7 @@ choose_base() {
   fi
   log "images: $UPSTREAM_PYTHON is not present and cannot be pulled ($(tail -n1 <<<"$pull_log"))"
   local base
-  base="$(offline_python_base)"
+  base="$(offline_python_base)" || exit 1
   log "images: base $base (made offline from Debian's python3; set PYTHON_IMAGE to choose another)"
   echo "$base"
 }
