@@ -10,6 +10,7 @@ from gpu_scheduler.kube.objects import node_info, trim_pending_pod
 from gpu_scheduler.scheduler.queue import ACTIVE, BACKOFF, IN_FLIGHT
 from gpu_scheduler.scheduler.state import SchedulerState
 from gpu_scheduler.scheduling import AssignedPod, SharingPolicy
+from gpu_scheduler.scheduling.cache import APISERVER_REQUEST_TIMEOUT_SECONDS
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -31,7 +32,9 @@ def api_node(name: str, unschedulable: bool = False) -> dict:
 
 
 def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> dict:
-    """A pending pod of this scheduler as its watch delivers it (trimmed)."""
+    """A pending pod of this scheduler as its watch delivers it (trimmed); its map's one line
+    is for the index its name ends with, so that every such pod can be placed."""
+    index = name.rsplit("-", 1)[1]
     return trim_pending_pod(
         {
             "metadata": {
@@ -39,7 +42,7 @@ def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> 
                 "name": name,
                 "uid": uid,
                 "annotations": {
-                    "gpu-scheduling-map": f"0={node}:{device}\n",
+                    "gpu-scheduling-map": f"{index}={node}:{device}\n",
                     "gpu-scheduler/placement": json.dumps({"cudaVisibleDevices": device}),
                 },
             },
@@ -98,13 +101,53 @@ def test_a_relist_started_before_the_binding_ended_keeps_the_assumed_hold(state)
     assert held(state) == {}
 
 
-def test_an_attempt_that_raises_before_its_binding_ended_forgets_its_hold(state):
-    # Bug 2: the catch-all error path of the runner never forgot the assumed hold.
+def test_an_attempt_that_raises_during_its_binding_keeps_its_hold_until_a_list_after_it_settles(state):
+    # Bug 2 of an earlier stop: the catch-all error path never freed the hold. Freeing it at
+    # once (as before this change) could give the GPU away while the binding it may have sent
+    # lands: it is kept in doubt, like a lost answer, and a list ends it.
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, decision = attempt(state)
     assert decision.bind and held(state)
     state.attempt_failed(uid, now=0.1, jitter=0.5)
-    assert held(state) == {} and state.queue.state_of("ua") == BACKOFF
+    assert held(state) == {("node1", "0"): ["ua"]} and state.queue.state_of("ua") == BACKOFF
+    assert state.next_relist() == 0.1 + APISERVER_REQUEST_TIMEOUT_SECONDS
+    state.assigned_replace([], listed_at=1.0)  # the apiserver may still be storing it
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([], listed_at=0.2 + APISERVER_REQUEST_TIMEOUT_SECONDS)
+    assert held(state) == {} and state.next_relist() is None
+
+
+def test_a_bound_pod_keeps_its_hold_when_the_pending_watch_says_it_left(state):
+    # Issue 16, point 1: kube-apiserver reports a pod leaving the pending watch's selector
+    # (spec.nodeName=) as DELETED with the object as it was before: nodeName empty, as for a
+    # pod deleted unbound (testdata/watch_shapes.json). The hold was dropped on it, and the
+    # next pod for the GPU was bound before the pods-on-nodes watch delivered the first one.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    state.pending_upsert(pending("b-1", "ub", "node1", "0"))
+    uid, decision = attempt(state)
+    other, refused = attempt(state)
+    assert decision.bind and not refused.bind
+    state.refused(other, refused, now=0.0, jitter=0.5)
+    state.bound(uid, now=1.0)
+    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # left the selector: nodeName ""
+    assert held(state) == {("node1", "0"): ["ua"]}
+    assert state.pop(now=100.0)[0] == "ub" and not state.decide("ub", pending("b-1", "ub", "node1", "0")).bind
+
+
+def test_a_stale_pending_event_of_a_bound_pod_does_not_queue_it_again(state):
+    # Issue 16, point 7: our own PodScheduled patch (or a list taken before the binding)
+    # delivered after bound() queued the pod again: a second decision and binding, answered 409.
+    state.pending_upsert(pending("a-0", "ua", "node1", "0"))
+    uid, _ = attempt(state)
+    state.bound(uid, now=1.0)
+    late = pending("a-0", "ua", "node1", "0")
+    late["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    assert state.pending_upsert(late) is False and "ua" not in state.queue
+    state.pending_replace([late])
+    assert "ua" not in state.queue
+    # Seen on its node by the watch: the same.
+    state.assigned_upsert(on_node("ua", "a-0", "node1", "0"))
+    assert state.pending_upsert(late) is False and "ua" not in state.queue
 
 
 def test_a_binding_whose_outcome_is_unknown_keeps_its_hold_until_a_list_says(state):
@@ -112,7 +155,9 @@ def test_a_binding_whose_outcome_is_unknown_keeps_its_hold_until_a_list_says(sta
     uid, _ = attempt(state)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     assert held(state) == {("node1", "0"): ["ua"]}
-    state.assigned_replace([], listed_at=2.0)  # the list after: not bound after all
+    state.assigned_replace([], listed_at=2.0)  # the apiserver may still be working on it
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([], listed_at=2.0 + APISERVER_REQUEST_TIMEOUT_SECONDS)  # settled: not bound
     assert held(state) == {}
     # With an answer that proves nothing was stored (a 4xx), the hold goes at once.
     state.pending_upsert(pending("b-0", "ub", "node2", "1"))
@@ -151,18 +196,24 @@ def test_a_failed_binding_waits_out_its_backoff_after_the_list_it_asked_for_drop
     other, decision = attempt(state)
     state.refused(other, decision, now=0.0, jitter=0.5)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
-    state.assigned_replace([], listed_at=2.0)  # holder gone too, a-0 never bound
+    state.assigned_replace([], listed_at=2.0 + APISERVER_REQUEST_TIMEOUT_SECONDS)  # holder gone, a-0 never bound
     assert held(state) == {}
     assert state.queue.state_of("ua") == BACKOFF  # not woken by its own hold leaving
     assert state.queue.state_of("uw") == ACTIVE  # woken: GPU 1 is free
 
 
-def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer(state):
+def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer_at_the_list_after_it_settles(state):
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
-    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # deleted, never bound
-    assert held(state) == {} and "ua" not in state.queue
+    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # deleted, or bound: it cannot say
+    assert held(state) == {("node1", "0"): ["ua"]} and "ua" not in state.queue
+    settles = state.next_relist()
+    assert settles == 1.0 + APISERVER_REQUEST_TIMEOUT_SECONDS
+    state.assigned_replace([], listed_at=settles - 1)  # kube-apiserver may still store it
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.assigned_replace([], listed_at=settles + 1)
+    assert held(state) == {}
 
 
 def test_the_late_deleted_event_of_an_old_pod_does_not_free_its_namesakes_gpus(state):
@@ -241,7 +292,17 @@ class SchedulerStateMachine(RuleBasedStateMachine):
         pod = self.pods[uid]
         return on_node(uid, pod["name"], pod["bound"], pod["device"])
 
-    @rule(node=st.sampled_from(NODES), device=st.sampled_from("0123"), reuse_name=st.booleans())
+    def _store_binding(self, uid: str, node: str) -> None:
+        """The apiserver stores a binding: the pod leaves the pending watch's selector
+        (spec.nodeName=), which kube-apiserver reports as DELETED carrying the object as it
+        was before the change, nodeName still empty (recorded from a real apiserver in
+        testdata/watch_shapes.json), and enters the pods-on-nodes watch as ADDED."""
+        before = self._pending_obj(uid)
+        self.pods[uid]["bound"] = node
+        self.pending_events.append(("left-selector", before))
+        self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+
+    @rule(node=st.sampled_from(NODES), device=st.sampled_from("01"), reuse_name=st.booleans())
     def create_pod(self, node, device, reuse_name):
         gone = [p["name"] for p in self.pods.values() if p["deleted"]]
         name = gone[0] if reuse_name and gone else f"p-{self.count}"
@@ -273,7 +334,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
                 self.state.pending_upsert(pod)
             else:
                 self.state.pending_delete(pod)
-                if not pod["spec"]["nodeName"]:
+                if kind == "delete":
                     self.deleted_seen.add(uid)
 
     @rule()
@@ -340,15 +401,11 @@ class SchedulerStateMachine(RuleBasedStateMachine):
                 self.state.pod_gone(uid)
                 return
             if not pod["bound"]:
-                pod["bound"] = decision.node  # stored: 201
-                self.pending_events.append(("delete", self._pending_obj(uid)))
-                self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+                self._store_binding(uid, decision.node)  # stored: 201
             self.state.bound(uid, self.now)  # 201, or 409 "already assigned"
             return
         if answer == "lost-after-storing" and not pod["deleted"] and not pod["bound"]:
-            pod["bound"] = decision.node
-            self.pending_events.append(("delete", self._pending_obj(uid)))
-            self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+            self._store_binding(uid, decision.node)
         self.state.bind_failed(uid, decision.node, maybe_stored=True, now=self.now, jitter=0.5)
 
     # -- invariants --------------------------------------------------------------------------------
@@ -377,6 +434,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
             self.deliver_pending_event()
         while self.assigned_events:
             self.deliver_assigned_event()
+        self.now += APISERVER_REQUEST_TIMEOUT_SECONDS  # every binding in doubt has settled
         self.relist_assigned()
         truth = {(p["bound"], p["device"]): {u} for u, p in self.pods.items() if p["bound"] and not p["deleted"]}
         assert {w: set(u) for w, u in self.state.cache.ledger.holders().items()} == truth

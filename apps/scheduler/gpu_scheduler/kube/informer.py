@@ -46,6 +46,12 @@ WATCH_READ_TIMEOUT = 90.0
 STALE_AFTER_SECONDS = 20.0
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
+# Lists asked for by the owner (request_resync) are merged and spaced: at least this long
+# apart, doubling while requests keep coming (an apiserver or etcd brownout makes every
+# binding's answer doubtful, and back-to-back cluster-wide LISTs then are exactly what hurts),
+# back to the minimum after a quiet spell as long as the spacing.
+RESYNC_SPACING_MIN = 1.0
+RESYNC_SPACING_MAX = 60.0
 
 EXPIRED = "expired"
 HANDLER_ERROR = "handler-error"
@@ -74,6 +80,43 @@ class WatchHandler(Protocol):
 
 
 Trim = Callable[[dict], Any]
+
+
+class ResyncSchedule:
+    """When the lists an informer's owner asks for start: merged and spaced.
+
+    A request names the earliest time its list may start. One list answers every request
+    due by its start; a request while a list is already due no later is merged into it.
+    Requested lists start at least `spacing` apart; the spacing doubles (up to `maximum`)
+    while requests keep coming, and is back to `minimum` after a quiet spell of twice the
+    spacing. Pure: callers pass the time (monotonic).
+    """
+
+    def __init__(self, minimum: float = RESYNC_SPACING_MIN, maximum: float = RESYNC_SPACING_MAX) -> None:
+        self._minimum = minimum
+        self._maximum = maximum
+        self.spacing = minimum
+        self._last_start = float("-inf")
+        self.due: float | None = None  # when the next requested list starts; None if none is asked for
+
+    def request(self, at: float) -> float | None:
+        """A list starting no earlier than `at` is needed. Returns the new due time when the
+        timer must be (re)set, None when an earlier-or-equal list already answers it."""
+        due = max(at, self._last_start + self.spacing)
+        if self.due is not None and self.due <= due:
+            return None
+        self.due = due
+        return due
+
+    def fired(self) -> None:
+        """The due time came: requests from now on need a list of their own."""
+        self.due = None
+
+    def started(self, now: float) -> None:
+        """A requested list starts now."""
+        quiet = now - self._last_start > 2 * self.spacing
+        self.spacing = self._minimum if quiet else min(self.spacing * 2, self._maximum)
+        self._last_start = now
 
 
 class Informer:
@@ -108,23 +151,49 @@ class Informer:
         self._delay = ERROR_BACKOFF_INITIAL  # the next pause after a failure; doubles while they go on
         self._last_error = ""
         self._resync = threading.Event()
+        self._resync_lock = threading.Lock()
+        self._resync_timer: threading.Timer | None = None
+        self._resync_schedule = ResyncSchedule()
         self._stream = None  # the open watch, so that a resync can interrupt it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
-    def request_resync(self) -> None:
-        """Asks for a list now: the owner needs the complete current set to settle a doubt.
-        An open watch is interrupted; the list follows at once."""
+    def request_resync(self, at: float | None = None) -> None:
+        """Asks for a list started no earlier than `at` (monotonic; now if None): the owner
+        needs the complete set as of then to settle a doubt. Requests are merged (one list
+        answers every request due by its start) and spaced (RESYNC_SPACING_*). When it is due,
+        an open watch is interrupted and the list follows at once."""
+        now = time.monotonic()
+        with self._resync_lock:
+            due = self._resync_schedule.request(now if at is None else at)
+            if due is None:
+                return  # merged into a list already due no later
+            if self._resync_timer is not None:
+                self._resync_timer.cancel()
+            self._resync_timer = threading.Timer(max(0.0, due - now), self._resync_now)
+            self._resync_timer.daemon = True
+            self._resync_timer.start()
+
+    def _resync_now(self) -> None:
+        with self._resync_lock:
+            self._resync_schedule.fired()
         self._resync.set()
         stream = self._stream
         if stream is not None:
             stream.interrupt()
+
+    def _start_requested_list(self, now: float) -> None:
+        with self._resync_lock:
+            self._resync_schedule.started(now)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        with self._resync_lock:
+            if self._resync_timer is not None:
+                self._resync_timer.cancel()
         stream = self._stream
         if stream is not None:
             stream.interrupt()
@@ -157,6 +226,7 @@ class Informer:
             if self._resync.is_set() and self.resource_version is not None:
                 self._resync.clear()
                 self.relists[REQUESTED] += 1
+                self._start_requested_list(time.monotonic())
                 self.resource_version = None
             listing = self.resource_version is None
             if listing:

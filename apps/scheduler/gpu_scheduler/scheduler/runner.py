@@ -210,6 +210,7 @@ class Scheduler:
             except Exception:  # one pod's surprise must not cost a worker, nor leak its hold
                 log.exception("scheduling %s failed", pod_key(pod))
                 self._update(self.state.attempt_failed, uid, time.monotonic(), random.random())
+                self._relist_for_doubts()
             finally:
                 # While pods wait in backoff, one waiting worker wakes to time the
                 # earliest (this attempt may have set it, and this worker may take
@@ -261,9 +262,7 @@ class Scheduler:
             now = time.monotonic()
             self._update(self.state.bind_failed, uid, decision.node, result.maybe_stored, now, random.random())
             if result.maybe_stored:
-                # A list of the pods on nodes, started from now on, shows whether the binding
-                # was stored, and so whether the hold stays.
-                self._assigned.request_resync()
+                self._relist_for_doubts()
             message = f"binding to node {decision.node} failed: {result.message or result.status}"
             self._recorder.record(pod, WARNING, "FailedScheduling", "Binding", message, coalesce=True)
             if self._conditions is not None:
@@ -336,6 +335,17 @@ class Scheduler:
 
     def _assigned_replace(self, pods: list[AssignedPod], listed_at: float) -> None:
         self._update(self.state.assigned_replace, pods, listed_at)
+        # Holds in doubt that settle after this list started need a later one.
+        self._relist_for_doubts(after=listed_at)
+
+    def _relist_for_doubts(self, after: float = float("-inf")) -> None:
+        """Asks the assigned-pods informer for a list at the time the next hold in doubt settles
+        (a binding whose answer was lost): a list started then shows whether it was stored.
+        The informer merges these requests and spaces them out (informer.request_resync)."""
+        with self._lock:
+            at = self.state.next_relist(after)
+        if at is not None:
+            self._assigned.request_resync(at)
 
     def _assigned_upsert(self, pod: AssignedPod) -> None:
         self._update(self.state.assigned_upsert, pod)

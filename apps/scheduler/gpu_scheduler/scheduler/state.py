@@ -42,24 +42,31 @@ class SchedulerState:
     # -- pending pods of this scheduler (its own watch) -----------------------------------------
     # Each returns whether pods became active (the runner then wakes its workers).
 
+    # These touch only the queue, never the cache: a pod leaves the pending set when it is
+    # bound as well as when it is deleted, and the DELETED event says the same for both (see
+    # scheduling/cache.py). Only the pods-on-nodes watch, a binding's answer or a list can
+    # free what a pod holds.
+
     def pending_replace(self, pods: Iterable[dict]) -> list[str]:
         """A list of the pending pods. Returns the keys of the pods it dropped (their Event series
-        are forgotten). The cache is left alone: a pod that left the pending set was bound or
-        deleted, and only the pods-on-nodes list can tell which."""
-        dropped = self.queue.replace({pod_uid(p): p for p in pods})
+        are forgotten). A listed pod that the cache holds is left out (see pending_upsert)."""
+        dropped = self.queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
         return [pod_key(p) for p in dropped]
 
     def pending_upsert(self, pod: dict) -> bool:
-        return self.queue.upsert(pod_uid(pod), pod)
+        """A pending pod was added or changed. Ignored when the cache holds the pod: it was
+        bound (by us, or seen on a node), and this event is older than that (our own condition
+        write delivered late, a list taken before the binding): queueing it would decide and
+        bind it a second time."""
+        uid = pod_uid(pod)
+        if self._placed(uid):
+            return False
+        return self.queue.upsert(uid, pod)
 
     def pending_delete(self, pod: dict) -> bool:
-        """The pod left the pending set. With no node in its last state it was deleted unbound:
-        a hold assumed for it (a binding whose answer was lost) can go."""
-        uid = pod_uid(pod)
-        self.queue.delete(uid)
-        if (pod.get("spec") or {}).get("nodeName"):
-            return False  # bound: the pods-on-nodes watch confirms its hold
-        return self._wake(self.cache.forget(uid))
+        """The pod left the pending set: bound, or deleted. It leaves the queue."""
+        self.queue.delete(pod_uid(pod))
+        return False
 
     # -- pods on nodes, of every scheduler (the assigned-pods watch) ---------------------------------
 
@@ -141,16 +148,20 @@ class SchedulerState:
     def bind_failed(self, uid: str, node: str | None, maybe_stored: bool, now: float, jitter: float) -> bool:
         """The binding failed. When the answer proves it was not stored (a 4xx), the hold goes.
         When it does not (no answer, a 5xx, a 409 from a storage error) the binding may have
-        been stored: the hold stays, as a finished binding, until the watch shows the pod on
-        its node or a list started from now on does not (the runner asks for one at once).
-        Either way the pod is tried again later."""
+        been stored, or may still be: the hold stays in doubt until the watch shows the pod on
+        its node, or a list started after it settles (cache.binding_unknown) does not; the
+        runner asks for that list (next_relist). Either way the pod is tried again later."""
         woke = False
         if maybe_stored:
-            self.cache.finish_binding(uid, now)
+            self.cache.binding_unknown(uid, now)
         else:
             woke = self._wake(self.cache.forget(uid))
         self.queue.retry_later(uid, now, jitter, [node] if node else ())
         return woke
+
+    def next_relist(self, after: float = float("-inf")) -> float | None:
+        """When a list of the pods on nodes can next end a hold in doubt (None: none is)."""
+        return self.cache.next_doubt_settles(after)
 
     def pod_gone(self, uid: str) -> bool:
         """The binding answered 404: the pod was deleted before it."""
@@ -164,17 +175,23 @@ class SchedulerState:
         return woke
 
     def attempt_failed(self, uid: str, now: float, jitter: float) -> bool:
-        """The attempt raised (a bug, not an answer from the API server). A hold whose binding
-        call had not ended goes, as kube-scheduler forgets an assumed pod on any error (had the
-        binding been stored, the watch brings the hold back); one whose binding call ended stays
-        for the watch to confirm or a list to end."""
-        woke = False
+        """The attempt raised (a bug, not an answer from the API server). Whether its binding
+        was sent is not known: a hold whose binding call had not ended is kept in doubt, like
+        a lost answer (freeing it could give its GPU to another pod while the binding lands);
+        one whose binding call ended stays for the watch to confirm or a list to end."""
         if self.cache.binding_in_flight(uid):
-            woke = self._wake(self.cache.forget(uid))
+            self.cache.binding_unknown(uid, now)
         self.queue.retry_later(uid, now, jitter)
-        return woke
+        return False
 
     # -- internals -----------------------------------------------------------------------------------
+
+    def _placed(self, uid: str) -> bool:
+        """The cache holds the pod as bound: seen on a node, or bound by us (answered). A pod
+        whose binding is in flight or in doubt stays queued: a change to it is remembered for
+        its retry (the queue's changed_in_flight), and a 409 "already assigned" ends it."""
+        cache = self.cache
+        return cache.pod(uid) is not None and not cache.is_doubtful(uid) and not cache.binding_in_flight(uid)
 
     def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
         """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""

@@ -6,14 +6,25 @@ kube-scheduler's cache words:
   assume          a pod was chosen for a node; it holds its requests and GPUs
                   there before the binding is even sent, so two pods decided
                   back to back cannot both take the last CPU or a GPU
-  finish_binding  the binding call came back (or its answer was lost); the pod
-                  stays assumed until a watch or a list shows it on a node
+  finish_binding  the binding was stored (its answer came back): the pod stays
+                  assumed until a watch or a list shows it on a node
+  binding_unknown the binding's answer was lost (no answer, a 5xx): it may be
+                  stored, or still be on its way into etcd until kube-apiserver's
+                  own request timeout has passed; the pod stays assumed
   confirm         the assigned-pods watch (add_pod) or a list shows the pod on
                   a node: it is no longer assumed, and holds what it really holds
-  forget          the binding failed, or the attempt ended in an error, or the
-                  pod turned out to be unbound after all: the hold goes
-  expire          a re-list taken after a binding finished that does not show
+  forget          an answer proves the binding was not stored (a 4xx, a 404),
+                  or nothing was sent: the hold goes
+  expire          a re-list started after the binding settled (its answer, or
+                  the end of the apiserver's request timeout) that does not show
                   the pod has seen the pod deleted (or never bound): the hold goes
+
+Nothing else frees an assumed hold: in particular not the pending watch, whose
+DELETED event for a pod that was just bound carries the pod as it was before
+(nodeName still empty; kube-apiserver's watch cache sends the previous object
+when an object leaves a field selector), so it cannot tell "bound" from
+"deleted unbound" (tests/testdata/watch_shapes.json, recorded from a real
+kube-apiserver).
 
 Pods are keyed by UID: a pod deleted and recreated under the same name is
 another pod. Pure and single-threaded; the runner calls it under its lock.
@@ -40,9 +51,17 @@ class AssignedPod:
     devices: tuple[str, ...] = ()  # the GPUs it holds, as its map wrote them; () if none
 
 
+# kube-apiserver's --request-timeout default (1m): a binding whose answer was lost may still
+# be written until then. A hold in doubt is kept at least this long after the answer was lost.
+APISERVER_REQUEST_TIMEOUT_SECONDS = 60.0
+
+
 @dataclass(slots=True)
 class _Assumed:
-    binding_finished_at: float | None = None  # monotonic; None while the binding is in flight
+    # monotonic: from then on a list shows the pod if its binding was stored; None while the
+    # binding is in flight
+    settles_at: float | None = None
+    doubtful: bool = False  # the binding's answer was lost: only a list can end the doubt
 
 
 class ClusterCache:
@@ -74,7 +93,19 @@ class ClusterCache:
     def binding_in_flight(self, uid: str) -> bool:
         """Assumed, and its binding call has not ended yet."""
         assumed = self._assumed.get(uid)
-        return assumed is not None and assumed.binding_finished_at is None
+        return assumed is not None and assumed.settles_at is None
+
+    def is_doubtful(self, uid: str) -> bool:
+        """Assumed, and its binding's answer was lost."""
+        assumed = self._assumed.get(uid)
+        return assumed is not None and assumed.doubtful
+
+    def next_doubt_settles(self, after: float = float("-inf")) -> float | None:
+        """The earliest time after `after` at which a hold in doubt settles: a list started
+        then can end that doubt. None when no hold is in doubt (past that time)."""
+        times = [a.settles_at for a in self._assumed.values() if a.doubtful and a.settles_at is not None]
+        later = [t for t in times if t > after]
+        return min(later) if later else None
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -87,10 +118,22 @@ class ClusterCache:
         self._assumed[pod.uid] = _Assumed()
 
     def finish_binding(self, uid: str, now: float) -> None:
-        """The binding call ended (bound, or no answer): wait for a watch or a list to confirm."""
+        """The binding was stored: wait for the watch (or a list started from now) to confirm."""
         assumed = self._assumed.get(uid)
         if assumed is not None:
-            assumed.binding_finished_at = now
+            assumed.settles_at = now
+            assumed.doubtful = False
+
+    def binding_unknown(self, uid: str, now: float) -> float | None:
+        """The binding's answer was lost at `now`: it may be stored, or be stored later while
+        kube-apiserver still works on it. The hold stays until the watch shows the pod on a
+        node or a list started after the request timeout does not. Returns when it settles."""
+        assumed = self._assumed.get(uid)
+        if assumed is None:
+            return None
+        assumed.settles_at = now + APISERVER_REQUEST_TIMEOUT_SECONDS
+        assumed.doubtful = True
+        return assumed.settles_at
 
     def forget(self, uid: str) -> str | None:
         """Drops an assumed pod (the bind failed, the attempt broke, the pod is unbound after
@@ -121,15 +164,13 @@ class ClusterCache:
     def replace_pods(self, pods: Iterable[AssignedPod], listed_at: float) -> set[str]:
         """A re-list: the complete set of pods on nodes, as of a list started at listed_at
         (monotonic). Confirmed pods not in it are gone. An assumed pod not in it is dropped
-        when its binding finished before the list started (the list would show it, had it
-        stayed bound); one still binding, or bound since, is kept. Returns freed nodes."""
+        when its binding settled before the list started (the list would show it, had it
+        been stored); one still binding, or not settled yet, is kept. Returns freed nodes."""
         listed = {pod.uid: pod for pod in pods}
         freed: set[str] = set()
         for uid in [u for u in self._pods if u not in listed]:
             assumed = self._assumed.get(uid)
-            if assumed is not None and (
-                assumed.binding_finished_at is None or assumed.binding_finished_at >= listed_at
-            ):
+            if assumed is not None and (assumed.settles_at is None or assumed.settles_at >= listed_at):
                 continue
             node = self.remove_pod(uid)
             if node is not None:
