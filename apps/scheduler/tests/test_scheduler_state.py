@@ -4,6 +4,7 @@ forgotten and expired, and a hypothesis state machine against a model of the API
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from gpu_scheduler.kube.objects import node_info, trim_pending_pod
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 NODES = ("node1", "node2")
+# What kube-apiserver's watches deliver, recorded from a real one (test_watch_shapes_cluster.py).
+RECORDED = json.loads((Path(__file__).parent / "testdata" / "watch_shapes.json").read_text())
 
 
 def api_node(name: str, unschedulable: bool = False) -> dict:
@@ -294,12 +297,14 @@ class SchedulerStateMachine(RuleBasedStateMachine):
 
     def _store_binding(self, uid: str, node: str) -> None:
         """The apiserver stores a binding: the pod leaves the pending watch's selector
-        (spec.nodeName=), which kube-apiserver reports as DELETED carrying the object as it
-        was before the change, nodeName still empty (recorded from a real apiserver in
-        testdata/watch_shapes.json), and enters the pods-on-nodes watch as ADDED."""
+        (spec.nodeName=) and enters the pods-on-nodes watch as ADDED. kube-apiserver reports
+        the leaving as DELETED carrying the object as it was before the change, nodeName still
+        empty: as recorded from a real one in testdata/watch_shapes.json, which this reads."""
         before = self._pending_obj(uid)
         self.pods[uid]["bound"] = node
-        self.pending_events.append(("left-selector", before))
+        left = RECORDED["bound, then deleted"]["pending watch"]["last"]
+        assert left["type"] == "DELETED"
+        self.pending_events.append(("left-selector", before if left["nodeName"] == "" else self._pending_obj(uid)))
         self.assigned_events.append(("upsert", self._assigned_obj(uid)))
 
     @rule(node=st.sampled_from(NODES), device=st.sampled_from("01"), reuse_name=st.booleans())

@@ -1,0 +1,47 @@
+"""Who holds which GPU, read from the cluster's state alone, never from the scheduler.
+
+The oracle of every "a GPU is never given twice" claim: the live pods of one
+scheduler (they exist in the API and have not finished), each on its node with
+the devices its containers' environment names (CUDA_VISIBLE_DEVICES, as the
+webhook injected it at creation and as the workload sees it). Under
+--gpu-sharing=deny no (node, device) may be named by two of them. A pod being
+deleted still counts: its containers may still run until the API forgets it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from e2e.cluster import container_env, get_json
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def devices_of(pod: dict) -> tuple[str, ...]:
+    """The GPUs a pod's containers were given: the union of their CUDA_VISIBLE_DEVICES."""
+    found: dict[str, None] = {}
+    for value in container_env(pod).values():
+        for device in (value or "").split(","):
+            if device.strip():
+                found[device.strip()] = None
+    return tuple(found)
+
+
+def holders(api_client, scheduler_name: str) -> dict[tuple[str, str], list[str]]:
+    """(node, device) -> namespace/name of every live bound pod of this scheduler naming it."""
+    pods = get_json(
+        api_client, "/api/v1/pods", {"fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName!="}
+    )["items"]
+    held: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        for device in devices_of(pod):
+            held[(pod["spec"]["nodeName"], device)].append(key)
+    return dict(held)
+
+
+def double_grants(api_client, scheduler_name: str) -> dict[tuple[str, str], list[str]]:
+    """The (node, device) pairs that two or more live pods of this scheduler hold at once."""
+    return {where: sorted(pods) for where, pods in holders(api_client, scheduler_name).items() if len(pods) > 1}
