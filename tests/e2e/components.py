@@ -166,7 +166,8 @@ class SchedulerProcess(ManagedProcess):
         return self.metric("gpu_scheduler_leader") == 1
 
     def pods_scheduled(self) -> int:
-        """Successful scheduling attempts: binds, and 409s for a pod that already had a node."""
+        """Bindings this process stored (a 409 for a pod that already had a node counts as
+        result="already-bound" instead)."""
         return int(self.metric("gpu_scheduler_schedule_attempts_total", result="scheduled"))
 
     def identity(self, timeout: float = 10) -> str:

@@ -5,9 +5,10 @@ says why, and is bound once the node is back.
 Holding the scheduler between decision and bind: a gate. A ValidatingWebhookConfiguration
 sends every pods/binding CREATE of the test's namespace to a port where nothing listens, with
 failurePolicy Fail, so the API server refuses the scheduler's binding (500, "failed calling
-webhook"); the scheduler's FailedScheduling Event "binding to node N failed" proves it had
-chosen the node. The node changes while the gate is shut; then the gate opens, and the
-scheduler's next attempt must decide again on the node as it now is, not reuse its choice.
+webhook"); the scheduler's Event "binding to node N not confirmed" (reason BindingNotConfirmed:
+a 5xx does not prove the binding was not stored) proves it had chosen the node. The node
+changes while the gate is shut; then the gate opens, and the scheduler's next attempt must
+decide again on the node as it now is, not reuse its choice.
 (The API server itself does not check the node when it stores a binding; a change during the
 binding request cannot be caught by any scheduler, kube-scheduler included.)
 
@@ -85,7 +86,9 @@ def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_s
     try:
         core.create_namespaced_pod(ns, bare_pod("waits-0", f"0={node}:1\n", scheduler_name=scheduler_name))
         # The scheduler chose the node and tried to bind: the gate refused.
-        wait_for_event(api_client, ns, "waits-0", "FailedScheduling", f"binding to node {node} failed", timeout=30)
+        wait_for_event(
+            api_client, ns, "waits-0", "BindingNotConfirmed", f"binding to node {node} not confirmed", timeout=30
+        )
 
         if change == "deleted":
             delete_node(api_client, node)

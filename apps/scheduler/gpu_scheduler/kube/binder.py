@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 from gpu_scheduler.kube.client import ApiError, KubeClient
 
-BIND_TIMEOUT_SECONDS = 30.0
+# The longest a binding may take, retries included (the client's timeout bounds them). The
+# apiserver stores a binding in milliseconds; one unanswered for this long is settled by a
+# list instead (the binding's "maybe stored"). With leader election the scheduler shortens
+# it to fit the lease: scheduler/command.py, bind_timeout.
+BIND_TIMEOUT_SECONDS = 10.0
 
 
 class BindOutcome(enum.Enum):
@@ -68,17 +72,18 @@ def classify(status: int, message: str = "") -> BindResult:
     return BindResult(BindOutcome.FAILED, status, message)
 
 
-def bind(client: KubeClient, namespace: str, name: str, uid: str, node: str) -> BindResult:
+def bind(
+    client: KubeClient, namespace: str, name: str, uid: str, node: str, timeout: float = BIND_TIMEOUT_SECONDS
+) -> BindResult:
     """POSTs the binding and says what became of it; never raises for HTTP errors.
 
-    A successful binding answers with a Status object, not a Binding, so only
-    the HTTP status is read.
+    Nothing is sent after timeout seconds, and the POST is never sent twice (the client
+    retries only connections that carried nothing). A successful binding answers with a
+    Status object, not a Binding, so only the HTTP status is read.
     """
     path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
     try:
-        status, data = client.request(
-            "POST", path, body=binding_body(namespace, name, uid, node), timeout=BIND_TIMEOUT_SECONDS
-        )
+        status, data = client.request("POST", path, body=binding_body(namespace, name, uid, node), timeout=timeout)
     except ApiError as err:
         return BindResult(BindOutcome.FAILED, 0, err.message)
     if status in (200, 201):

@@ -28,12 +28,30 @@ from kubernetes.config.config_exception import ConfigException
 # which replica made each binding.
 USER_AGENT = "gpu-scheduler"
 
-# Requests that are retried on connection errors (a keep-alive connection the
-# server closed, a restart of the apiserver). POSTs are safe to retry here:
-# creating an object twice answers 409, which every caller handles.
-_CONNECTION_RETRIES = urllib3.Retry(
-    total=3, connect=3, read=2, status=0, redirect=0, allowed_methods=None, backoff_factor=0.05
+# The methods whose request may be sent again after it reached the server:
+# doing them twice does what doing them once does.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+# Which failed requests are sent again, by urllib3's classification of the
+# error. A connection that could not be opened (refused, connect timeout)
+# carried nothing, so every method is retried. A request that may have reached
+# the server (no answer in time, the connection broken after sending) is sent
+# again only if it is idempotent: a POST of a binding whose answer was lost may
+# have been stored, and sending it again would hide that from the caller, who
+# must then find out (the binder's "maybe stored"). Errors of neither kind (a
+# TLS failure, say) are not retried (other=0). PATCH is not idempotent in
+# general (a series count, a condition), so it is not retried either.
+_RETRIES = urllib3.Retry(
+    total=3,
+    connect=3,
+    read=2,
+    other=0,
+    status=0,
+    redirect=0,
+    allowed_methods=IDEMPOTENT_METHODS,
+    backoff_factor=0.05,
 )
+# The longest wait for a TCP (and TLS) connection, within a request's timeout.
+CONNECT_TIMEOUT_SECONDS = 10.0
 
 
 class ApiError(Exception):
@@ -172,23 +190,38 @@ class KubeClient:
         timeout: float = 30.0,
     ) -> tuple[int, bytes]:
         """One request; returns (HTTP status, body). Raises ApiError(status 0)
-        only when no answer came back at all."""
+        only when no answer came back at all.
+
+        timeout bounds the whole call, the rate limiter's wait and retries
+        included: nothing is sent after it has passed. A binding relies on
+        that: it must not be stored after the leader lease it was sent under
+        could have passed to another replica (see scheduler/command.py)."""
+        deadline = time.monotonic() + timeout
         self._limiter.acquire()
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        try:
-            response = self._open(
-                method,
-                path,
-                query,
-                body=payload,
-                headers=self._headers(content_type if payload is not None else None),
-                timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
-                retries=_CONNECTION_RETRIES,
-                preload_content=True,
-            )
-        except urllib3.exceptions.HTTPError as err:
-            raise ApiError(method, path, 0, str(err)) from err
-        return response.status, response.data
+        headers = self._headers(content_type if payload is not None else None)
+        retries = _RETRIES
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApiError(method, path, 0, f"not sent: its {timeout:g} s were used up before")
+            try:
+                # urllib3 retries nothing itself (retries=False): its retries would each
+                # get the whole timeout again.
+                response = self._open(
+                    method,
+                    path,
+                    query,
+                    body=payload,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECONDS, left), read=left),
+                    retries=False,
+                    preload_content=True,
+                )
+            except urllib3.exceptions.HTTPError as err:
+                retries = _next_try(retries, method, path, err)
+                continue
+            return response.status, response.data
 
     def call(self, method: str, path: str, **kwargs) -> dict:
         """A request whose non-2xx answer is an ApiError; returns the JSON body."""
@@ -230,6 +263,17 @@ class KubeClient:
             # carry another request, so the pool must open a fresh one.
             response.close()
             response.release_conn()
+
+
+def _next_try(retries: urllib3.Retry, method: str, path: str, err: urllib3.exceptions.HTTPError) -> urllib3.Retry:
+    """The retry budget after this failure, once its backoff is slept; ApiError(status 0)
+    when _RETRIES says the request must not (or may no longer) be sent again."""
+    try:
+        retries = retries.increment(method, path, error=err)
+    except urllib3.exceptions.HTTPError:
+        raise ApiError(method, path, 0, str(err)) from err
+    retries.sleep()
+    return retries
 
 
 class WatchStream:

@@ -28,6 +28,14 @@ from gpu_scheduler.kube.times import micro_time
 log = logging.getLogger(__name__)
 
 JITTER = 1.2  # client-go's factor: standbys retry within [retry, 1.2*retry)
+# The longest a Lease request may take (less with a short renew deadline), the release's too.
+MAX_REQUEST_SECONDS = 5.0
+
+
+def lease_seconds(duration: float) -> int:
+    """The leaseDurationSeconds written for a --leader-elect-lease-duration: whole seconds, as
+    the Lease stores them. A standby waits this long, so timing derived from the lease uses it."""
+    return max(1, round(duration))
 
 
 def new_identity() -> str:
@@ -131,10 +139,10 @@ class LeaderElector:
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self._name = name
         self._namespace = namespace
-        self._observer = LeaseObserver(identity, max(1, round(lease_duration)))
+        self._observer = LeaseObserver(identity, lease_seconds(lease_duration))
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
-        self._request_timeout = max(1.0, min(renew_deadline / 2, 5.0))
+        self._request_timeout = max(1.0, min(renew_deadline / 2, MAX_REQUEST_SECONDS))
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._leader = False
@@ -225,6 +233,12 @@ class LeaderElector:
         # The claim is as old as the moment we asked, not when the answer came.
         self._last_renew = started
         return True
+
+    def stop(self) -> None:
+        """Stops the loop without handing the lease back: it expires a lease duration after
+        the last renewal, and no standby leads before then."""
+        self._stop.set()
+        self._leader = False
 
     def release(self) -> None:
         """Stops the loop and, if we lead, hands the lease back at once."""

@@ -4,9 +4,16 @@ At start the process lists pods and nodes and waits until every cache has
 synced; only then does it run for leadership (or, without election, lead),
 as kube-scheduler does: a replica that bound before its caches were loaded
 could give away a held GPU. It runs until SIGTERM or SIGINT: then it takes no
-new pods, lets the binds in flight finish, hands back the leader lease and
+new pods, waits for the binds in flight to end (answered, or given up at the
+bind timeout: nothing is sent after it), hands back the leader lease and
 exits 0. If it loses the lease (it could not renew in time), it stops binding
 at once and exits 1 so that its Deployment restarts it as a standby.
+
+Binds and the lease: a standby may lead once the lease has gone unrenewed for
+its duration; the leader starts binds until its renew deadline has passed
+since its last renewal. So a bind must be over within lease duration minus
+renew deadline, or a binding of the old leader could be stored while the new
+one binds (bind_timeout).
 """
 
 from __future__ import annotations
@@ -28,7 +35,11 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 EVENT_SENDERS = 1
 # Connections beyond the bind workers: three watches and slack for retries.
 EXTRA_CONNECTIONS = 8
-DRAIN_SECONDS = 10.0
+# A bind timeout shorter than this would fail binds a healthy apiserver answers.
+MIN_BIND_TIMEOUT_SECONDS = 1.0
+# The drain waits for the attempts in flight; beyond its bind, an attempt is microseconds of
+# work, so this covers a loaded machine.
+DRAIN_MARGIN_SECONDS = 2.0
 EVENT_FLUSH_SECONDS = 2.0
 # While the caches load, say every so often that the process is still waiting.
 SYNC_REPORT_SECONDS = 10.0
@@ -122,7 +133,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=float(env("LEADER_ELECT_LEASE_DURATION", "15")),
         help=env_help(
-            "seconds a standby waits after the last renewal before taking the lease", "LEADER_ELECT_LEASE_DURATION"
+            "seconds a standby waits after the last renewal before taking the lease; a binding may "
+            "take what this leaves beyond the renew deadline (at most 10 s; must be at least 1 s)",
+            "LEADER_ELECT_LEASE_DURATION",
         ),
     )
     add(
@@ -175,7 +188,38 @@ def _check_lease_timing(args: argparse.Namespace) -> str | None:
             f"--leader-elect-retry-period ({args.leader_elect_retry_period:g}) must be "
             f"shorter than --leader-elect-renew-deadline ({args.leader_elect_renew_deadline:g})"
         )
+    if bind_timeout(args) < MIN_BIND_TIMEOUT_SECONDS:
+        return (
+            f"--leader-elect-lease-duration ({args.leader_elect_lease_duration:g}) must be at least "
+            f"{MIN_BIND_TIMEOUT_SECONDS:g} s longer than --leader-elect-renew-deadline "
+            f"({args.leader_elect_renew_deadline:g}): the difference is the time a binding gets, "
+            "so that one sent just before the renew deadline is over before a standby may lead"
+        )
     return None
+
+
+def bind_timeout(args: argparse.Namespace) -> float:
+    """How long a binding may take, retries included (nothing is sent after it).
+
+    With leader election, a leader starts binds until the renew deadline has passed since
+    its last renewal, and a standby may lead once the lease duration has passed since then
+    (as the Lease records it, in whole seconds). A binding sent at the last moment must be
+    over before that, or the old leader's binding could be stored while the new leader binds
+    the same pod or GPU: so it gets lease duration minus renew deadline (5 s with the
+    defaults), and never more than the binder's own limit. (The apiserver may still finish a
+    request after its client gave up; no client timeout can close that gap.)
+    """
+    from gpu_scheduler.kube.binder import BIND_TIMEOUT_SECONDS
+    from gpu_scheduler.kube.leader import lease_seconds
+
+    if not args.leader_elect:
+        return BIND_TIMEOUT_SECONDS
+    return min(BIND_TIMEOUT_SECONDS, lease_seconds(args.leader_elect_lease_duration) - args.leader_elect_renew_deadline)
+
+
+def drain_seconds(bind_timeout: float) -> float:
+    """How long SIGTERM waits for the attempts in flight: each ends within its bind timeout."""
+    return bind_timeout + DRAIN_MARGIN_SECONDS
 
 
 def _check_backoff(args: argparse.Namespace) -> str | None:
@@ -270,9 +314,11 @@ def run(args: argparse.Namespace) -> int:
         args.workers,
         args.pod_initial_backoff_seconds,
         args.pod_max_backoff_seconds,
+        bind_timeout=bind_timeout(args),
     )
     # PodScheduled conditions share the Events' client and rate limit: both report, neither binds.
     conditions = PodConditionWriter(events_client)
+    metrics.watch_reports(recorder.counts, conditions.counts)
     scheduler = Scheduler(client, config, recorder, metrics, may_bind, conditions)
 
     def healthy() -> str | None:
@@ -334,17 +380,33 @@ def run(args: argparse.Namespace) -> int:
         if lost.is_set():
             log.error("leadership lost: exiting so that a standby takes over")
             return 1
-    log.info("shutting down: finishing binds in flight")
-    scheduler.set_leading(False)
-    drained = scheduler.stop(DRAIN_SECONDS)
-    if elector is not None:
-        elector.release()
-    # The last pods' Scheduled events are worth a moment; the lease is already free.
+    drained = stop_binding(scheduler, elector, config.bind_timeout)
+    # The last pods' Scheduled events are worth a moment; binding is over.
     recorder.flush(EVENT_FLUSH_SECONDS)
     conditions.flush(EVENT_FLUSH_SECONDS)
     server.stop()
     log.info("stopped", extra={"fields": {"drained": drained}})
     return 0
+
+
+def stop_binding(scheduler, elector, bind_timeout: float) -> bool:
+    """SIGTERM: takes no new pods, waits for the binds in flight, then hands the lease back.
+
+    Only then: a standby may lead as soon as the lease is free, and a binding of ours still
+    in flight could be stored after it has bound the same pod or GPU. If the wait runs out
+    (it covers the bind timeout, so only a stalled process gets there), the lease is left to
+    expire instead. True if every attempt ended."""
+    log.info("shutting down: finishing binds in flight")
+    scheduler.set_leading(False)
+    drained = scheduler.stop(drain_seconds(bind_timeout))
+    if elector is None:
+        return drained
+    if drained:
+        elector.release()
+    else:
+        log.warning("binds still in flight: the leader lease is not handed back, it expires by itself")
+        elector.stop()
+    return drained
 
 
 def _wait_synced(scheduler, stop: threading.Event) -> bool:

@@ -26,7 +26,11 @@ from prometheus_client.registry import Collector
 # (a bind against a struggling apiserver).
 DURATION_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
+# Results of an attempt: "scheduled" when this attempt's binding was stored;
+# "already-bound" when the apiserver answered that the pod had a node already
+# (an earlier binding whose answer was lost, or another replica's).
 SCHEDULED = "scheduled"
+ALREADY_BOUND = "already-bound"
 UNSCHEDULABLE = "unschedulable"
 ERROR = "error"
 
@@ -61,7 +65,8 @@ class _StateCollector(Collector):
         yield held
         yield CounterMetricFamily(
             "gpu_scheduler_events_dropped",
-            "Events not sent because the event queue was full.",
+            "Events not sent for want of room: the event queue, or the room for retries, was full "
+            '(the same as gpu_scheduler_events_total{result="dropped"}).',
             value=self._events_dropped(),
         )
         relists = CounterMetricFamily(
@@ -74,6 +79,38 @@ class _StateCollector(Collector):
         for (cache, reason), count in sorted(self._relists().items()):
             relists.add_metric([cache, reason], count)
         yield relists
+
+
+class _ReportsCollector(Collector):
+    """What became of the Events and PodScheduled conditions written in the background,
+    read from their writers' counters when Prometheus scrapes."""
+
+    def __init__(self, events: Callable[[], dict[str, int]], conditions: Callable[[], dict[str, int]] | None) -> None:
+        self._events = events
+        self._conditions = conditions
+
+    def collect(self):
+        events = CounterMetricFamily(
+            "gpu_scheduler_events",
+            "Events by what became of them: sent; retried (each try after the first, after no "
+            "answer, a 5xx or a 429); dropped (no room in the queue or for retries); failed "
+            "(refused with another 4xx, or out of tries).",
+            labels=["result"],
+        )
+        for result, count in sorted(self._events().items()):
+            events.add_metric([result], count)
+        yield events
+        if self._conditions is None:
+            return
+        conditions = CounterMetricFamily(
+            "gpu_scheduler_pod_condition_writes",
+            "PodScheduled=False writes by result: written; conflict (the pod had changed since "
+            "the scheduler saw it, e.g. it was bound: not written, as meant); failed.",
+            labels=["result"],
+        )
+        for result, count in sorted(self._conditions().items()):
+            conditions.add_metric([result], count)
+        yield conditions
 
 
 class SchedulerMetrics:
@@ -105,7 +142,7 @@ class SchedulerMetrics:
             "1 while this replica holds the leader lease (or runs without election).",
             registry=self.registry,
         )
-        for result in (SCHEDULED, UNSCHEDULABLE, ERROR):
+        for result in (SCHEDULED, ALREADY_BOUND, UNSCHEDULABLE, ERROR):
             self.attempts.labels(result)  # present at 0 before the first attempt
 
     def observe_attempt(self, result: str, seconds: float) -> None:
@@ -120,3 +157,8 @@ class SchedulerMetrics:
         relists: Callable[[], dict[tuple[str, str], int]],
     ) -> None:
         self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists))
+
+    def watch_reports(
+        self, events: Callable[[], dict[str, int]], conditions: Callable[[], dict[str, int]] | None = None
+    ) -> None:
+        self.registry.register(_ReportsCollector(events, conditions))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpu_scheduler.kube.binder import BindOutcome, bind
+from gpu_scheduler.kube.binder import BIND_TIMEOUT_SECONDS, BindOutcome, BindResult, bind
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
 from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
@@ -32,7 +32,7 @@ from gpu_scheduler.kube.objects import assigned_pod, node_info, pod_key, trim_pe
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
 from gpu_scheduler.scheduling import AssignedPod, Decision, NodeInfo, SharingPolicy
 
-from .metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
+from .metrics import ALREADY_BOUND, ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
 from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
 from .state import SchedulerState
 
@@ -54,6 +54,7 @@ class SchedulerConfig:
     workers: int
     initial_backoff: float = INITIAL_BACKOFF_SECONDS
     max_backoff: float = MAX_BACKOFF_SECONDS
+    bind_timeout: float = BIND_TIMEOUT_SECONDS  # command.bind_timeout: fits the leader lease
 
 
 class Scheduler:
@@ -243,7 +244,14 @@ class Scheduler:
             return
 
         bind_started = time.perf_counter()
-        result = bind(self._client, pod["metadata"]["namespace"], pod["metadata"]["name"], uid, decision.node)
+        result = bind(
+            self._client,
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            uid,
+            decision.node,
+            timeout=self._config.bind_timeout,
+        )
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
 
         if result.outcome in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND):
@@ -253,7 +261,11 @@ class Scheduler:
             self._forget(uid, pod)
             if result.outcome is BindOutcome.BOUND:
                 self._announce(pod, decision)
-            self._finish(SCHEDULED, decision, started, outcome=result.outcome.value)
+                self._finish(SCHEDULED, decision, started, outcome=result.outcome.value)
+            else:
+                # Not a binding of this attempt: "scheduled" counts only those, so that it
+                # says how many pods this process placed.
+                self._finish(ALREADY_BOUND, decision, started, outcome=result.outcome.value)
             return
         if result.outcome is BindOutcome.POD_GONE:
             self._update(self.state.pod_gone, uid)
@@ -263,10 +275,7 @@ class Scheduler:
             self._update(self.state.bind_failed, uid, decision.node, result.maybe_stored, now, random.random())
             if result.maybe_stored:
                 self._relist_for_doubts()
-            message = f"binding to node {decision.node} failed: {result.message or result.status}"
-            self._recorder.record(pod, WARNING, "FailedScheduling", "Binding", message, coalesce=True)
-            if self._conditions is not None:
-                self._conditions.unschedulable(pod, message, SCHEDULER_ERROR)
+            self._report_bind_failure(pod, decision, result)
         self._finish(
             ERROR, decision, started, outcome=result.outcome.value, reason=result.message or str(result.status)
         )
@@ -284,6 +293,27 @@ class Scheduler:
         self._recorder.forget(pod_key(pod))
         if self._conditions is not None:
             self._conditions.forget(uid)
+
+    def _report_bind_failure(self, pod: dict, decision: Decision, result: BindResult) -> None:
+        """The Event and the PodScheduled condition after a binding that did not succeed.
+
+        When the answer does not prove the binding was not stored, the pod may be bound
+        already: the Event then claims no failure (it says what is known and what comes
+        next), and the condition write is refused by the apiserver if the pod changed since
+        we saw it, which a stored binding does (PodConditionWriter's precondition)."""
+        detail = result.message or str(result.status)
+        if result.maybe_stored:
+            reason = "BindingNotConfirmed"  # not FailedScheduling: the pod may be bound
+            message = (
+                f"binding to node {decision.node} not confirmed ({detail}); "
+                "checking whether it was stored, will retry if it was not"
+            )
+        else:
+            reason = "FailedScheduling"
+            message = f"binding to node {decision.node} failed: {detail}"
+        self._recorder.record(pod, WARNING, reason, "Binding", message, coalesce=True)
+        if self._conditions is not None:
+            self._conditions.unschedulable(pod, message, SCHEDULER_ERROR)
 
     def _announce(self, pod: dict, decision: Decision) -> None:
         metadata = pod["metadata"]
