@@ -13,8 +13,11 @@ cannot be dropped silently, and a list brings the handler back in line.
 
 A stream that goes quiet without closing (a dead peer, a stuck proxy) is cut
 by the read timeout: the apiserver sends a bookmark about every minute on a
-healthy watch (allowWatchBookmarks), so no read waits longer than that. An
-informer whose list or watch keeps failing says so (current()), which /readyz
+healthy watch (allowWatchBookmarks), so no read waits longer than that. A watch
+counts as working once it delivers an event or a bookmark, not when it opens: a
+peer that accepts watches and then says nothing is as broken as one that
+refuses them. An informer whose list or watch keeps failing, or that has heard
+nothing from the apiserver for too long, says so (current()), which /readyz
 reports.
 """
 
@@ -44,6 +47,14 @@ WATCH_SECONDS_MAX = 600
 WATCH_READ_TIMEOUT = 90.0
 # A cache whose list or watch has failed for this long is not being kept current.
 STALE_AFTER_SECONDS = 20.0
+# A cache that has had no list, event or bookmark for this long is not known to be
+# current, even if no request has failed (a stream that trickles blank lines never
+# reaches the read timeout). A healthy watch is silent for about a minute at most:
+# kube-apiserver sends a bookmark every minute, and a new watch gets its first one
+# about a minute after the previous watch's last. The read timeout plus the failure
+# grace, nearly twice that, is also when the failure clock reports a watch that
+# stays silent (cut at 90 s, failing 20 s later), so the two checks agree.
+SILENT_AFTER_SECONDS = WATCH_READ_TIMEOUT + STALE_AFTER_SECONDS
 ERROR_BACKOFF_INITIAL = 0.5
 ERROR_BACKOFF_MAX = 30.0
 # Lists asked for by the owner (request_resync) are merged and spaced: at least this long
@@ -148,6 +159,7 @@ class Informer:
         self.resource_version: str | None = None  # the last one seen in a list, event or bookmark
         self.read_timeout = WATCH_READ_TIMEOUT
         self._failing_since: float | None = None  # monotonic; None while lists and watches work
+        self.last_event_at: float | None = None  # monotonic: the last complete list, event or bookmark
         self._delay = ERROR_BACKOFF_INITIAL  # the next pause after a failure; doubles while they go on
         self._last_error = ""
         self._resync = threading.Event()
@@ -210,9 +222,22 @@ class Informer:
         now = time.monotonic() if now is None else now
         if failing_since is not None and now - failing_since > STALE_AFTER_SECONDS:
             return f"{self.name}: list/watch failing for {now - failing_since:.0f}s ({self._last_error})"
+        silent = self.seconds_since_last_event(now)
+        if silent is not None and silent > SILENT_AFTER_SECONDS:
+            return f"{self.name}: no list, event or bookmark for {silent:.0f}s"
         return None
 
+    def seconds_since_last_event(self, now: float | None = None) -> float | None:
+        """How long the apiserver has said nothing to this cache; None before its first list."""
+        last_event_at = self.last_event_at
+        if last_event_at is None:
+            return None
+        return (time.monotonic() if now is None else now) - last_event_at
+
     def _working(self) -> None:
+        """A list completed, or the watch delivered an event or bookmark: only the
+        apiserver's words prove the cache current, an open connection does not."""
+        self.last_event_at = time.monotonic()
         self._failing_since = None
         self._delay = ERROR_BACKOFF_INITIAL
 
@@ -312,7 +337,6 @@ class Informer:
         try:
             with self._client.stream(self._path, query, self.read_timeout) as lines:
                 self._stream = lines
-                self._working()
                 if self._resync.is_set():
                     return  # asked for while connecting
                 for line in lines:
@@ -349,3 +373,4 @@ class Informer:
                 raise Resync(f"handling a {kind} event failed: {err!r}") from err
         if new_version:
             self.resource_version = new_version
+        self._working()

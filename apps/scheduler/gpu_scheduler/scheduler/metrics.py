@@ -44,11 +44,13 @@ class _StateCollector(Collector):
         gpus_held: Callable[[], dict[str, int]],
         events_dropped: Callable[[], int],
         relists: Callable[[], dict[tuple[str, str], int]],
+        watch_silences: Callable[[], dict[str, float]],
     ) -> None:
         self._queue_counts = queue_counts
         self._gpus_held = gpus_held
         self._events_dropped = events_dropped
         self._relists = relists
+        self._watch_silences = watch_silences
 
     def collect(self):
         pending = GaugeMetricFamily(
@@ -79,6 +81,16 @@ class _StateCollector(Collector):
         for (cache, reason), count in sorted(self._relists().items()):
             relists.add_metric([cache, reason], count)
         yield relists
+        silences = GaugeMetricFamily(
+            "gpu_scheduler_watch_seconds_since_last_event",
+            "Seconds since each cache last heard from the apiserver: its last complete list, "
+            "watch event or bookmark. A healthy watch gets a bookmark about every minute; "
+            "no sample before a cache's first list.",
+            labels=["cache"],
+        )
+        for cache, seconds in sorted(self._watch_silences().items()):
+            silences.add_metric([cache], seconds)
+        yield silences
 
 
 class _ReportsCollector(Collector):
@@ -155,8 +167,9 @@ class SchedulerMetrics:
         gpus_held: Callable[[], dict[str, int]],
         events_dropped: Callable[[], int],
         relists: Callable[[], dict[tuple[str, str], int]],
+        watch_silences: Callable[[], dict[str, float]],
     ) -> None:
-        self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists))
+        self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists, watch_silences))
 
     def watch_reports(
         self, events: Callable[[], dict[str, int]], conditions: Callable[[], dict[str, int]] | None = None

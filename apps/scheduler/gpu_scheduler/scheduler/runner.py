@@ -123,6 +123,7 @@ class Scheduler:
             self.gpus_held,
             lambda: recorder.dropped,
             lambda: {(i.name, reason): i.relists[reason] for i in self.informers for reason in RELIST_REASONS},
+            self.watch_silences,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -179,6 +180,12 @@ class Scheduler:
     def gpus_held(self) -> dict[str, int]:
         with self._lock:
             return self.state.cache.ledger.held_per_node()
+
+    def watch_silences(self) -> dict[str, float]:
+        """Seconds since each cache's last list, event or bookmark (those that have listed)."""
+        now = time.monotonic()
+        silences = {i.name: i.seconds_since_last_event(now) for i in self.informers}
+        return {name: seconds for name, seconds in silences.items() if seconds is not None}
 
     # -- the work loop ------------------------------------------------------------------------------
 

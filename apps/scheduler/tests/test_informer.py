@@ -1,0 +1,197 @@
+"""When a list+watch cache counts as current: the informer's loop against a fake apiserver.
+
+Issue 16, point 5: a watch used to count as working as soon as it opened, so one that opened
+and then said nothing reset the failure clock and the backoff on every cycle, and /readyz
+stayed 200 for ever. It counts from its first event or bookmark now.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+import pytest
+from gpu_scheduler.kube import informer as informer_module
+from gpu_scheduler.kube.client import ApiError
+from gpu_scheduler.kube.informer import STALE_AFTER_SECONDS, Informer
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+START = 1000.0
+BOOKMARK = {"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}}}
+
+
+class FakeClock:
+    """Stands in for the time module in the informer: time passes only when the fake apiserver says."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class FakeStream:
+    """One watch's lines. Once they are sent it waits out the read timeout (on the fake clock)
+    and breaks as urllib3's read timeout breaks a real one: ApiError with status 0."""
+
+    def __init__(self, clock: FakeClock, lines, read_timeout: float, cut: bool) -> None:
+        self._clock = clock
+        self._lines = lines
+        self._read_timeout = read_timeout
+        self._cut = cut
+
+    def __iter__(self):
+        yield from self._lines
+        if self._cut:
+            self._clock.now += self._read_timeout
+            raise ApiError("GET", "/api/v1/nodes", 0, "read timed out")
+
+    def interrupt(self) -> None:
+        pass
+
+
+class FakeApiserver:
+    """Lists an empty set at once; serves one scripted watch per call (its lines), each cut by
+    the read timeout or, if not cut, ended by the server; stops the informer when the scripts
+    run out. At each watch's opening it notes what the informer would tell /readyz then."""
+
+    def __init__(self, clock: FakeClock, watches: list, cut: bool) -> None:
+        self.clock = clock
+        self.watches = list(watches)
+        self.cut = cut
+        self.informer: Informer | None = None
+        self.readiness_at_each_open: list[tuple[float, str | None]] = []
+
+    def get(self, path: str, query: dict[str, str]) -> dict:
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+    @contextmanager
+    def stream(self, path: str, query: dict[str, str], read_timeout: float):
+        informer = self.informer
+        self.readiness_at_each_open.append((self.clock.now - START, informer.current()))
+        if not self.watches:
+            informer.stop()
+            yield FakeStream(self.clock, [], read_timeout, cut=False)
+            return
+        yield FakeStream(self.clock, self.watches.pop(0), read_timeout, self.cut)
+
+
+class NullHandler:
+    def replace(self, objects, listed_at) -> None:
+        pass
+
+    def upsert(self, obj) -> None:
+        pass
+
+    def delete(self, obj) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_apiserver(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(informer_module, "time", clock)
+    # Real pauses between attempts, kept short: 1 ms doubling.
+    monkeypatch.setattr(informer_module, "ERROR_BACKOFF_INITIAL", 0.001)
+
+    def make(watches: list, read_timeout: float, cut: bool = True) -> tuple[Informer, FakeApiserver]:
+        apiserver = FakeApiserver(clock, watches, cut)
+        informer = Informer(apiserver, "/api/v1/nodes", NullHandler(), dict, name="nodes")
+        informer.read_timeout = read_timeout
+        apiserver.informer = informer
+        return informer, apiserver
+
+    return make
+
+
+def run_until_the_scripts_end(informer: Informer) -> None:
+    informer.start()
+    deadline = time.monotonic() + 10
+    while informer.alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not informer.alive(), "the informer did not stop when the fake apiserver's scripts ran out"
+
+
+def retry_delays(caplog) -> list[float]:
+    """The pause before each retry: the delay the informer's warning states ("retrying in %.1fs")."""
+    return [record.args[1] for record in caplog.records if "retrying in" in record.msg]
+
+
+def test_a_watch_that_opens_and_says_nothing_keeps_failing_with_a_growing_backoff(fake_apiserver, caplog):
+    # Eight watches, each opened and then silent until the read timeout (5 s) cuts it.
+    informer, apiserver = fake_apiserver([[] for _ in range(8)], read_timeout=5.0)
+    run_until_the_scripts_end(informer)
+
+    # The first cut is at 5 s; /readyz says so once STALE_AFTER_SECONDS (20 s) have passed since.
+    assert STALE_AFTER_SECONDS == 20
+    assert [at for at, _ in apiserver.readiness_at_each_open] == [0, 5, 10, 15, 20, 25, 30, 35, 40]
+    reported = [(at, problem) for at, problem in apiserver.readiness_at_each_open if problem]
+    assert [at for at, _ in reported] == [30, 35, 40]
+    assert reported[-1][1] == "nodes: list/watch failing for 35s (GET /api/v1/nodes: HTTP 0: read timed out)"
+    assert retry_delays(caplog) == pytest.approx([0.001 * 2**i for i in range(8)])
+
+
+def test_a_watch_that_delivers_a_bookmark_before_it_is_cut_counts_as_working_again(fake_apiserver, caplog):
+    # Four silent watches, then one that delivers a bookmark before the read timeout (10 s) cuts
+    # it, then a silent one again.
+    bookmark = [json.dumps(BOOKMARK).encode() + b"\n"]
+    informer, apiserver = fake_apiserver([[], [], [], [], bookmark, []], read_timeout=10.0)
+    run_until_the_scripts_end(informer)
+
+    # Failing since the first cut (10 s) when the bookmark's watch opened; the bookmark proves the
+    # watch works, so the failure clock starts afresh at the next cut (50 s), and so does the backoff.
+    readiness = dict(apiserver.readiness_at_each_open)
+    assert readiness[40] == "nodes: list/watch failing for 30s (GET /api/v1/nodes: HTTP 0: read timed out)"
+    assert readiness[50] is None and readiness[60] is None
+    assert retry_delays(caplog) == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.001, 0.002])
+    assert informer.resource_version == "7"
+    assert informer.seconds_since_last_event() == 20  # the bookmark came at 40 s; it is 60 s now
+
+
+def test_a_cache_that_hears_nothing_for_too_long_is_not_current_even_when_no_request_fails(fake_apiserver):
+    # A watch that only trickles blank lines, 30 s apart, and then ends as the server ends one:
+    # no read times out, nothing fails, and the cache learns nothing.
+    readiness_at_each_line = []
+
+    def keep_alive_lines():
+        for _ in range(4):
+            apiserver.clock.now += 30
+            readiness_at_each_line.append((apiserver.clock.now - START, informer.current()))
+            yield b"\n"
+
+    informer, apiserver = fake_apiserver([keep_alive_lines()], read_timeout=90.0, cut=False)
+    run_until_the_scripts_end(informer)
+
+    not_current = "nodes: no list, event or bookmark for 120s"
+    assert readiness_at_each_line == [(30, None), (60, None), (90, None), (120, not_current)]
+    assert apiserver.readiness_at_each_open == [(0, None), (120, not_current)]
+    assert informer_module.SILENT_AFTER_SECONDS == 110  # the read timeout (90 s) plus the failure grace (20 s)
+
+
+def test_a_silent_cache_shows_on_readyz_and_in_the_seconds_since_last_event_gauge():
+    from gpu_scheduler.kube.events import EventRecorder
+    from gpu_scheduler.scheduler.metrics import SchedulerMetrics
+    from gpu_scheduler.scheduler.runner import Scheduler, SchedulerConfig
+    from gpu_scheduler.scheduling import SharingPolicy
+
+    recorder = EventRecorder(None, controller="gpu-scheduler", instance="test", queue_size=1)  # never started
+    config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
+    metrics = SchedulerMetrics()
+    scheduler = Scheduler(None, config, recorder, metrics, lambda: True)  # informers never started
+    pending, assigned, nodes = scheduler.informers
+    now = time.monotonic()
+    for informer, heard_at in ((assigned, now - 5), (nodes, now - 200)):
+        informer.synced.set()
+        informer.last_event_at = heard_at
+
+    assert scheduler.not_current() == ["pending-pods: not listed yet", "nodes: no list, event or bookmark for 200s"]
+    text = generate_latest(metrics.registry).decode()
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "gpu_scheduler_watch_seconds_since_last_event"
+    ]
+    seconds = {sample.labels["cache"]: sample.value for sample in family.samples}
+    assert seconds.keys() == {"assigned-pods", "nodes"}  # pending-pods has not listed: no sample
+    assert seconds["assigned-pods"] == pytest.approx(5, abs=2)
+    assert seconds["nodes"] == pytest.approx(200, abs=2)
