@@ -33,19 +33,19 @@ class FakeClock:
 
 
 class FakeStream:
-    """One watch's lines. Once they are sent it waits out the read timeout (on the fake clock)
-    and breaks as urllib3's read timeout breaks a real one: ApiError with status 0."""
+    """One watch's lines. Once they are sent it stays silent for cut_after seconds (on the fake
+    clock) and breaks as urllib3's read timeout or a dropped connection breaks a real one:
+    ApiError with status 0."""
 
-    def __init__(self, clock: FakeClock, lines, read_timeout: float, cut: bool) -> None:
+    def __init__(self, clock: FakeClock, lines, cut_after: float | None) -> None:
         self._clock = clock
         self._lines = lines
-        self._read_timeout = read_timeout
-        self._cut = cut
+        self._cut_after = cut_after
 
     def __iter__(self):
         yield from self._lines
-        if self._cut:
-            self._clock.now += self._read_timeout
+        if self._cut_after is not None:
+            self._clock.now += self._cut_after
             raise ApiError("GET", "/api/v1/nodes", 0, "read timed out")
 
     def interrupt(self) -> None:
@@ -57,14 +57,25 @@ class FakeApiserver:
     the read timeout or, if not cut, ended by the server; stops the informer when the scripts
     run out. At each watch's opening it notes what the informer would tell /readyz then."""
 
-    def __init__(self, clock: FakeClock, watches: list, cut: bool) -> None:
+    def __init__(self, clock: FakeClock, watches: list, cut_after: float | None, lists: list[bool]) -> None:
         self.clock = clock
         self.watches = list(watches)
-        self.cut = cut
+        self.cut_after = cut_after
+        self.lists = list(lists)  # after the first list: True answers, False fails (10 s later)
         self.informer: Informer | None = None
         self.readiness_at_each_open: list[tuple[float, str | None]] = []
+        self.readiness_at_each_list: list[tuple[float, str | None]] = []
+        self.listed = 0
 
     def get(self, path: str, query: dict[str, str]) -> dict:
+        self.listed += 1
+        if self.listed > 1:
+            self.readiness_at_each_list.append((self.clock.now - START, self.informer.current()))
+            if not self.lists:
+                self.informer.stop()
+            elif not self.lists.pop(0):
+                self.clock.now += 10
+                raise ApiError("GET", path, 503, "the apiserver cannot answer")
         return {"items": [], "metadata": {"resourceVersion": "1"}}
 
     @contextmanager
@@ -73,9 +84,9 @@ class FakeApiserver:
         self.readiness_at_each_open.append((self.clock.now - START, informer.current()))
         if not self.watches:
             informer.stop()
-            yield FakeStream(self.clock, [], read_timeout, cut=False)
+            yield FakeStream(self.clock, [], cut_after=None)
             return
-        yield FakeStream(self.clock, self.watches.pop(0), read_timeout, self.cut)
+        yield FakeStream(self.clock, self.watches.pop(0), self.cut_after)
 
 
 class NullHandler:
@@ -96,8 +107,10 @@ def fake_apiserver(monkeypatch):
     # Real pauses between attempts, kept short: 1 ms doubling.
     monkeypatch.setattr(informer_module, "ERROR_BACKOFF_INITIAL", 0.001)
 
-    def make(watches: list, read_timeout: float, cut: bool = True) -> tuple[Informer, FakeApiserver]:
-        apiserver = FakeApiserver(clock, watches, cut)
+    def make(
+        watches: list, read_timeout: float, cut_after: float | None = None, lists: list[bool] = ()
+    ) -> tuple[Informer, FakeApiserver]:
+        apiserver = FakeApiserver(clock, watches, cut_after, list(lists) or [True] * 100)
         informer = Informer(apiserver, "/api/v1/nodes", NullHandler(), dict, name="nodes")
         informer.read_timeout = read_timeout
         apiserver.informer = informer
@@ -120,8 +133,8 @@ def retry_delays(caplog) -> list[float]:
 
 
 def test_a_watch_that_opens_and_says_nothing_keeps_failing_with_a_growing_backoff(fake_apiserver, caplog):
-    # Eight watches, each opened and then silent until the read timeout (5 s) cuts it.
-    informer, apiserver = fake_apiserver([[] for _ in range(8)], read_timeout=5.0)
+    # Eight watches, each opened, silent, and cut 5 s later (before the read timeout).
+    informer, apiserver = fake_apiserver([[] for _ in range(8)], read_timeout=90.0, cut_after=5.0)
     run_until_the_scripts_end(informer)
 
     # The first cut is at 5 s; /readyz says so once STALE_AFTER_SECONDS (20 s) have passed since.
@@ -134,10 +147,10 @@ def test_a_watch_that_opens_and_says_nothing_keeps_failing_with_a_growing_backof
 
 
 def test_a_watch_that_delivers_a_bookmark_before_it_is_cut_counts_as_working_again(fake_apiserver, caplog):
-    # Four silent watches, then one that delivers a bookmark before the read timeout (10 s) cuts
-    # it, then a silent one again.
+    # Four silent watches cut after 10 s, then one that delivers a bookmark before it is cut,
+    # then a silent one again.
     bookmark = [json.dumps(BOOKMARK).encode() + b"\n"]
-    informer, apiserver = fake_apiserver([[], [], [], [], bookmark, []], read_timeout=10.0)
+    informer, apiserver = fake_apiserver([[], [], [], [], bookmark, []], read_timeout=90.0, cut_after=10.0)
     run_until_the_scripts_end(informer)
 
     # Failing since the first cut (10 s) when the bookmark's watch opened; the bookmark proves the
@@ -148,6 +161,31 @@ def test_a_watch_that_delivers_a_bookmark_before_it_is_cut_counts_as_working_aga
     assert retry_delays(caplog) == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.001, 0.002])
     assert informer.resource_version == "7"
     assert informer.seconds_since_last_event() == 20  # the bookmark came at 40 s; it is 60 s now
+
+
+def test_a_watch_quiet_for_the_whole_read_timeout_is_followed_by_a_list_which_decides(fake_apiserver, caplog):
+    # A resource that does not change gets no bookmark from a kube-apiserver whose etcd sends no
+    # progress notifications: its watch is quiet until the read timeout (5 s) cuts it. The list
+    # that follows tells a quiet resource (it answers: the cache is current) from a dead
+    # apiserver (it fails: the failure clock runs, the backoff grows).
+    informer, apiserver = fake_apiserver(
+        [[], [], []], read_timeout=5.0, cut_after=5.0, lists=[True, False, False, False, False, True]
+    )
+    run_until_the_scripts_end(informer)
+
+    assert apiserver.readiness_at_each_open == [(0, None), (5, None), (50, None), (55, None)]
+    # Each failed list answers 10 s after it was sent; the failure clock starts at the first
+    # answer (20 s) and /readyz reports it once STALE_AFTER_SECONDS have passed.
+    assert apiserver.readiness_at_each_list[:6] == [
+        (5, None),  # quiet: listed, and it answered
+        (10, None),  # quiet again: listed; it fails from here
+        (20, None),
+        (30, None),
+        (40, None),
+        (50, "nodes: list/watch failing for 30s (GET /api/v1/nodes: HTTP 503: the apiserver cannot answer)"),
+    ]
+    assert informer.relists["quiet"] == 3
+    assert retry_delays(caplog) == pytest.approx([0.001, 0.002, 0.004, 0.008])
 
 
 def test_a_cache_that_hears_nothing_for_too_long_is_not_current_even_when_no_request_fails(fake_apiserver):
@@ -161,7 +199,7 @@ def test_a_cache_that_hears_nothing_for_too_long_is_not_current_even_when_no_req
             readiness_at_each_line.append((apiserver.clock.now - START, informer.current()))
             yield b"\n"
 
-    informer, apiserver = fake_apiserver([keep_alive_lines()], read_timeout=90.0, cut=False)
+    informer, apiserver = fake_apiserver([keep_alive_lines()], read_timeout=90.0)
     run_until_the_scripts_end(informer)
 
     not_current = "nodes: no list, event or bookmark for 120s"

@@ -67,7 +67,8 @@ RESYNC_SPACING_MAX = 60.0
 EXPIRED = "expired"
 HANDLER_ERROR = "handler-error"
 REQUESTED = "requested"
-RELIST_REASONS = (EXPIRED, HANDLER_ERROR, REQUESTED)
+QUIET = "quiet"
+RELIST_REASONS = (EXPIRED, HANDLER_ERROR, REQUESTED, QUIET)
 
 
 class ResourceGone(Exception):
@@ -167,6 +168,8 @@ class Informer:
         self._resync_timer: threading.Timer | None = None
         self._resync_schedule = ResyncSchedule()
         self._stream = None  # the open watch, so that a resync can interrupt it
+        self._watch_opened_at: float | None = None  # monotonic, of the last watch that opened
+        self._watch_heard = False  # whether that watch delivered an event or bookmark
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
@@ -257,9 +260,11 @@ class Informer:
             if listing:
                 self._resync.clear()  # this list answers every request made so far
             try:
+                watching = False
                 if listing:
                     self.resource_version = self.list()
                     self.synced.set()
+                watching = True
                 self.watch()
             except ResourceGone:
                 log.info("%s: resourceVersion %s expired, listing again", self.name, self.resource_version)
@@ -275,10 +280,27 @@ class Informer:
                 else:
                     log.error("%s: %s; listing again", self.name, err)
             except (ApiError, OSError, ValueError) as err:
-                # Network trouble, an apiserver restart, a stream cut or gone
-                # quiet: resume from the last version seen after a pause, so a
-                # flapping apiserver isn't hammered.
+                if watching and self._watch_was_quiet_to_the_read_timeout():
+                    # Nothing for the whole read timeout: a dead peer, or a resource that
+                    # did not change. kube-apiserver sends a bookmark only once its watch
+                    # cache has moved past the watch's version, and on a quiet resource
+                    # that needs etcd's progress notifications, which not every cluster's
+                    # etcd sends (kwokctl's does not). A list tells them apart: it works
+                    # (the cache is current) or it fails (the failure clock runs).
+                    log.info("%s: no event for %.0fs, listing to check the cache", self.name, self.read_timeout)
+                    self.relists[QUIET] += 1
+                    self.resource_version = None
+                    continue
+                # Network trouble, an apiserver restart, a stream cut: resume from the
+                # last version seen after a pause, so a flapping apiserver isn't hammered.
                 self._pause(str(err))
+
+    def _watch_was_quiet_to_the_read_timeout(self) -> bool:
+        opened_at = self._watch_opened_at
+        if opened_at is None or self._watch_heard or self._stop.is_set():
+            return False
+        # The read timeout cut it (a little slack: the clock is read after the cut).
+        return time.monotonic() - opened_at >= 0.9 * self.read_timeout
 
     def _pause(self, error: str) -> None:
         self._failing(error)
@@ -334,9 +356,12 @@ class Informer:
             allowWatchBookmarks="true",
             timeoutSeconds=str(seconds),
         )
+        self._watch_opened_at = None
         try:
             with self._client.stream(self._path, query, self.read_timeout) as lines:
                 self._stream = lines
+                self._watch_opened_at = time.monotonic()
+                self._watch_heard = False
                 if self._resync.is_set():
                     return  # asked for while connecting
                 for line in lines:
@@ -373,4 +398,5 @@ class Informer:
                 raise Resync(f"handling a {kind} event failed: {err!r}") from err
         if new_version:
             self.resource_version = new_version
+        self._watch_heard = True
         self._working()
