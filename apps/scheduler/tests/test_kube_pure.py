@@ -1,5 +1,7 @@
 """Pure parts of the API adapters: rate limit, binding requests and answers, trimmed pods."""
 
+import copy
+
 import pytest
 from gpu_scheduler.kube.binder import BindOutcome, binding_body, classify
 from gpu_scheduler.kube.client import TokenBucket
@@ -71,6 +73,7 @@ FULL_POD = {
         "labels": {"app": "train", "apps.kubernetes.io/pod-index": "1"},
         "annotations": {
             "gpu-scheduling-map": "1=node2:2\n",
+            "gpu-scheduler/placement": '{"index":1,"node":"node2","cudaVisibleDevices":"2"}',
             "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 10000 + "}",
         },
         "ownerReferences": [
@@ -80,7 +83,22 @@ FULL_POD = {
     },
     "spec": {
         "schedulerName": "gpu-scheduler",
-        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}],
+        "initContainers": [
+            {"name": "setup", "image": "busybox", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]}
+        ],
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}},
+                "env": [
+                    {"name": "CUDA_VISIBLE_DEVICES", "value": "2"},
+                    {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
+                    {"name": "DATA", "value": "/data"},
+                ],
+            },
+            {"name": "log-shipper", "image": "busybox"},
+        ],
         "nodeSelector": {"disk": "ssd"},
         "affinity": {
             "nodeAffinity": {
@@ -141,6 +159,12 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
                 }
             },
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+            # What the webhook gave each container; the placement annotation is not kept: nothing reads it.
+            "initContainers": ({"name": "setup", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]},),
+            "containers": (
+                {"name": "c", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]},
+                {"name": "log-shipper"},
+            ),
         },
         "status": {
             "phase": "Pending",
@@ -148,6 +172,15 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
         },
         "requests": (("cpu", 250), ("memory", 2**30)),
     }
+
+
+def test_pods_given_the_same_devices_share_one_copy_of_their_trimmed_containers():
+    # 10,000 cached pods: a StatefulSet's pods differ in a few device lists, so they share them.
+    first, second = copy.deepcopy(FULL_POD), copy.deepcopy(FULL_POD)
+    second["metadata"]["name"] = "train-5"
+    assert trim_pending_pod(first)["spec"]["containers"] is trim_pending_pod(second)["spec"]["containers"]
+    second["spec"]["containers"][0]["env"][0]["value"] = "3"
+    assert trim_pending_pod(second)["spec"]["containers"][0]["env"] == [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
 
 
 def test_pods_of_one_statefulset_share_one_copy_of_the_map_text():
@@ -211,6 +244,7 @@ def test_init_containers_count_at_their_peak_and_sidecars_for_the_whole_life():
 
 
 def test_an_assigned_pod_holds_gpus_only_when_it_is_this_schedulers():
+    given = [{"name": "CUDA_VISIBLE_DEVICES", "value": "1"}]
     pod = {
         "metadata": {
             "namespace": "ml",
@@ -224,14 +258,14 @@ def test_an_assigned_pod_holds_gpus_only_when_it_is_this_schedulers():
         "spec": {
             "schedulerName": "gpu-scheduler",
             "nodeName": "node1",
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}, "env": given}],
         },
     }
     assert assigned_pod(pod, "gpu-scheduler") == AssignedPod("u1", "ml/a-0", "node1", (("cpu", 2000),), ("1",))
     other = {**pod, "spec": {**pod["spec"], "schedulerName": "default-scheduler"}}
     assert assigned_pod(other, "gpu-scheduler").devices == ()
     assert assigned_pod(other, "gpu-scheduler").requests == (("cpu", 2000),)
-    no_injection = {**pod, "metadata": {**pod["metadata"], "annotations": {"gpu-scheduling-map": "0=node1:0,1\n"}}}
+    no_injection = {**pod, "spec": {**pod["spec"], "containers": [{"name": "c"}]}}
     assert assigned_pod(no_injection, "gpu-scheduler").devices == ("0", "1")
 
 

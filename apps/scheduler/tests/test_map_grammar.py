@@ -94,6 +94,17 @@ def test_a_mig_device_beside_whole_gpus_is_an_error_that_says_why(devices):
     assert "one CUDA process sees at most one MIG device" in str(error)
 
 
+@pytest.mark.parametrize("devices", [f"0,{GPU_UUID}", f"{GPU_UUID},1", f"2 , {GPU_UUID} , 3"])
+def test_a_line_naming_gpus_both_by_ordinal_and_by_uuid_is_an_error_that_says_why(devices):
+    # Issue 16, point 2: GPU 0 and GPU-<uuid> may be one GPU; nothing can tell without an
+    # inventory of the node, so one line must not mix them.
+    error = only_error(f"0=node1:{devices}\n")
+    assert type(error).__name__ == "MixedSpellingError"
+    assert error.line == 1
+    assert "by its ordinal and GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d by its UUID" in str(error)
+    assert "write every device of a line the same way (all ordinals or all UUIDs)" in str(error)
+
+
 def test_node_name_of_253_characters_is_accepted_and_254_is_not():
     name = ".".join(["a" * 63] * 3) + "." + "b" * 61  # 253 characters
     assert len(name) == 253

@@ -49,7 +49,11 @@ def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> 
                     "gpu-scheduler/placement": json.dumps({"cudaVisibleDevices": device}),
                 },
             },
-            "spec": {"schedulerName": "gpu-scheduler", "nodeName": bound_to},
+            "spec": {
+                "schedulerName": "gpu-scheduler",
+                "nodeName": bound_to,
+                "containers": [{"name": "main", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": device}]}],
+            },
         }
     )
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from gpu_scheduler.kube.objects import node_info
+from gpu_scheduler.kube.objects import assigned_pod, node_info, trim_pending_pod
 from gpu_scheduler.scheduling import (
     AmbiguousAliasError,
     AssignedPod,
@@ -30,11 +30,18 @@ def node(name, alias=None, ready=True, unschedulable=False, gpus=4, labels=None)
     )
 
 
-def pod(name, map_text, injected=None, uid=None):
+def pod(name, map_text, injected=None, uid=None, annotated=None):
+    """A pending pod as the webhook leaves it: `injected` in its container's environment and,
+    unless `annotated` says otherwise, in the placement annotation."""
     annotations = {"gpu-scheduling-map": map_text}
-    if injected is not None:
-        annotations["gpu-scheduler/placement"] = json.dumps({"cudaVisibleDevices": injected})
-    return {"metadata": {"name": name, "namespace": "ml", "uid": uid or f"uid-{name}", "annotations": annotations}}
+    recorded = injected if annotated is None else annotated
+    if recorded:
+        annotations["gpu-scheduler/placement"] = json.dumps({"cudaVisibleDevices": recorded})
+    env = [{"name": "CUDA_VISIBLE_DEVICES", "value": injected}] if injected is not None else []
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": uid or f"uid-{name}", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "env": env}]},
+    }
 
 
 @pytest.fixture
@@ -220,3 +227,141 @@ def test_sharing_policy_parse_names_the_choices():
     assert SharingPolicy.parse("DENY") is SharingPolicy.DENY
     with pytest.raises(ValueError, match="allow|warn|deny"):
         SharingPolicy.parse("maybe")
+
+
+# -- issue 16: deny means deny --------------------------------------------------------------------
+
+GPU_UUID = "GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"
+MIG_UUID = "MIG-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+
+
+def api_pod(name, map_text, given, annotated=None, node_name=""):
+    """A pod of ours as the API server returns it. `given`: container name -> its
+    CUDA_VISIBLE_DEVICES (None: unset); a name starting with "init" is an init container."""
+
+    def container(name, value):
+        return {"name": name, "image": "x", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": value}] if value else []}
+
+    annotations = {"gpu-scheduling-map": map_text}
+    if annotated is not None:
+        annotations["gpu-scheduler/placement"] = json.dumps(
+            {"index": 0, "node": "node1", "cudaVisibleDevices": annotated}
+        )
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "annotations": annotations},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "nodeName": node_name,
+            "initContainers": [container(n, v) for n, v in given.items() if n.startswith("init")],
+            "containers": [container(n, v) for n, v in given.items() if not n.startswith("init")],
+        },
+    }
+
+
+def test_overwriting_the_placement_annotation_frees_no_gpu_under_deny(cache):
+    # Point 3: `kubectl annotate --overwrite gpu-scheduler/placement=...` moved the ledger's
+    # hold of a running pod to GPU 3, and GPU 0, which its container still uses, went to another.
+    holder = api_pod("a-0", "0=node1:0", {"main": "0"}, annotated="3", node_name="node1")
+    cache.add_pod(assigned_pod(holder, "gpu-scheduler"))
+    assert cache.pod("uid-a-0").devices == ("0",)
+    decision = decide(trim_pending_pod(api_pod("b-0", "0=node1:0", {"main": "0"})), cache, SharingPolicy.DENY)
+    assert not decision.bind and "GPU 0 by ml/a-0" in decision.reason
+
+
+def test_a_pending_pod_whose_annotation_was_removed_after_its_map_changed_is_not_bound(cache):
+    # Point 3: without the annotation the scheduler took the pod for one the webhook never saw
+    # and bound it with the map's GPU 1 while its container has GPU 0.
+    edited = api_pod("c-0", "0=node1:1", {"main": "0"})
+    decision = decide(trim_pending_pod(edited), cache)
+    assert not decision.bind and not decision.retryable
+    assert "the pod's containers were created with CUDA_VISIBLE_DEVICES=0" in decision.reason
+
+
+def test_containers_given_different_devices_are_refused_naming_each(cache):
+    mixed = api_pod("d-0", "0=node1:0", {"init-setup": "0", "main": "1", "sidecar": None})
+    decision = decide(trim_pending_pod(mixed), cache)
+    assert not decision.bind and not decision.retryable
+    assert "different CUDA_VISIBLE_DEVICES (init-setup='0', main='1', sidecar unset)" in decision.reason
+
+
+def test_the_not_injected_warning_is_for_pods_whose_containers_have_no_devices_at_all(cache):
+    # A pod that set the map's devices itself sees exactly them: nothing to warn about.
+    own = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"main": "0"})), cache)
+    assert own.bind and own.warnings == ()
+    bare = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"main": None}, annotated="0")), cache)
+    assert bare.bind and [w.reason for w in bare.warnings] == ["CUDAEnvNotInjected"]
+    assert "no container of the pod has CUDA_VISIBLE_DEVICES" in bare.warnings[0].message
+    assert "every GPU of node node1" in bare.warnings[0].message
+
+
+def test_a_live_pod_holds_every_device_its_containers_were_given():
+    def held(given, map_text="0=node1:2"):
+        return assigned_pod(api_pod("f-0", map_text, given, annotated="3", node_name="node1"), "gpu-scheduler").devices
+
+    assert held({"main": "0,1"}) == ("0", "1")
+    assert held({"init": "0", "main": "1", "side": "01"}) == ("0", "1")  # disagreeing: all of them, once
+    assert held({"main": " 1 ,all,-1"}) == ("1",)  # what no map line can name is no GPU of the ledger
+    assert held({"main": None}) == ("2",)  # given none: the map's line, never the annotation
+    with_source = api_pod("f-0", "0=node1:2", {"main": None}, annotated="3", node_name="node1")
+    with_source["spec"]["containers"][0]["env"] = [
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "1"},
+        {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "list"}}},
+    ]
+    assert assigned_pod(with_source, "gpu-scheduler").devices == ("2",)  # the last entry wins, and is unreadable
+
+
+@pytest.mark.parametrize(
+    ("held", "asked"),
+    [
+        ("0", GPU_UUID),
+        (GPU_UUID, "0"),
+        (GPU_UUID, MIG_UUID),
+        ("3", MIG_UUID),
+        (MIG_UUID, "1"),
+        (f"MIG-{GPU_UUID}/1/0", MIG_UUID),  # the names drivers before and after R470 give one MIG device
+    ],
+)
+def test_under_deny_devices_spelled_another_way_than_a_live_pods_on_its_node_are_refused(cache, held, asked):
+    # Point 2: GPU 0, its GPU-<uuid> and a MIG-<uuid> on it were three devices to the ledger.
+    cache.add_pod(AssignedPod("uid-a-0", "ml/a-0", "node1", (), (held,)))
+    decision = decide(pod("b-0", f"0=node1:{asked}", injected=asked), cache, SharingPolicy.DENY)
+    assert not decision.bind and decision.retryable
+    assert f"on node node1, ml/b-0 asks for {asked}, ml/a-0 holds {held}" in decision.reason
+    assert decision.reason.endswith("and --gpu-sharing=deny")
+
+
+@pytest.mark.parametrize(
+    ("held", "asked", "node"),
+    [
+        ("0", "1", "node1"),
+        (GPU_UUID, GPU_UUID[:-1] + "e", "node1"),
+        (MIG_UUID, MIG_UUID[:-1] + "e", "node1"),  # two MIG slices: the point of MIG
+        ("0", GPU_UUID, "node2"),  # another node
+    ],
+)
+def test_under_deny_devices_spelled_alike_or_on_another_node_are_compared_as_before(cache, held, asked, node):
+    cache.add_pod(AssignedPod("uid-a-0", "ml/a-0", "node1", (), (held,)))
+    assert decide(pod("b-0", f"0={node}:{asked}", injected=asked), cache, SharingPolicy.DENY).bind
+
+
+def test_a_pod_is_never_refused_for_its_own_spelling_and_a_freed_spelling_is_forgotten(cache):
+    cache.add_pod(AssignedPod("uid-b-0", "ml/b-0", "node1", (), ("0",)))  # b-0 itself, e.g. assumed
+    assert decide(pod("b-0", f"0=node1:{GPU_UUID}", injected=GPU_UUID), cache, SharingPolicy.DENY).bind
+    cache.add_pod(AssignedPod("uid-a-0", "ml/a-0", "node1", (), ("0",)))
+    assert not decide(pod("c-0", f"0=node1:{GPU_UUID}", injected=GPU_UUID), cache, SharingPolicy.DENY).bind
+    cache.remove_pod("uid-a-0")
+    cache.remove_pod("uid-b-0")
+    assert decide(pod("c-0", f"0=node1:{GPU_UUID}", injected=GPU_UUID), cache, SharingPolicy.DENY).bind
+
+
+@pytest.mark.parametrize(("policy", "warned"), [(SharingPolicy.WARN, True), (SharingPolicy.ALLOW, False)])
+def test_under_warn_devices_spelled_another_way_bind_with_a_gpushared_warning(cache, policy, warned):
+    cache.add_pod(AssignedPod("uid-a-0", "ml/a-0", "node1", (), ("0",)))
+    decision = decide(pod("b-0", f"0=node1:{GPU_UUID}", injected=GPU_UUID), cache, policy)
+    assert decision.bind
+    messages = [w.message for w in decision.warnings if w.reason == "GPUShared"]
+    assert bool(messages) is warned
+    if warned:
+        assert messages[0].startswith(
+            f"maybe sharing GPUs with running pods: on node node1, ml/b-0 asks for {GPU_UUID}"
+        )

@@ -213,14 +213,59 @@ def test_mutate_leaves_existing_pods_alone(operation):
     }
 
 
+# A node name longer than a label value (63 characters): never an alias.
+LONG_NODE = "gpu-worker-03.rack-17.frankfurt-2.training-cluster.example.internal"
+
+
+def pinned(node_name, line_node):
+    """A pod created with spec.nodeName set, whose map line names `line_node`."""
+    created = pod(2, annotations={"gpu-scheduling-map": f"2={line_node}:0,1,2\n"})
+    created["spec"]["nodeName"] = node_name
+    return review(created)
+
+
+def test_a_pod_created_on_another_node_than_its_map_line_names_is_refused_naming_both():
+    # Issue 16, point 10: it was given the line's devices on the node it named itself.
+    assert len(LONG_NODE) > 63
+    decision = mutate(pinned("node1", LONG_NODE), SCHEDULER)
+    assert decision.result == DENIED
+    message = decision.review["response"]["status"]["message"]
+    assert message.startswith(
+        f"pod ml/train-2: spec.nodeName is node1 but line 1 of its gpu-scheduling-map names node {LONG_NODE}"
+    )
+    assert "CUDA_VISIBLE_DEVICES=0,1,2" in message
+    assert decision.fields["nodeName"] == "node1"
+
+
+def test_a_pod_created_on_a_node_its_map_line_may_name_by_alias_is_admitted_with_a_warning_naming_both():
+    # The webhook knows no nodes: node3 may be kind-worker's alias label, or another node.
+    decision = mutate(pinned("kind-worker", "node3"), SCHEDULER)
+    assert decision.result == PATCHED
+    assert decision.review["response"]["warnings"] == [
+        "pod ml/train-2: spec.nodeName kind-worker is not node3, the node of line 1 of its map; "
+        "unless node3 is kind-worker's alias label, it gets another node's devices (0,1,2)"
+    ]
+
+
+@pytest.mark.parametrize("node_name", ["node3", LONG_NODE, None])
+def test_a_pod_created_on_its_map_lines_node_or_on_none_is_admitted_without_a_warning(node_name):
+    decision = mutate(pinned(node_name, node_name or "node3"), SCHEDULER)
+    assert decision.result == PATCHED
+    assert "warnings" not in decision.review["response"]
+
+
 PLACED = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
 ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
 
 
-def debugged(before, added, annotations=None):
+ADMITTED_ENV = [{"name": "OTHER", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}, ORDER]
+
+
+def debugged(before, added, annotations=None, env=ADMITTED_ENV):
     """A review of `kubectl debug` on a running pod of ours: ephemeral containers
-    `before` in oldObject, `before + added` in object."""
-    running = pod(2, containers=[{"name": "main", "env": [{"name": "OTHER", "value": "1"}]}])
+    `before` in oldObject, `before + added` in object; its container has `env`, by
+    default what the webhook gave it at creation."""
+    running = pod(2, containers=[{"name": "main", "env": copy.deepcopy(env)}])
     running["metadata"]["annotations"]["gpu-scheduler/placement"] = PLACED
     if annotations is not None:
         running["metadata"]["annotations"] = annotations
@@ -244,8 +289,6 @@ def test_a_new_debug_container_gets_the_devices_and_nothing_else_is_touched():
     assert decision.fields == {
         "pod": "ml/train-2",
         "subresource": "ephemeralcontainers",
-        "index": 2,
-        "node": "node3",
         "devices": "0,1,2",
     }
 
@@ -258,8 +301,17 @@ def test_ephemeral_containers_already_there_are_never_changed():
     assert [operation["path"] for operation in patch_of(decision)] == ["/spec/ephemeralContainers/1/env"]
 
 
-def test_a_debug_container_gets_the_devices_recorded_at_creation_not_the_maps_current_line():
+def test_a_debug_container_gets_the_devices_given_at_creation_not_the_maps_current_line():
     annotations = {"gpu-scheduling-map": "2=node3:3\n", "gpu-scheduler/placement": PLACED}
+    decision = mutate(debugged([], [{"name": "debugger"}], annotations=annotations), SCHEDULER)
+    assert patch_of(decision)[0]["value"][0] == {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}
+
+
+def test_a_debug_container_gets_its_pods_devices_even_after_the_placement_annotation_was_edited():
+    # Issue 16, point 3: `kubectl annotate --overwrite gpu-scheduler/placement=...` then
+    # `kubectl debug` gave the debug container GPU 3, which another pod may hold.
+    edited = '{"index":2,"node":"node3","cudaVisibleDevices":"3"}'
+    annotations = {"gpu-scheduling-map": MAP, "gpu-scheduler/placement": edited}
     decision = mutate(debugged([], [{"name": "debugger"}], annotations=annotations), SCHEDULER)
     assert patch_of(decision)[0]["value"][0] == {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"}
 
@@ -271,7 +323,12 @@ def test_a_broken_map_never_stops_a_debug_container():
 
 
 def test_a_pod_created_without_the_webhook_gives_its_debug_container_nothing():
-    decision = mutate(debugged([], [{"name": "debugger"}], annotations={"gpu-scheduling-map": MAP}), SCHEDULER)
+    created_without = debugged([], [{"name": "debugger"}], annotations={"gpu-scheduling-map": MAP}, env=[])
+    decision = mutate(created_without, SCHEDULER)
+    assert decision.result == ALLOWED
+    assert "patch" not in decision.review["response"]
+    # A recorded placement without devices in the containers is no more than a claim.
+    decision = mutate(debugged([], [{"name": "debugger"}], env=[]), SCHEDULER)
     assert decision.result == ALLOWED
     assert "patch" not in decision.review["response"]
 

@@ -4,14 +4,13 @@ import copy
 import json
 
 import jsonpatch
-from gpu_scheduler.placement import MapEntry
+from gpu_scheduler.placement import MapEntry, container_devices
 from gpu_scheduler.webhook.patch import (
     env_with,
     new_ephemeral_containers_patch,
     placement_annotation,
     placement_patch,
     pointer_token,
-    recorded_placement,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -192,17 +191,6 @@ def test_only_ephemeral_containers_new_in_the_request_are_patched():
     ]
 
 
-def test_the_recorded_placement_is_read_back_and_anything_else_is_none():
-    assert recorded_placement(statefulset_pod([], annotations={"gpu-scheduler/placement": PLACEMENT})) == {
-        "index": 2,
-        "node": "node3",
-        "devices": "0,1,2",
-    }
-    for raw in (None, "not json", "[]", '{"cudaVisibleDevices": 3}'):
-        annotations = {} if raw is None else {"gpu-scheduler/placement": raw}
-        assert recorded_placement(statefulset_pod([], annotations=annotations)) is None
-
-
 def test_pointer_token_escapes_tilde_before_slash():
     assert pointer_token("gpu-scheduler/placement") == "gpu-scheduler~1placement"
     assert pointer_token("a~/b") == "a~0~1b"
@@ -233,3 +221,15 @@ def test_env_with_keeps_every_other_entry_in_order_and_exactly_one_cuda_entry(en
     assert [item for item in result if item["name"] != CUDA] == [item for item in env if item["name"] != CUDA]
     assert [item for item in result if item["name"] == CUDA] == [{"name": CUDA, "value": devices}]
     assert env_with(result, CUDA, devices) == result
+
+
+@given(st.lists(st.lists(ENV_ITEM, max_size=4), min_size=1, max_size=3), st.lists(ENV_ITEM, max_size=4))
+def test_the_scheduler_reads_back_exactly_the_devices_the_patch_gives_every_container(envs, init_env):
+    # What a live pod holds is read from its containers (placement.container_devices), so the
+    # reader must see what the writer wrote, whatever env the pod came with.
+    containers = [{"name": f"c{i}", "env": env} for i, env in enumerate(envs)]
+    pod = statefulset_pod(containers, init_containers=[{"name": "init", "env": init_env}])
+    patched = apply(pod, placement_patch(pod, ENTRY))
+    given_devices = container_devices(patched)
+    assert given_devices.agreed == "0,1,2" and not given_devices.disagree
+    assert given_devices.devices() == ("0", "1", "2")

@@ -273,6 +273,29 @@ def test_health_and_readiness(server):
     assert get(server, "/readyz").status_code == 200
 
 
+def test_a_pod_created_on_another_node_than_its_map_line_is_refused_over_tls_naming_both(server):
+    # Issue 16, point 10. The webhook knows no nodes, so only a line's node too long to be
+    # an alias label value is certainly another node; a shorter one gets a warning. (Placed
+    # after the tests that read the log's last "mutate patched" line: this one logs another.)
+    long_node = "gpu-worker-03.rack-17.frankfurt-2.training-cluster.example.internal"
+    review = golden("mutate-statefulset-pod")
+    pod = review["request"]["object"]
+    pod["metadata"]["annotations"]["gpu-scheduling-map"] = f"2={long_node}:0,1\n"
+    pod["spec"]["nodeName"] = "node1"
+    answer = post(server, "/mutate", review).json()["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    message = answer["status"]["message"]
+    assert "spec.nodeName is node1 but line 1 of its gpu-scheduling-map names node " + long_node in message
+
+    pod["metadata"]["annotations"]["gpu-scheduling-map"] = "2=node3:0,1\n"
+    answer = post(server, "/mutate", review).json()["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    assert answer["warnings"] == [
+        "pod ml/train-2: spec.nodeName node1 is not node3, the node of line 1 of its map; "
+        "unless node3 is node1's alias label, it gets another node's devices (0,1)"
+    ]
+
+
 def test_metrics_count_every_decision_across_all_workers(server):
     before = {result: decision_count(server, "mutate", result) for result in ("patched", "allowed", "bad_request")}
     # A new connection per request, so the requests spread over both worker

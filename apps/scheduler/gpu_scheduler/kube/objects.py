@@ -4,11 +4,14 @@ A pod from the API carries its whole spec and status (often kilobytes, plus
 kubectl's last-applied annotation). Three shapes are kept:
 
 - a pending pod of this scheduler (trim_pending_pod): API JSON with only what
-  decide() reads (identity, map and placement annotations, index label or
-  annotation, owner kinds, node selector, required node affinity, tolerations,
-  the PodScheduled condition), plus "requests": its resource requests, parsed;
+  decide() reads (identity, map annotation, index label or annotation, owner
+  kinds, node selector, required node affinity, tolerations, each container's
+  name and CUDA_VISIBLE_DEVICES, the PodScheduled condition), plus
+  "requests": its resource requests, parsed;
 - a pod on a node, of any scheduler (assigned_pod): a scheduling.AssignedPod,
-  its node, requests and, for this scheduler's pods, the GPUs it holds;
+  its node, requests and, for this scheduler's pods, the GPUs it holds (read
+  from its containers' environment, which cannot change, never from the
+  placement annotation, which can);
 - a node (node_info): a scheduling.NodeInfo with its allocatable parsed.
 
 Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
@@ -26,7 +29,15 @@ from dataclasses import replace
 
 from kubernetes.utils import parse_quantity
 
-from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, PlacementError, placement_for
+from gpu_scheduler.placement import (
+    CUDA_ENV,
+    GIVEN_CONTAINER_LISTS,
+    MAP_ANNOTATION,
+    PlacementError,
+    container_devices,
+    given_value,
+    placement_for,
+)
 from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, STATEFULSET_INDEX_LABEL
 from gpu_scheduler.scheduling import (
     CPU,
@@ -34,11 +45,10 @@ from gpu_scheduler.scheduling import (
     AssignedPod,
     NodeInfo,
     Requests,
-    injected_devices,
     requests_of,
 )
 
-KEPT_ANNOTATIONS = (MAP_ANNOTATION, PLACEMENT_ANNOTATION, JOB_INDEX_KEY)
+KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY)
 KEPT_LABELS = (STATEFULSET_INDEX_LABEL, JOB_INDEX_KEY)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 POD_SCHEDULED = "PodScheduled"
@@ -137,6 +147,31 @@ def _tolerations(items: Iterable | None) -> list[dict] | None:
     return kept or None
 
 
+@functools.lru_cache(maxsize=4096)
+def _given_devices_only(containers: tuple[tuple[str, str | None], ...]) -> tuple[dict, ...]:
+    """Containers cut to their name and literal CUDA_VISIBLE_DEVICES, as API JSON that
+    placement.container_devices reads. Cached, so that pods with the same ones (a
+    StatefulSet's pods differ in a few device lists) share one copy; never modified."""
+    return tuple(
+        {"name": name, "env": [{"name": CUDA_ENV, "value": value}]} if value is not None else {"name": name}
+        for name, value in containers
+    )
+
+
+def _given_devices(spec: Mapping) -> dict:
+    """The container lists of a pod spec as _given_devices_only cuts them."""
+    kept = {}
+    for field in GIVEN_CONTAINER_LISTS:
+        containers = tuple(
+            (sys.intern(str(c.get("name") or "")), given_value(c))
+            for c in spec.get(field) or ()
+            if isinstance(c, Mapping)
+        )
+        if containers:
+            kept[field] = _given_devices_only(containers)
+    return kept
+
+
 def trim_pending_pod(pod: dict) -> dict:
     """A pending pod of this scheduler as API JSON with only what decide() reads, plus
     "requests" (pod_requests)."""
@@ -173,6 +208,7 @@ def trim_pending_pod(pod: dict) -> dict:
     tolerations = _tolerations(spec.get("tolerations"))
     if tolerations:
         trimmed_spec["tolerations"] = tolerations
+    trimmed_spec.update(_given_devices(spec))
     trimmed_status: dict = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
     if scheduled:
@@ -189,11 +225,14 @@ def pod_scheduled_condition(pod: Mapping) -> dict | None:
 
 
 def held_devices(pod: Mapping) -> tuple[str, ...]:
-    """The GPUs a bound pod of this scheduler holds: as the webhook injected them, else as its
-    map says; () when neither can be read."""
-    injected = injected_devices(pod)
-    if injected is not None:
-        return tuple(d for d in injected.split(",") if d)
+    """The GPUs a bound pod of this scheduler holds: every device any of its containers was
+    given (placement.container_devices; the webhook gives them all the same), else, when no
+    container has CUDA_VISIBLE_DEVICES, what its map says; () when neither can be read.
+    Never the placement annotation: anyone who may edit the pod can rewrite that, and free a
+    GPU the pod still uses."""
+    given = container_devices(pod)
+    if not given.none_given:
+        return given.devices()
     try:
         return placement_for(pod).devices
     except PlacementError:

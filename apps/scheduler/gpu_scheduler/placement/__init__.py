@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .environment import (
+    CUDA_ENV,
+    GIVEN_CONTAINER_LISTS,
+    ContainerDevices,
+    container_devices,
+    given_value,
+)
 from .errors import (
     DuplicateDeviceError,
     DuplicateIndexError,
@@ -18,15 +25,23 @@ from .errors import (
     MigDeviceError,
     MissingEntryError,
     MissingMapError,
+    MixedSpellingError,
     PlacementError,
     PodIndexError,
 )
 from .grammar import (
+    GPU_UUID,
     MAX_MAP_BYTES,
+    MIG_INSTANCE,
+    MIG_UUID,
+    ORDINAL,
     MapEntry,
     SchedulingMap,
     device_identity,
+    device_spelling,
+    is_device,
     is_node_reference,
+    may_be_alias,
     parse_map,
     parse_map_uncached,
 )
@@ -34,9 +49,10 @@ from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
-# What the webhook injected, as JSON: {"index": 0, "node": "node1", "cudaVisibleDevices": "0,1"}
+# What the webhook injected, as JSON: {"index": 0, "node": "node1", "cudaVisibleDevices": "0,1"}.
+# Informational: anyone who may edit the pod can change it, so what a pod holds is
+# read from its containers' environment (environment.py), which cannot change.
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
-CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 # The map's ordinals are the host's nvidia-smi order, which is PCI bus order;
 # CUDA's default order (fastest first) can differ, so the webhook sets this
 # beside CUDA_ENV unless a container sets it itself. docs/gpus.md says more.
@@ -73,11 +89,17 @@ __all__ = [
     "CUDA_ENV",
     "CUDA_ORDER",
     "CUDA_ORDER_ENV",
+    "GIVEN_CONTAINER_LISTS",
+    "GPU_UUID",
+    "MIG_INSTANCE",
+    "MIG_UUID",
+    "ORDINAL",
     "MAX_DEVICE_ORDINAL",
     "MAX_INDEX",
     "MAX_MAP_BYTES",
     "MAP_ANNOTATION",
     "PLACEMENT_ANNOTATION",
+    "ContainerDevices",
     "DuplicateDeviceError",
     "DuplicateIndexError",
     "EmptyMapError",
@@ -92,12 +114,18 @@ __all__ = [
     "MissingEntryError",
     "MigDeviceError",
     "MissingMapError",
+    "MixedSpellingError",
     "PlacementError",
     "PodIndexError",
     "SchedulingMap",
+    "container_devices",
     "controller_kind",
     "device_identity",
+    "device_spelling",
+    "given_value",
+    "is_device",
     "is_node_reference",
+    "may_be_alias",
     "map_text",
     "parse_map",
     "parse_map_uncached",

@@ -60,6 +60,10 @@ class MigDeviceError(MapLineError):
     """A MIG device shares its line with another device, which CUDA cannot give one process."""
 
 
+class MixedSpellingError(MapLineError):
+    """A line names GPUs both by ordinal and by UUID, which may be the same GPU twice."""
+
+
 class EmptyMapError(MapLineError):
     """The annotation has no entry at all."""
 

@@ -28,6 +28,7 @@ from .errors import (
     MapLineError,
     MapTooLargeError,
     MigDeviceError,
+    MixedSpellingError,
     quote,
 )
 from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX, bounded_int, shown
@@ -109,6 +110,11 @@ def is_node_reference(token: str) -> bool:
     """A node name (DNS-1123 subdomain) or an alias (a label value)."""
     if len(token) <= MAX_NODE_NAME and _DNS1123_SUBDOMAIN.fullmatch(token):
         return True
+    return may_be_alias(token)
+
+
+def may_be_alias(token: str) -> bool:
+    """Whether a map's node could be an alias, a label value; if not, it can only be a node's name."""
     return len(token) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.fullmatch(token))
 
 
@@ -124,6 +130,37 @@ def _parse_node(line: int, text: str, token: str) -> str:
             f"nor an alias label value (at most {MAX_LABEL_VALUE} characters)",
         )
     return token
+
+
+# How a device is written. Without an inventory of a node's GPUs nothing here
+# can tell whether GPU 0, a GPU-<uuid> and a MIG-<uuid> name the same GPU (or
+# MIG-<uuid> and MIG-GPU-<uuid>/1/0 the same MIG device), so devices are only
+# ever compared with devices written the same way.
+ORDINAL = "ordinal"
+GPU_UUID = "GPU UUID"
+MIG_UUID = "MIG UUID"
+MIG_INSTANCE = "MIG-GPU-<uuid>/<gi>/<ci>"  # MIG devices as drivers before R470 name them
+
+
+def device_spelling(device: str) -> str:
+    """ORDINAL, GPU_UUID, MIG_UUID or MIG_INSTANCE: how a device (a valid token, or its
+    identity) is written."""
+    prefix = device[:8].upper()
+    if prefix == "MIG-GPU-":
+        return MIG_INSTANCE
+    if prefix.startswith("MIG-"):
+        return MIG_UUID
+    if prefix.startswith("GPU-"):
+        return GPU_UUID
+    return ORDINAL
+
+
+def is_device(token: str) -> bool:
+    """Whether the map would accept `token` as a device: an ordinal CUDA can take, or a
+    GPU-/MIG- UUID. For devices read from elsewhere (a container's environment)."""
+    if _DEVICE_ORDINAL.fullmatch(token):
+        return bounded_int(token, MAX_DEVICE_ORDINAL) is not None
+    return bool(_DEVICE_UUID.fullmatch(token))
 
 
 def device_identity(device: str) -> str:
@@ -168,7 +205,25 @@ def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
         seen.add(identity)
         devices.append(device)
     _check_mig(line, text, devices)
+    _check_one_spelling(line, text, devices)
     return tuple(devices)
+
+
+def _check_one_spelling(line: int, text: str, devices: list[str]) -> None:
+    """GPU 0 and GPU-<uuid> may be one GPU, and nothing here can tell: a line that
+    mixes the two may give its pod one GPU twice, and the scheduler's ledger could
+    not compare it with other pods' devices. (A MIG device stands alone on its
+    line: _check_mig.)"""
+    ordinals = [device for device in devices if device_spelling(device) == ORDINAL]
+    uuids = [device for device in devices if device_spelling(device) == GPU_UUID]
+    if ordinals and uuids:
+        raise MixedSpellingError(
+            line,
+            text,
+            f"{quote(text)} names GPU {ordinals[0]} by its ordinal and {uuids[0]} by its UUID, which may be "
+            "one GPU twice (nothing here knows a node's GPUs); write every device of a line the same way "
+            "(all ordinals or all UUIDs)",
+        )
 
 
 def _check_mig(line: int, text: str, devices: list[str]) -> None:

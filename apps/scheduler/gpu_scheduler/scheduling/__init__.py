@@ -1,7 +1,7 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
 from .cache import AssignedPod, ClusterCache
-from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Decision, decide, injected_devices
+from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Decision, decide
 from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
@@ -40,7 +40,6 @@ __all__ = [
     "SharingPolicy",
     "Taint",
     "decide",
-    "injected_devices",
     "requests_of",
     "run_filters",
     "unavailable_message",

@@ -1,20 +1,24 @@
 """One scheduling decision: resolve the map's node, filter it (scheduling.filters) and
 check the GPU ledger under the sharing policy.
 
+The devices the pod gets are the ones its containers were given at creation
+(placement.container_devices), never the placement annotation, which anyone who
+may edit the pod can change: a pod whose containers' devices are not its map
+line's is refused, since nothing can change them.
+
 Pure: the caller passes the pod (as kube.objects.trim_pending_pod leaves it) and
 the cache, acts on the Decision (assume, bind, events, retry).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..placement import PLACEMENT_ANNOTATION, MapEntry, PlacementError, placement_for, pod_key
+from ..placement import CUDA_ENV, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
 from .cache import ClusterCache
 from .filters import run_filters, unavailable_message
-from .ledger import SharingPolicy
+from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
 
 
@@ -50,21 +54,89 @@ class Decision:
         return self.entry.cuda_visible_devices if self.entry else None
 
 
-def injected_devices(pod: Mapping) -> str | None:
-    """The CUDA_VISIBLE_DEVICES the webhook recorded at creation, or None."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        value = json.loads(raw).get("cudaVisibleDevices")
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
-
-
 def _sharing_message(conflicts: list[tuple[str, str]], node: str) -> str:
     held = ", ".join(f"GPU {device} by {other}" for other, device in conflicts)
     return f"on node {node}, {held}"
+
+
+# A message names this many pods holding devices written another way at most;
+# an Event keeps 1 KiB of it.
+MAX_SPELLINGS_NAMED = 5
+
+
+def _spelling_message(key: str, spellings: list[tuple[str, str, str]], node: str) -> str:
+    named = [f"{key} asks for {asked}, {other} holds {held}" for other, held, asked in spellings[:MAX_SPELLINGS_NAMED]]
+    if len(spellings) > MAX_SPELLINGS_NAMED:
+        named.append(f"and {len(spellings) - MAX_SPELLINGS_NAMED} more")
+    return (
+        f"on node {node}, {'; '.join(named)}: written differently, they may be one GPU (a GPU's ordinal, its UUID "
+        "and a MIG device on it are), and the scheduler has no inventory of the node's GPUs to tell; write each "
+        "node's devices one way in every map"
+    )
+
+
+def _containers_disagree(key: str, entry: MapEntry, given: ContainerDevices) -> Decision:
+    # Container env is immutable: no retry can make these containers agree.
+    return Decision(
+        key,
+        entry,
+        None,
+        bind=False,
+        retryable=False,
+        reason=(
+            f"the pod's containers were created with different {CUDA_ENV} ({given.describe()}); "
+            "the gpu-scheduler webhook gives every container the same devices, so it did not set these, "
+            "and the scheduler cannot tell which GPUs the pod would use: delete the pod and create it "
+            "again with the webhook running"
+        ),
+    )
+
+
+def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
+    # Container env is immutable: binding would hand the pod other GPUs than the map says.
+    return Decision(
+        key,
+        entry,
+        None,
+        bind=False,
+        retryable=False,
+        reason=(
+            f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod's "
+            f"containers were created with {CUDA_ENV}={injected}; delete the pod so that it is recreated"
+        ),
+    )
+
+
+def _not_injected(node: str, entry: MapEntry) -> BindWarning:
+    return BindWarning(
+        ENV_NOT_INJECTED,
+        f"no container of the pod has {CUDA_ENV}, so each sees every GPU of node {node} the container "
+        f"runtime gives it, not only the map's {entry.cuda_visible_devices}; is the gpu-scheduler webhook installed?",
+    )
+
+
+def _sharing(
+    key: str, uid: str, entry: MapEntry, node: str, ledger: GpuLedger, policy: SharingPolicy
+) -> tuple[str | None, list[BindWarning]]:
+    """Under deny, why the pod cannot have its GPUs yet (None when it can); under warn, the
+    GPUShared warnings; under allow, nothing. A device written another way than one a live pod
+    holds on the node counts as held, since they may be one GPU (ledger.spelling_conflicts)."""
+    if policy is SharingPolicy.ALLOW:
+        return None, []
+    conflicts = ledger.conflicts(uid, node, entry.devices)
+    spellings = ledger.spelling_conflicts(uid, node, entry.devices)
+    if policy is SharingPolicy.DENY:
+        held = [f"GPUs already held ({_sharing_message(conflicts, node)})"] if conflicts else []
+        if spellings:
+            held.append(f"GPUs maybe held ({_spelling_message(key, spellings, node)})")
+        return (f"{'; '.join(held)} and --gpu-sharing=deny" if held else None), []
+    warnings = []
+    if conflicts:
+        warnings.append(BindWarning(GPU_SHARED, f"sharing GPUs with running pods: {_sharing_message(conflicts, node)}"))
+    if spellings:
+        message = f"maybe sharing GPUs with running pods: {_spelling_message(key, spellings, node)}"
+        warnings.append(BindWarning(GPU_SHARED, message))
+    return None, warnings
 
 
 def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPolicy.WARN) -> Decision:
@@ -75,20 +147,12 @@ def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPol
     except PlacementError as err:
         return Decision(key, None, None, bind=False, reason=str(err), retryable=False)
 
-    injected = injected_devices(pod)
+    given = container_devices(pod)
+    if given.disagree:
+        return _containers_disagree(key, entry, given)
+    injected = given.agreed
     if injected is not None and injected != entry.cuda_visible_devices:
-        # Container env is immutable: binding would hand the pod other GPUs than the map says.
-        return Decision(
-            key,
-            entry,
-            None,
-            bind=False,
-            retryable=False,
-            reason=(
-                f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod "
-                f"was created with CUDA_VISIBLE_DEVICES={injected}; delete the pod so that it is recreated"
-            ),
-        )
+        return _map_changed(key, entry, injected)
 
     try:
         node = cache.nodes.resolve(entry.node)
@@ -106,27 +170,10 @@ def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPol
             plugin=failure.plugin,
         )
 
-    warnings = []
-    if injected is None:
-        warnings.append(
-            BindWarning(
-                ENV_NOT_INJECTED,
-                f"CUDA_VISIBLE_DEVICES was not injected at creation (annotation {PLACEMENT_ANNOTATION} missing); "
-                "is the gpu-scheduler webhook installed?",
-            )
-        )
-    conflicts = cache.ledger.conflicts(uid, node.name, entry.devices)
-    if conflicts and policy is SharingPolicy.DENY:
-        return Decision(
-            key,
-            entry,
-            node.name,
-            bind=False,
-            retryable=True,
-            reason=f"GPUs already held ({_sharing_message(conflicts, node.name)}) and --gpu-sharing=deny",
-        )
-    if conflicts and policy is SharingPolicy.WARN:
-        warnings.append(
-            BindWarning(GPU_SHARED, f"sharing GPUs with running pods: {_sharing_message(conflicts, node.name)}")
-        )
-    return Decision(key, entry, node.name, bind=True, warnings=tuple(warnings))
+    # Only when no container has the variable: a pod that set the map's own devices
+    # itself sees exactly them, with or without the webhook.
+    warnings = [_not_injected(node.name, entry)] if given.none_given else []
+    refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy)
+    if refusal is not None:
+        return Decision(key, entry, node.name, bind=False, retryable=True, reason=refusal)
+    return Decision(key, entry, node.name, bind=True, warnings=(*warnings, *shared))

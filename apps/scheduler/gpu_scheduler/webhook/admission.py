@@ -1,7 +1,8 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decisions, as pure functions.
 
 `mutate` gives a pod of our scheduler the placement its map names: the
-CUDA_VISIBLE_DEVICES env in every container and the placement annotation.
+CUDA_VISIBLE_DEVICES env in every container and the placement annotation; it
+refuses a pod created on a node (spec.nodeName) other than its map line's.
 `validate` rejects a workload whose map does not parse, so the mistake shows
 at `kubectl apply` instead of as pods that never start.
 
@@ -18,11 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..placement import (
+    CUDA_ENV,
     MAP_ANNOTATION,
     PLACEMENT_ANNOTATION,
     InvalidMapError,
     MapEntry,
     PlacementError,
+    container_devices,
+    may_be_alias,
     parse_map,
     placement_for,
     pod_key,
@@ -32,7 +36,6 @@ from .patch import (
     new_ephemeral_containers_patch,
     placement_annotation,
     placement_patch,
-    recorded_placement,
 )
 
 # Kubernetes' limit on the annotations of one object together (keys + values).
@@ -231,17 +234,56 @@ def mutate(review: object, scheduler_name: str) -> Decision:
     except PlacementError as err:
         return _deny(request, str(err), fields)
     fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
+    node_name = _string((pod.get("spec") or {}).get("nodeName"), "request.object.spec.nodeName")
+    warnings = []
+    if node_name and node_name != entry.node:
+        # No scheduler runs for a pod created with spec.nodeName: only here can
+        # anything say that its containers get the devices of another node.
+        fields["nodeName"] = node_name
+        if _surely_another_node(entry):
+            return _deny(request, _created_on_another_node(fields["pod"], node_name, entry), fields)
+        warnings.append(_created_on_maybe_another_node(fields["pod"], node_name, entry))
     overflow = annotation_overflow(pod, entry)
     if overflow:
         return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
-    return _patched(request, placement_patch(pod, entry), fields)
+    return _patched(request, placement_patch(pod, entry), fields, warnings)
 
 
-def _patched(request: dict, operations: list[dict], fields: dict) -> Decision:
+def _surely_another_node(entry: MapEntry) -> bool:
+    """Whether the line's node, which is not spec.nodeName, is certainly another node.
+
+    The webhook knows no nodes (it has no access to the API), so it cannot
+    resolve an alias as the scheduler does (scheduling/nodes.py): a line's node
+    that could be an alias label value may be the alias of spec.nodeName, and
+    only a warning says it may not be; one too long for a label value can only
+    be a node's name, so it names another node for certain.
+    """
+    return not may_be_alias(entry.node)
+
+
+def _created_on_another_node(who: str, node_name: str, entry: MapEntry) -> str:
+    return (
+        f"pod {who}: spec.nodeName is {node_name} but line {entry.line} of its {MAP_ANNOTATION} names node "
+        f"{entry.node}, so it would run on {node_name} with {CUDA_ENV}={entry.cuda_visible_devices}, "
+        f"devices of {entry.node}; leave spec.nodeName out (gpu-scheduler binds the pod to its line's node) "
+        "or make the two agree"
+    )
+
+
+def _created_on_maybe_another_node(who: str, node_name: str, entry: MapEntry) -> str:
+    return (
+        f"pod {who}: spec.nodeName {node_name} is not {entry.node}, the node of line {entry.line} of its map; "
+        f"unless {entry.node} is {node_name}'s alias label, it gets another node's devices "
+        f"({entry.cuda_visible_devices})"
+    )
+
+
+def _patched(request: dict, operations: list[dict], fields: dict, warnings: list[str] | None = None) -> Decision:
     if not operations:
-        return _allow(request, fields)
+        return _allow(request, fields, warnings)
+    extra = {"warnings": warnings} if warnings else {}
     patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
-    review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch)
+    review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch, **extra)
     return Decision(review_out, PATCHED, fields)
 
 
@@ -249,11 +291,12 @@ def _debug_containers(request: dict, scheduler_name: str) -> Decision:
     """`kubectl debug` on a pod of ours (the pods/ephemeralcontainers subresource).
 
     The new ephemeral containers get the devices the pod's other containers
-    were given at creation, as its placement annotation records them: not the
-    map's current line, which may have changed since. Containers already in
-    oldObject are left alone, since the API server refuses any change to them;
-    and nothing is ever denied here, since a map mistake must not stop anyone
-    from debugging.
+    were given at creation, read from their environment: not the map's current
+    line, which may have changed since, nor the placement annotation, which
+    anyone who may edit the pod can rewrite. Containers already in oldObject
+    are left alone, since the API server refuses any change to them; and
+    nothing is ever denied here, since a map mistake must not stop anyone from
+    debugging.
     """
     pod = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(pod, "request.object")
@@ -264,12 +307,12 @@ def _debug_containers(request: dict, scheduler_name: str) -> Decision:
     _check_pod_spec(pod.get("spec") or {}, "request.object.spec")
     old = _mapping(request.get("oldObject"), "request.oldObject (required for UPDATE)", optional=False)
     _check_pod_spec(_mapping(old.get("spec"), "request.oldObject.spec"), "request.oldObject.spec")
-    recorded = recorded_placement(pod)
-    if recorded is None:
-        # Created without the webhook: its containers have no devices from us either.
-        return _allow(request, dict(fields, placement="none recorded"))
-    fields.update(recorded)
-    return _patched(request, new_ephemeral_containers_patch(pod, old, recorded["devices"]), fields)
+    devices = container_devices(pod).agreed
+    if devices is None:
+        # Created without the webhook: its containers have no one value to copy.
+        return _allow(request, dict(fields, devices="none given"))
+    fields["devices"] = devices
+    return _patched(request, new_ephemeral_containers_patch(pod, old, devices), fields)
 
 
 # -- /validate -------------------------------------------------------------

@@ -104,19 +104,6 @@ def new_ephemeral_containers_patch(pod: dict, old_pod: dict, devices: str) -> li
     return operations
 
 
-def recorded_placement(pod: dict) -> dict | None:
-    """What the placement annotation says this pod's containers were given at
-    creation, {"index", "node", "devices"}; None when it has none (or not one of ours)."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("cudaVisibleDevices"), str):
-        return None
-    return {"index": value.get("index"), "node": value.get("node"), "devices": value["cudaVisibleDevices"]}
-
-
 def _annotation_operations(pod: dict, value: str) -> list[dict]:
     metadata = pod.get("metadata")
     if metadata is None:
