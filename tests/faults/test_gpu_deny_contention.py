@@ -25,7 +25,7 @@ from .gpu_oracle import double_grants
 pytestmark = [pytest.mark.faults]
 
 CONTENDERS = 20
-RELEASES = 6
+RELEASES = 20
 NOISE_PODS = 30
 GPU_NODE = "node1"
 NOISE_NODE = "node2"
@@ -33,7 +33,7 @@ NOISE_NODE = "node2"
 # and are woken by the freed GPU, so this is seconds; generous for a loaded CI machine.
 HANDOVER_LIMIT = 20.0
 # How long each handover is watched for a second grant after the first one appeared.
-WATCH_AFTER_GRANT = 3.0
+WATCH_AFTER_GRANT = 1.5
 
 
 def _bound(api_client, namespace: str) -> list[str]:
