@@ -24,7 +24,8 @@ from .gpu_oracle import double_grants
 
 pytestmark = [pytest.mark.faults]
 
-CONTENDERS = 20
+CONTENDERS = 24
+# Fewer than the contenders: each release deletes one of them, and the last needs a successor.
 RELEASES = 20
 NOISE_PODS = 30
 GPU_NODE = "node1"
@@ -90,6 +91,7 @@ class _BusyWatch:
 def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
     api_client, webhook, ns, start_scheduler, scheduler_name
 ):
+    assert RELEASES < CONTENDERS
     nodes = kwok_fake_nodes(api_client)
     assert {GPU_NODE, NOISE_NODE} <= nodes, f"the local cluster's KWOK nodes are {sorted(nodes)}"
     start_scheduler("deny", "--gpu-sharing=deny", scheduler_name=scheduler_name)

@@ -106,6 +106,8 @@ def fake_apiserver(monkeypatch):
     monkeypatch.setattr(informer_module, "time", clock)
     # Real pauses between attempts, kept short: 1 ms doubling.
     monkeypatch.setattr(informer_module, "ERROR_BACKOFF_INITIAL", 0.001)
+    # Resumed watches keep the whole read timeout unless a test says otherwise.
+    monkeypatch.setattr(informer_module, "RECOVERY_READ_TIMEOUT", 1000.0)
 
     def make(
         watches: list, read_timeout: float, cut_after: float | None = None, lists: list[bool] = ()
@@ -186,6 +188,36 @@ def test_a_watch_quiet_for_the_whole_read_timeout_is_followed_by_a_list_which_de
     ]
     assert informer.relists["quiet"] == 3
     assert retry_delays(caplog) == pytest.approx([0.001, 0.002, 0.004, 0.008])
+
+
+def test_after_a_failure_a_quiet_resumed_watch_is_followed_by_a_list_soon(fake_apiserver, monkeypatch):
+    # The apiserver was away (a watch cut, its list refused); it is back, but the resource does
+    # not change, so the resumed watch says nothing: after RECOVERY_READ_TIMEOUT, not the whole
+    # read timeout, a list proves the cache current again.
+    monkeypatch.setattr(informer_module, "RECOVERY_READ_TIMEOUT", 5.0)
+    informer, apiserver = fake_apiserver([[], [], []], read_timeout=90.0, cut_after=None, lists=[True])
+
+    # The first watch breaks at once (the apiserver restarts); the next is quiet.
+    streams = iter([2.0, 5.0, None])
+
+    original = apiserver.stream
+
+    @contextmanager
+    def stream(path, query, read_timeout):
+        with original(path, query, read_timeout) as lines:
+            lines._cut_after = next(streams, None)
+            if lines._cut_after == 5.0:
+                assert read_timeout == 5.0  # resumed after a failure: the short read timeout
+            yield lines
+
+    apiserver.stream = stream
+    run_until_the_scripts_end(informer)
+
+    # Broken at 2 s, resumed, quiet until 7 s, listed then (working), watching again (the last
+    # watch ends at once and the next finds the scripts over).
+    assert [at for at, _ in apiserver.readiness_at_each_open] == [0, 2, 7, 7]
+    assert [at for at, _ in apiserver.readiness_at_each_list] == [7]
+    assert informer.current() is None and informer.relists["quiet"] == 1
 
 
 def test_a_cache_that_hears_nothing_for_too_long_is_not_current_even_when_no_request_fails(fake_apiserver):

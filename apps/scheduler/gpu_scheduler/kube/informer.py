@@ -47,6 +47,8 @@ WATCH_SECONDS_MAX = 600
 WATCH_READ_TIMEOUT = 90.0
 # A cache whose list or watch has failed for this long is not being kept current.
 STALE_AFTER_SECONDS = 20.0
+# The read timeout of a watch resumed after a failure (see Informer.watch).
+RECOVERY_READ_TIMEOUT = 5.0
 # A cache that has had no list, event or bookmark for this long is not known to be
 # current, even if no request has failed (a stream that trickles blank lines never
 # reaches the read timeout). A healthy watch is silent for about a minute at most:
@@ -170,6 +172,7 @@ class Informer:
         self._stream = None  # the open watch, so that a resync can interrupt it
         self._watch_opened_at: float | None = None  # monotonic, of the last watch that opened
         self._watch_heard = False  # whether that watch delivered an event or bookmark
+        self._watch_read_timeout = WATCH_READ_TIMEOUT  # the one that watch was opened with
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
@@ -300,7 +303,7 @@ class Informer:
         if opened_at is None or self._watch_heard or self._stop.is_set():
             return False
         # The read timeout cut it (a little slack: the clock is read after the cut).
-        return time.monotonic() - opened_at >= 0.9 * self.read_timeout
+        return time.monotonic() - opened_at >= 0.9 * self._watch_read_timeout
 
     def _pause(self, error: str) -> None:
         self._failing(error)
@@ -357,8 +360,15 @@ class Informer:
             timeoutSeconds=str(seconds),
         )
         self._watch_opened_at = None
+        # A watch resumed after a failure must speak soon: it proves nothing until it does,
+        # and a quiet resource may say nothing for the whole read timeout, which would keep
+        # /readyz false that long after the apiserver is back. Quiet that long, it is
+        # followed by a list, which proves the cache current (or fails).
+        self._watch_read_timeout = (
+            min(self.read_timeout, RECOVERY_READ_TIMEOUT) if self._failing_since is not None else self.read_timeout
+        )
         try:
-            with self._client.stream(self._path, query, self.read_timeout) as lines:
+            with self._client.stream(self._path, query, self._watch_read_timeout) as lines:
                 self._stream = lines
                 self._watch_opened_at = time.monotonic()
                 self._watch_heard = False
