@@ -81,16 +81,34 @@ class Forwarded:
     events: list[dict] = field(default_factory=list)
     ended: str = ""  # for watches: "server", "cut", "client" or "stalled"
     connection: object = None  # the client's socket while a watch streams
+    cut_asked: bool = False  # a cut asked for before the watch streamed: done when it starts
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cut(self) -> None:
-        """Breaks an open watch now, as a network failure would (the client sees the stream end
-        without its last chunk)."""
-        if self.connection is not None and not self.ended:
+        """Breaks a watch now, as a network failure would (the client sees the stream end
+        without its last chunk). A watch still on its way upstream (not streaming yet) is
+        broken as soon as it streams: left alone, it would stream normally and keep the
+        client's cache current, which a test that cut it means to prevent (seen: /readyz
+        rightly 200 for 45 s in the readyz fault test, the scheduler's log showing no break)."""
+        with self._lock:
+            if self.ended:
+                return
+            if self.connection is None:
+                self.cut_asked = True
+                return
             self.ended = "cut"
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def streaming(self, connection: object) -> None:
+        """The watch starts streaming on this client socket; a cut asked for before happens now."""
+        with self._lock:
+            self.connection = connection
+            cut_asked = self.cut_asked
+        if cut_asked:
+            self.cut()
 
 
 def _admin_credentials(kubeconfig: str) -> tuple[str, str, str, str]:
@@ -249,7 +267,10 @@ class ApiProxy:
         handler.wfile.write(data)
 
     def _stream(self, handler, upstream, record: Forwarded, plan: Stream) -> None:
-        record.connection = handler.connection
+        record.streaming(handler.connection)
+        if record.ended == "cut":
+            handler.close_connection = True
+            return  # cut before it streamed: the client sees the connection break
         handler.send_response(200)
         handler.send_header("Content-Type", upstream.headers.get("Content-Type", "application/json"))
         handler.send_header("Transfer-Encoding", "chunked")
