@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from e2e.components import WebhookProcess
 from gpu_scheduler.logs import BATCH_SECONDS
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
 
 from . import hostile_reviews as hostile
 from .conftest import track, untrack
@@ -39,7 +41,14 @@ WEBHOOK_TIMEOUT = 5.0
 RSS_GROWTH_LIMIT = 50 * 2**20
 MIN_REQUESTS = 1000
 # The chart's webhook.resources.limits.memory.
-CONTAINER_LIMIT = 192 * 2**20
+# The webhook container's memory limit, as the chart sets it.
+CONTAINER_LIMIT = int(
+    parse_quantity(
+        yaml.safe_load((Path(__file__).parents[2] / "charts/gpu-scheduler/values.yaml").read_text())["webhook"][
+            "resources"
+        ]["limits"]["memory"]
+    )
+)
 FUZZ = settings(
     deadline=None,
     database=None,  # every run explores afresh; nothing is written to the work tree
