@@ -77,6 +77,11 @@ class ResourceGone(Exception):
     """The resourceVersion to resume from is too old (HTTP 410): list again."""
 
 
+class QuietWatch(Exception):
+    """The watch said nothing for its whole read timeout: list to tell a quiet resource from
+    a dead apiserver (see Informer._run)."""
+
+
 class Resync(Exception):
     """A handler failed on an object: list again, so the cache is whole again."""
 
@@ -263,11 +268,9 @@ class Informer:
             if listing:
                 self._resync.clear()  # this list answers every request made so far
             try:
-                watching = False
                 if listing:
                     self.resource_version = self.list()
                     self.synced.set()
-                watching = True
                 self.watch()
             except ResourceGone:
                 log.info("%s: resourceVersion %s expired, listing again", self.name, self.resource_version)
@@ -282,18 +285,17 @@ class Informer:
                     self._pause(str(err))
                 else:
                     log.error("%s: %s; listing again", self.name, err)
+            except QuietWatch:
+                # Nothing for the whole read timeout: a dead peer, or a resource that
+                # did not change. kube-apiserver sends a bookmark only once its watch
+                # cache has moved past the watch's version, and on a quiet resource
+                # that needs etcd's progress notifications, which not every cluster's
+                # etcd sends (kwokctl's does not). A list tells them apart: it works
+                # (the cache is current) or it fails (the failure clock runs).
+                log.info("%s: no event for %.0fs, listing to check the cache", self.name, self._watch_read_timeout)
+                self.relists[QUIET] += 1
+                self.resource_version = None
             except (ApiError, OSError, ValueError) as err:
-                if watching and self._watch_was_quiet_to_the_read_timeout():
-                    # Nothing for the whole read timeout: a dead peer, or a resource that
-                    # did not change. kube-apiserver sends a bookmark only once its watch
-                    # cache has moved past the watch's version, and on a quiet resource
-                    # that needs etcd's progress notifications, which not every cluster's
-                    # etcd sends (kwokctl's does not). A list tells them apart: it works
-                    # (the cache is current) or it fails (the failure clock runs).
-                    log.info("%s: no event for %.0fs, listing to check the cache", self.name, self.read_timeout)
-                    self.relists[QUIET] += 1
-                    self.resource_version = None
-                    continue
                 # Network trouble, an apiserver restart, a stream cut: resume from the
                 # last version seen after a pause, so a flapping apiserver isn't hammered.
                 self._pause(str(err))
@@ -382,6 +384,8 @@ class Informer:
         except ApiError as err:
             if err.status == 410:
                 raise ResourceGone() from err
+            if self._watch_was_quiet_to_the_read_timeout():
+                raise QuietWatch() from err
             raise
         finally:
             self._stream = None
