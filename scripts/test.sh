@@ -12,7 +12,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
 started=$SECONDS
-step() { printf '\n==> %s (%ds)\n' "$*" $((SECONDS - started)); }
+# New files in the work tree (neither tracked nor ignored) are named at the
+# next step, so the stage that wrote into the checkout can be found: CI once
+# met one named with random bytes, origin unknown. git quotes such names.
+untracked() { git ls-files --others --exclude-standard 2>/dev/null || true; }
+seen_untracked="$(untracked)"
+report_new_files() {
+  local now new
+  now="$(untracked)"
+  new="$(comm -13 <(sort <<<"$seen_untracked") <(sort <<<"$now") | sed '/^$/d')"
+  [[ -z "$new" ]] || printf 'warning: the stage before left new files in the work tree:\n%s\n' "$new" >&2
+  seen_untracked="$now"
+}
+step() {
+  report_new_files
+  printf '\n==> %s (%ds)\n' "$*" $((SECONDS - started))
+}
 
 step "tools: kubectl and helm, lint tools (fetched once into .cache)"
 make --no-print-directory tools lint-tools

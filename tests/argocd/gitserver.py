@@ -30,10 +30,27 @@ def git(*args, cwd: Path, timeout: float = 120) -> str:
     return result.stdout
 
 
+def listed_files(checkout: Path) -> list[str]:
+    """What `git ls-files` lists (tracked and new, not ignored), read as bytes: a file name
+    need not be UTF-8 (CI once met a new file whose name was random bytes; decoding the
+    listing as text failed before anything was served). Such names come back as str with
+    surrogate escapes, which Path and open() turn into the same bytes again."""
+    result = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=checkout,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        error = result.stderr.decode(errors="replace")
+        raise RuntimeError(f"git ls-files in {checkout}: exit {result.returncode}\n{error}")
+    return [os.fsdecode(name) for name in result.stdout.split(b"\0") if name]
+
+
 def snapshot_of(checkout: Path) -> tuple[list[str], str]:
     """The files of `checkout` git would commit (tracked and new, not ignored), and a description of HEAD."""
-    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=checkout).split("\0")
-    files = sorted({name for name in listed if name and (checkout / name).is_file()})
+    files = sorted({name for name in listed_files(checkout) if (checkout / name).is_file()})
     head = git("rev-parse", "--short", "HEAD", cwd=checkout).strip()
     dirty = git("status", "--porcelain", cwd=checkout).strip()
     return files, head + (" plus uncommitted changes" if dirty else "")
