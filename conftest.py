@@ -21,7 +21,7 @@ BIN = REPO / ".cache" / "bin"
 
 
 def _no_cluster(reason: str) -> None:
-    message = f"{reason}; run `make local-up` (needs Go 1.24+ to build the control plane) or set KUBECONFIG"
+    message = f"{reason}; run `make local-up` (needs Go 1.26+ to build the control plane) or set KUBECONFIG"
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)

@@ -51,6 +51,33 @@ healthy() {
     (($(ready_nodes) >= NODES))
 }
 
+# port_holder PORT: "pid N: <command line>" of what listens on 127.0.0.1:PORT,
+# "an unknown process" when ss cannot tell; empty when nothing listens.
+port_holder() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 0
+  local pid
+  pid="$(ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)"
+  if [[ -n "$pid" && -r "/proc/$pid/cmdline" ]]; then
+    echo "pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-300)"
+  else
+    echo "an unknown process (ss -ltnp names it, as root)"
+  fi
+}
+
+# Another cluster's kube-apiserver on our port (say a `make demo KEEP=1` of
+# another checkout) would otherwise answer our kubeconfig: a 2-minute wait,
+# then an x509 error naming nothing. Stop at once, naming the holder. Only
+# while this checkout has no cluster: our own apiserver holds it otherwise.
+refuse_taken_port() {
+  [[ "$PORT" != 0 ]] || return 0
+  local holder
+  holder="$(port_holder "$PORT")"
+  [[ -z "$holder" ]] || die "port $PORT (the local apiserver's) is taken by $holder. Stop it (another checkout's cluster: make local-down there), or choose another: LOCAL_APISERVER_PORT=<port> (0: any free port)"
+}
+
+# Before the build (minutes on a new machine), not after it.
+[[ -d "$CLUSTER_DIR/clusters/$NAME" ]] || refuse_taken_port
+
 "$REPO_ROOT/scripts/build-control-plane.sh"
 "$REPO_ROOT/scripts/fetch-tools.sh"
 
@@ -73,6 +100,7 @@ if [[ -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
 fi
 
 if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
+  refuse_taken_port
   log "creating cluster '$NAME' (kwokctl, binary runtime, apiserver port $PORT; 0 = random)"
   mkdir -p "$CLUSTER_DIR"
   # --kube-authorization: Node,RBAC (tests impersonate service accounts).

@@ -69,7 +69,7 @@ $PYTEST -m images tests/images
 export KUBECONFIG="$PWD/.cache/local-cluster/kubeconfig"
 if ! command -v go >/dev/null 2>&1 && [ "${CI:-}" != "true" ]; then
   step "cluster tests: Go is not installed, so the local control plane cannot be built"
-  echo "Install Go 1.24+ (https://go.dev/dl/) and run 'make test' again; these tests are skipped:"
+  echo "Install Go 1.26+ (https://go.dev/dl/) and run 'make test' again; these tests are skipped:"
   $PYTEST -m "cluster or e2e or faults"
 else
   step "local control plane"
