@@ -1,5 +1,6 @@
 # gpu-scheduler: `make demo` runs the main job on a local control plane, `make test` runs every test.
-# Every target with a `## ` comment is listed by `make help`.
+# Every target with a `## `, `##dev ` or `##offline ` comment is listed by `make help`
+# (scripts/make-help.awk), in those three groups.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -12,19 +13,19 @@ export PATH := $(abspath $(BIN)):$(abspath $(VENV)/bin):$(PATH)
 include $(sort $(wildcard mk/*.mk))
 
 .PHONY: help install lint test test-unit
-help: ## list the targets
-	@grep -hE '^[a-z][a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+help: ## the targets: using gpu-scheduler first, then developing it, then the offline machinery
+	@awk -f scripts/make-help.awk $(MAKEFILE_LIST)
 
-install: ## .venv from uv.lock (hash-checked): both apps + INSTALL_GROUPS ("test lint bench"); idempotent
+install: ##dev .venv from uv.lock (hash-checked): both apps + INSTALL_GROUPS ("test lint bench"); idempotent
 	@bash scripts/install.sh
 
-lint: install ## ruff, the import-linter layer contract, uv.lock up to date with the pyproject files
+lint: install ##dev ruff, the import-linter layer contract, uv.lock up to date with the pyproject files
 	scripts/uv.sh lock --check
 	$(VENV)/bin/ruff check apps tests
 	$(VENV)/bin/ruff format --check apps tests
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter
 
-test-unit: install ## fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster)
+test-unit: install ##dev fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster)
 	$(VENV)/bin/pytest -m "not cluster and not e2e and not faults and not images and not kind and not argocd and not pipeline"
 
 test: install ## every test: unit, images (Docker), then the real local control plane (e2e, faults); tears it down

@@ -5,10 +5,10 @@ ARGOCD_ENV  = CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: argocd argocd-images argocd-install argocd-uninstall argocd-e2e
 
-argocd: ## build the argocd binary (v3.5.7, version-stamped) into .cache/argocd, .cache/bin/argocd; cached
+argocd: ##offline build the argocd binary (v3.5.7, version-stamped) into .cache/argocd, .cache/bin/argocd; cached
 	$(ARGOCD_ENV) scripts/argocd.sh binary
 
-argocd-images: ## docker build Argo CD's image (the binary, git, ssh, helm) and redis on the offline Debian base; cached
+argocd-images: ##offline docker build Argo CD's image (the binary, git, ssh, helm) and redis on the offline Debian base; cached
 	$(ARGOCD_ENV) scripts/argocd.sh images
 
 argocd-install: tools ## Argo CD in the KinD cluster (namespace argocd, Progressive Syncs on); idempotent

