@@ -26,14 +26,11 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   exit 0
 fi
 
-if ! command -v debootstrap >/dev/null; then
-  [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null ||
-    die "debootstrap is missing: install it (apt-get install debootstrap) to build $IMAGE"
-  log "debian-base: installing debootstrap"
-  apt-cache policy debootstrap 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-fi
-[[ "$(id -u)" == 0 ]] || die "debootstrap needs root to build $IMAGE"
+command -v debootstrap >/dev/null || apt_install "debootstrap is missing (it builds $IMAGE)" debootstrap
+# Without root: one line saying what to do (the image, once built, is used by
+# anyone who can run docker).
+[[ "$(id -u)" == 0 ]] ||
+  die "building $IMAGE needs root (debootstrap): run 'sudo make images' once, or set PYTHON_IMAGE to a python 3.11 image your engine can pull"
 
 # debootstrap mounts /proc (and on some hosts /sys, /dev/pts) inside the root
 # file system and does not always unmount them (seen on a 6.18 kernel, where

@@ -4,7 +4,7 @@
 #           check-jsonschema, kubernetes-validate. A venv of their own, so
 #           their dependency pins never meet the apps'.
 #   npm  -> .cache/npm: gitlab-ci-local 4.73.0 (newer releases crash on
-#           Node 20), and rsync, which it uses (apt-get, when root). Only the
+#           Node 20), and rsync, which it uses (apt-get only when asked: lib.sh). Only the
 #           CI tests need them: skipped, with a note, where npm is missing.
 # Idempotent: nothing is fetched when every tool is there at its pinned version.
 set -euo pipefail
@@ -29,13 +29,12 @@ else
 fi
 
 # gitlab-ci-local copies the work tree with rsync before every job.
+# Only the CI tests need it: without it they are skipped, so it is not fatal.
 if ! command -v rsync >/dev/null 2>&1; then
-  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    log "lint tools: apt-get install rsync (gitlab-ci-local needs it)"
-    apt-get install -y -qq rsync >/dev/null 2>&1 ||
-      { apt-get update -qq >/dev/null && apt-get install -y -qq rsync >/dev/null; }
+  if may_install_packages; then
+    apt_install "gitlab-ci-local needs rsync" rsync
   else
-    log "lint tools: rsync not found; gitlab-ci-local needs it: install rsync"
+    log "lint tools: rsync not found; gitlab-ci-local needs it: install rsync (as root, INSTALL_PACKAGES=1 lets this script do it)"
   fi
 fi
 

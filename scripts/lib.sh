@@ -41,6 +41,27 @@ host_python() {
   done
 }
 
+# may_install_packages: whether a script may install Debian packages itself:
+# as root, with apt-get, and only when asked (CI=true, or INSTALL_PACKAGES=1).
+# A user's machine is theirs: elsewhere the script names what to install.
+may_install_packages() {
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1 &&
+    [[ "${CI:-}" == true || "${INSTALL_PACKAGES:-}" == 1 ]]
+}
+
+# apt_install WHY PACKAGE...: install the packages when allowed (above), else
+# stop with one line naming them and how to let the script do it.
+apt_install() {
+  local why="$1"
+  shift
+  may_install_packages ||
+    die "$why: install $* (Debian/Ubuntu: apt-get install $*), or run again as root with INSTALL_PACKAGES=1 to let this script install it"
+  log "apt-get install $* ($why)"
+  # The package lists may be missing on a fresh machine: update once.
+  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 _T0=$SECONDS
 # log MSG: progress line prefixed with seconds since the script started.
 log() { printf '[%4ds] %s\n' "$((SECONDS - _T0))" "$*" >&2; }

@@ -47,11 +47,8 @@ kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
 
 ensure_registry_binary() {
   command -v docker-registry >/dev/null 2>&1 && return
-  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1 ||
-    die "docker-registry is missing: install Debian's docker-registry package (or the distribution registry 2.x as docker-registry on PATH)"
-  log "pipeline: apt-get install docker-registry"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null 2>&1 ||
-    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null; }
+  # Or the distribution registry 2.x on PATH as docker-registry.
+  apt_install "docker-registry is missing (make pipeline's local registry)" docker-registry
 }
 
 # start_registry: an empty registry on every address of this host (pushes
