@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from .conftest import (
+    REGISTRY_SET,
     SCHEDULER_CHART,
     SCHEDULER_NAMESPACE,
+    TEST_REGISTRY,
     container_args,
     flag,
     pod_spec,
@@ -580,13 +582,9 @@ def test_image_reference_is_built_from_registry_repository_and_tag(render):
         "image.pullPolicy=Always",
     )
 
-    # The default is pullable: the GitLab registry a release pipeline pushes to, at the
-    # chart's appVersion (the tag the release pushed).
+    # The registry a release pipeline pushes to, at the chart's appVersion (the tag the release pushed).
     for owner in default.pod_owners():
-        assert (
-            pod_spec(owner)["containers"][0]["image"]
-            == "registry.gitlab.com/your-group/gpu-scheduler/gpu-scheduler:0.1.0"
-        )
+        assert pod_spec(owner)["containers"][0]["image"] == f"{TEST_REGISTRY}/gpu-scheduler:0.1.0"
     for owner in custom.pod_owners():
         container = pod_spec(owner)["containers"][0]
         assert container["image"] == "registry.example.com/team/gpu-scheduler:abc1234"
@@ -633,14 +631,14 @@ def test_every_object_carries_the_recommended_labels(render):
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
-    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", assignment])
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", assignment])
 
     assert result.returncode != 0, f"{assignment} was accepted"
     assert complaint in result.stderr
 
 
 def test_provided_mode_without_a_secret_name_is_refused(helm):
-    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"])
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", "certs.mode=provided"])
 
     assert result.returncode != 0
     assert "existingSecret" in result.stderr
@@ -653,6 +651,8 @@ def test_several_schedulers_without_leader_election_are_refused(helm):
             "template",
             RELEASE,
             SCHEDULER_CHART,
+            "--set",
+            REGISTRY_SET,
             "--set",
             "scheduler.leaderElection.enabled=false",
         ]

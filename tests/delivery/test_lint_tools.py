@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from .conftest import CHECK_CHART, REPO, SCHEDULER_CHART, run
+from .conftest import CHECK_CHART, REGISTRY_SET, REPO, SCHEDULER_CHART, run
 
 pytestmark = pytest.mark.delivery
 
@@ -32,7 +32,7 @@ CHART_VARIANTS = [
 @pytest.mark.parametrize(("chart", "sets"), CHART_VARIANTS)
 def test_helm_lint_strict_passes(helm, chart, sets):
     argv = [helm, "lint", "--strict", chart]
-    for assignment in sets:
+    for assignment in (REGISTRY_SET, *sets):
         argv += ["--set", assignment]
 
     result = run(argv)

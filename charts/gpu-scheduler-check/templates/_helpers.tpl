@@ -16,7 +16,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpu-scheduler
 {{- end -}}
 
+{{/*
+The default image.registry is a placeholder: nobody can pull from it, and a
+first install with it would leave every pod in ImagePullBackOff. Refused
+before anything is created, saying what to set.
+*/}}
 {{- define "gpu-scheduler-check.image" -}}
+{{- $placeholder := "registry.gitlab.com/your-group/gpu-scheduler" -}}
+{{- if eq (trimSuffix "/" .Values.image.registry) $placeholder -}}
+{{- fail (printf "image.registry is still the placeholder %s: set the registry your release pipeline pushed the images to, --set image.registry=<your registry> (its $CI_REGISTRY_IMAGE, e.g. registry.gitlab.com/<group>/<project>), or --set image.registry= (empty) for images loaded into the nodes, as on KinD" $placeholder) -}}
+{{- end -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
 {{- if .Values.image.registry -}}
 {{- printf "%s/%s:%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository $tag -}}
