@@ -551,6 +551,50 @@ def test_probes_ask_the_real_health_endpoints(render):
     }
 
 
+@pytest.mark.parametrize("host_network", [False, True])
+def test_every_place_that_names_the_webhook_port_agrees(render, host_network):
+    """webhook.port, on the pod network or the node's (managed clusters whose control plane
+    reaches only node addresses): the listener, the container port, the probes, the
+    Service's target and the NetworkPolicy all name the same port."""
+    rendered = render(
+        SCHEDULER_CHART,
+        "webhook.port=10250",
+        f"webhook.hostNetwork={str(host_network).lower()}",
+        "networkPolicy.enabled=true",
+    )
+    spec = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))
+    (container,) = spec["containers"]
+    (port,) = container["ports"]
+    service = rendered.one("Service", "gpu-scheduler-webhook")
+    policy = rendered.one("NetworkPolicy", "gpu-scheduler-webhook")
+
+    def resolved(target) -> int:
+        return port["containerPort"] if target == port["name"] else target
+
+    assert flag(container["args"], "port") == "10250"
+    assert port["containerPort"] == 10250
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert resolved(container[probe]["httpGet"]["port"]) == 10250, probe
+    (service_port,) = service["spec"]["ports"]
+    assert resolved(service_port["targetPort"]) == 10250
+    assert service_port["port"] == 443
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 10250, "protocol": "TCP"}]
+    env = {e["name"]: e for e in container.get("env", [])}
+    if host_network:
+        assert spec["hostNetwork"] is True
+        # Cluster DNS still answers the pod's lookups on the node's network.
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert port["hostPort"] == 10250
+        # The pod's address is the node's: listen there only, not on every address of the node.
+        assert flag(container["args"], "bind") == "$(POD_IP)"
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    else:
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+        assert "hostPort" not in port
+        assert flag(container["args"], "bind") == "0.0.0.0"
+        assert "POD_IP" not in env
+
+
 def test_webhook_service_sends_443_to_the_webhook_pods(render):
     rendered = render(SCHEDULER_CHART)
     service = rendered.one("Service", "gpu-scheduler-webhook")

@@ -25,6 +25,7 @@ CHART_VARIANTS = [
         ("certs.mode=cert-manager", "metrics.serviceMonitor.enabled=true"),
     ),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=my-tls")),
+    (SCHEDULER_CHART, ("webhook.hostNetwork=true", "webhook.port=10250")),
     (CHECK_CHART, ()),
 ]
 
