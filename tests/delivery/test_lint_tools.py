@@ -26,7 +26,32 @@ CHART_VARIANTS = [
     ),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=my-tls")),
     (SCHEDULER_CHART, ("webhook.hostNetwork=true", "webhook.port=10250")),
+    (
+        SCHEDULER_CHART,
+        (
+            "image.digest=sha256:" + "0" * 64,
+            "scheduler.serviceAccount.annotations.team=gpu",
+            "scheduler.podLabels.team=gpu",
+            "scheduler.topologySpreadConstraints[0].maxSkew=1",
+            "scheduler.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "scheduler.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "scheduler.podDisruptionBudget.unhealthyPodEvictionPolicy=AlwaysAllow",
+            "webhook.extraArgs={--workers=3}",
+            "webhook.extraEnv[0].name=TZ",
+            "webhook.extraEnv[0].value=UTC",
+        ),
+    ),
     (CHECK_CHART, ()),
+    (
+        CHECK_CHART,
+        (
+            "podLabels.team=gpu",
+            "podAnnotations.owner=gpu",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+            "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        ),
+    ),
 ]
 
 
