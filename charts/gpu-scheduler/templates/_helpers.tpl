@@ -101,7 +101,7 @@ namespace's "default" account would hand those rights to every pod there).
 {{- toYaml (merge (include "gpu-scheduler.labels" . | fromYaml) (deepCopy (.podLabels | default dict))) -}}
 {{- end -}}
 
-{{/* topologySpreadConstraints; one without a labelSelector counts the component's own pods. */}}
+{{/* The list of topologySpreadConstraints; one without a labelSelector counts the component's own pods. */}}
 {{- define "gpu-scheduler.topologySpreadConstraints" -}}
 {{- $selector := include "gpu-scheduler.selectorLabels" . | fromYaml -}}
 {{- $constraints := list -}}
@@ -112,10 +112,7 @@ namespace's "default" account would hand those rights to every pod there).
 {{- end -}}
 {{- $constraints = append $constraints $constraint -}}
 {{- end -}}
-{{- with $constraints }}
-topologySpreadConstraints:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{- toYaml $constraints -}}
 {{- end -}}
 
 {{/* Preferred anti-affinity on the hostname: replicas spread over nodes when they can, and still run on a one-node cluster. */}}
