@@ -48,6 +48,9 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
             "templates/webhook-configurations.yaml",
             "--set",
             f"schedulerName={scheduler_name}",
+            # The chart refuses its placeholder registry even where, as here, no image is rendered.
+            "--set-string",
+            "image.registry=",
         ],
         capture_output=True,
         text=True,

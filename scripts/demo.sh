@@ -52,9 +52,11 @@ bash scripts/local-up.sh
 say "gpu-scheduler webhook and scheduler on this host"
 demo start --namespace "$NAMESPACE"
 
-say "helm upgrade --install gpu-scheduler-check charts/gpu-scheduler-check -n $NAMESPACE"
+# KWOK's nodes run no containers, so no image is ever pulled: registry empty
+# (the chart refuses its placeholder).
+say "helm upgrade --install gpu-scheduler-check charts/gpu-scheduler-check -n $NAMESPACE --set image.registry="
 helm upgrade --install gpu-scheduler-check charts/gpu-scheduler-check \
-  --namespace "$NAMESPACE" --create-namespace >/dev/null
+  --namespace "$NAMESPACE" --create-namespace --set-string image.registry= >/dev/null
 kubectl -n "$NAMESPACE" get statefulset gpu-scheduler-check -o jsonpath='{.spec.template.metadata.annotations.gpu-scheduling-map}' |
   sed 's/^/    gpu-scheduling-map: /'
 

@@ -9,15 +9,18 @@ cluster answers they are skipped; under CI=true they fail.
 What the module fixture `deployment` does, in order:
   1. refuses when a helm release of our charts is installed (make e2e's);
   2. scripts/argocd.sh install: Argo CD in namespace argocd (stays after);
-  3. our images (scripts/images.sh build) under the references the served
-     charts render by default (their registry and appVersion), loaded into
-     the workers: the charts deploy unchanged, as if pulled from the
+  3. this checkout copied into a git repository of its own
+     (tests/argocd/gitserver.py): one commit, then a second that names a
+     registry in both charts' values.yaml, as a release commit does (the
+     charts refuse their placeholder);
+  4. our images (scripts/images.sh build) under the references the served
+     charts render by default (that registry and their appVersion), loaded
+     into the workers: the charts deploy unchanged, as if pulled from the
      release's registry;
-  4. this checkout as a git repository of one commit, served by `git daemon`
-     on the cluster network's gateway (tests/argocd/gitserver.py);
-  5. `kubectl apply -k` of an overlay of argocd/ that sets the one value users
+  5. that repository served by `git daemon` on the cluster network's gateway;
+  6. `kubectl apply -k` of an overlay of argocd/ that sets the one value users
      set, the ApplicationSet's repoURL (with its revision), to that server;
-  6. waits until RollingSync has synced both Applications.
+  7. waits until RollingSync has synced both Applications.
 Afterwards it deletes the ApplicationSet, checks that Argo CD deleted what
 both Applications deployed, deletes the AppProject and our two namespaces,
 and checks nothing of ours is left in the cluster.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -57,6 +61,9 @@ SCHEDULER_APP = "gpu-scheduler"
 CHECK_APP = "gpu-scheduler-check"
 NAMESPACES = {SCHEDULER_APP: "gpu-scheduler-system", CHECK_APP: "gpu-scheduler-check"}
 CHARTS = {SCHEDULER_APP: "charts/gpu-scheduler", CHECK_APP: "charts/gpu-scheduler-check"}
+# What the served release commit names as both charts' image.registry. Never pulled from
+# (the images are tagged under it in the workers); .invalid can never resolve.
+RELEASE_REGISTRY = "registry.argocd-e2e.invalid/gpu-scheduler"
 # Cluster-scoped kinds the charts create (kind -> what kubectl calls it).
 CLUSTER_KINDS = {
     "ClusterRole": "clusterroles.rbac.authorization.k8s.io",
@@ -204,6 +211,17 @@ def script(name: str, *args, timeout: float = INSTALL_TIMEOUT) -> None:
     finished = subprocess.run([str(a) for a in argv], env=script_env(), cwd=REPO, timeout=timeout, check=False)
     command = " ".join(map(str, argv[1:]))
     assert finished.returncode == 0, f"{command}: exit {finished.returncode} (its output is above)"
+
+
+def name_the_release_registry(repo: ServedRepository) -> None:
+    """What a release commit does (scripts/version.py's check-tag holds it to it): both
+    charts' values.yaml name the registry the pipeline pushed to. Committed and pushed."""
+    for chart in CHARTS.values():
+        values = repo.work / chart / "values.yaml"
+        text, count = re.subn(r"^  registry: .*$", f"  registry: {RELEASE_REGISTRY}", values.read_text(), flags=re.M)
+        assert count == 1, f"{values}: expected one image registry line to set"
+        values.write_text(text)
+    repo.commit(f"release: both charts pull from {RELEASE_REGISTRY}")
 
 
 def chart_images(work: Path) -> dict[str, set[str]]:
@@ -472,6 +490,7 @@ def deployment(tmp_path_factory) -> Deployment:
 
     root = tmp_path_factory.mktemp("argocd-e2e")
     repo = ServedRepository(root, REPO)
+    name_the_release_registry(repo)
     started = time.monotonic()
     provide_images(repo.work)
     seconds["images"] = time.monotonic() - started

@@ -28,6 +28,10 @@ CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
 # Where the Argo CD ApplicationSet and the docs install the charts.
 SCHEDULER_NAMESPACE = "gpu-scheduler-system"
 CHECK_NAMESPACE = "gpu-scheduler-check"
+# The charts refuse their placeholder image.registry (users must name theirs), so every
+# render here names one: a reserved documentation domain, never pulled from.
+TEST_REGISTRY = "registry.example.com/gpu-scheduler"
+REGISTRY_SET = f"image.registry={TEST_REGISTRY}"
 
 
 def _fetch(script: str, wanted: list[Path]) -> None:
@@ -92,7 +96,8 @@ class Rendered:
 @functools.cache
 def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) -> Rendered:
     argv = [HELM, "template", release, chart, "--namespace", namespace]
-    for assignment in sets:
+    # First, so that a test's own image.registry (a later --set) wins.
+    for assignment in (REGISTRY_SET, *sets):
         argv += ["--set", assignment]
     result = run(argv)
     assert result.returncode == 0, f"helm template {chart.name} {sets} failed:\n{result.stderr}"
@@ -101,7 +106,8 @@ def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) ->
 
 @pytest.fixture(scope="session")
 def render(helm):
-    """render(chart, *--set assignments, release=..., namespace=...) -> Rendered (cached)."""
+    """render(chart, *--set assignments, release=..., namespace=...) -> Rendered (cached),
+    with image.registry=TEST_REGISTRY unless the assignments set another."""
 
     def render(
         chart: Path = SCHEDULER_CHART,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, parse_map
 
-from .conftest import CHECK_CHART, container_args, flag, pod_spec, run
+from .conftest import CHECK_CHART, REGISTRY_SET, container_args, flag, pod_spec, run
 
 pytestmark = pytest.mark.delivery
 
@@ -34,17 +34,30 @@ def test_default_map_is_exactly_the_tasks_five_lines(render):
     }
 
 
-@pytest.mark.parametrize("release", ["gpu-scheduler-check", "demo"])
-def test_statefulset_is_called_gpu_scheduler_check_whatever_the_release(render, release):
+@pytest.mark.parametrize(
+    ("release", "name"),
+    [
+        ("gpu-scheduler-check", "gpu-scheduler-check"),
+        ("team-a-gpu-scheduler-check", "team-a-gpu-scheduler-check"),
+        ("demo", "demo-gpu-scheduler-check"),
+    ],
+)
+def test_check_objects_are_named_after_the_release(render, release, name):
     rendered = render(CHECK_CHART, release=release)
-
     sts = statefulset(rendered)
     (service,) = rendered.of_kind("Service")
 
-    assert sts["metadata"]["name"] == "gpu-scheduler-check"
-    assert sts["spec"]["serviceName"] == service["metadata"]["name"] == "gpu-scheduler-check"
+    assert sts["metadata"]["name"] == service["metadata"]["name"] == sts["spec"]["serviceName"] == name
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= (sts["spec"]["template"]["metadata"]["labels"].items())
+
+
+def test_two_check_releases_in_one_namespace_share_no_name_and_no_pod(render):
+    first, second = (render(CHECK_CHART, release=release) for release in ("check-a", "check-b"))
+
+    names = [{d["metadata"]["name"] for d in r.docs} for r in (first, second)]
+    assert not names[0] & names[1]
+    assert statefulset(first)["spec"]["selector"] != statefulset(second)["spec"]["selector"]
 
 
 def test_fullname_override_renames_statefulset_and_service(render):
@@ -109,7 +122,7 @@ def test_check_pods_get_no_api_token(render):
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
-    result = run([helm, "template", "gpu-scheduler-check", CHECK_CHART, "--set", assignment])
+    result = run([helm, "template", "gpu-scheduler-check", CHECK_CHART, "--set", REGISTRY_SET, "--set", assignment])
 
     assert result.returncode != 0, f"{assignment} was accepted"
     assert complaint in result.stderr

@@ -39,7 +39,7 @@ from e2e.cluster import service_account_kubeconfig
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .conftest import CHECK_CHART, REPO, SCHEDULER_CHART, container_args, run
+from .conftest import CHECK_CHART, REGISTRY_SET, REPO, SCHEDULER_CHART, container_args, run
 
 pytestmark = pytest.mark.cluster
 
@@ -57,7 +57,7 @@ class Release:
 
     @property
     def sets(self) -> tuple[str, ...]:
-        return (f"schedulerName={self.scheduler_name}", *self.values)
+        return (REGISTRY_SET, f"schedulerName={self.scheduler_name}", *self.values)
 
 
 def kubectl_argv(kubectl: Path, kubeconfig: str) -> list:
@@ -342,6 +342,8 @@ def install_check_chart(helm, release: Release, namespace: str, scheduler_name: 
             CHECK_CHART,
             "--namespace",
             namespace,
+            "--set",
+            REGISTRY_SET,
             "--set",
             f"schedulerName={scheduler_name}",
         ],

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from .conftest import (
+    REGISTRY_SET,
     SCHEDULER_CHART,
     SCHEDULER_NAMESPACE,
+    TEST_REGISTRY,
     container_args,
     flag,
     pod_spec,
@@ -549,6 +551,50 @@ def test_probes_ask_the_real_health_endpoints(render):
     }
 
 
+@pytest.mark.parametrize("host_network", [False, True])
+def test_every_place_that_names_the_webhook_port_agrees(render, host_network):
+    """webhook.port, on the pod network or the node's (managed clusters whose control plane
+    reaches only node addresses): the listener, the container port, the probes, the
+    Service's target and the NetworkPolicy all name the same port."""
+    rendered = render(
+        SCHEDULER_CHART,
+        "webhook.port=10250",
+        f"webhook.hostNetwork={str(host_network).lower()}",
+        "networkPolicy.enabled=true",
+    )
+    spec = pod_spec(rendered.one("Deployment", "gpu-scheduler-webhook"))
+    (container,) = spec["containers"]
+    (port,) = container["ports"]
+    service = rendered.one("Service", "gpu-scheduler-webhook")
+    policy = rendered.one("NetworkPolicy", "gpu-scheduler-webhook")
+
+    def resolved(target) -> int:
+        return port["containerPort"] if target == port["name"] else target
+
+    assert flag(container["args"], "port") == "10250"
+    assert port["containerPort"] == 10250
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert resolved(container[probe]["httpGet"]["port"]) == 10250, probe
+    (service_port,) = service["spec"]["ports"]
+    assert resolved(service_port["targetPort"]) == 10250
+    assert service_port["port"] == 443
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 10250, "protocol": "TCP"}]
+    env = {e["name"]: e for e in container.get("env", [])}
+    if host_network:
+        assert spec["hostNetwork"] is True
+        # Cluster DNS still answers the pod's lookups on the node's network.
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert port["hostPort"] == 10250
+        # The pod's address is the node's: listen there only, not on every address of the node.
+        assert flag(container["args"], "bind") == "$(POD_IP)"
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    else:
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+        assert "hostPort" not in port
+        assert flag(container["args"], "bind") == "0.0.0.0"
+        assert "POD_IP" not in env
+
+
 def test_webhook_service_sends_443_to_the_webhook_pods(render):
     rendered = render(SCHEDULER_CHART)
     service = rendered.one("Service", "gpu-scheduler-webhook")
@@ -580,13 +626,9 @@ def test_image_reference_is_built_from_registry_repository_and_tag(render):
         "image.pullPolicy=Always",
     )
 
-    # The default is pullable: the GitLab registry a release pipeline pushes to, at the
-    # chart's appVersion (the tag the release pushed).
+    # The registry a release pipeline pushes to, at the chart's appVersion (the tag the release pushed).
     for owner in default.pod_owners():
-        assert (
-            pod_spec(owner)["containers"][0]["image"]
-            == "registry.gitlab.com/your-group/gpu-scheduler/gpu-scheduler:0.1.0"
-        )
+        assert pod_spec(owner)["containers"][0]["image"] == f"{TEST_REGISTRY}/gpu-scheduler:0.1.0"
     for owner in custom.pod_owners():
         container = pod_spec(owner)["containers"][0]
         assert container["image"] == "registry.example.com/team/gpu-scheduler:abc1234"
@@ -633,14 +675,14 @@ def test_every_object_carries_the_recommended_labels(render):
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
-    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", assignment])
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", assignment])
 
     assert result.returncode != 0, f"{assignment} was accepted"
     assert complaint in result.stderr
 
 
 def test_provided_mode_without_a_secret_name_is_refused(helm):
-    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", "certs.mode=provided"])
+    result = run([helm, "template", RELEASE, SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", "certs.mode=provided"])
 
     assert result.returncode != 0
     assert "existingSecret" in result.stderr
@@ -653,6 +695,8 @@ def test_several_schedulers_without_leader_election_are_refused(helm):
             "template",
             RELEASE,
             SCHEDULER_CHART,
+            "--set",
+            REGISTRY_SET,
             "--set",
             "scheduler.leaderElection.enabled=false",
         ]

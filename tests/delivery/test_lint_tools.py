@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from .conftest import CHECK_CHART, REPO, SCHEDULER_CHART, run
+from .conftest import CHECK_CHART, REGISTRY_SET, REPO, SCHEDULER_CHART, run
 
 pytestmark = pytest.mark.delivery
 
@@ -25,14 +25,40 @@ CHART_VARIANTS = [
         ("certs.mode=cert-manager", "metrics.serviceMonitor.enabled=true"),
     ),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=my-tls")),
+    (SCHEDULER_CHART, ("webhook.hostNetwork=true", "webhook.port=10250")),
+    (
+        SCHEDULER_CHART,
+        (
+            "image.digest=sha256:" + "0" * 64,
+            "scheduler.serviceAccount.annotations.team=gpu",
+            "scheduler.podLabels.team=gpu",
+            "scheduler.topologySpreadConstraints[0].maxSkew=1",
+            "scheduler.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "scheduler.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "scheduler.podDisruptionBudget.unhealthyPodEvictionPolicy=AlwaysAllow",
+            "webhook.extraArgs={--workers=3}",
+            "webhook.extraEnv[0].name=TZ",
+            "webhook.extraEnv[0].value=UTC",
+        ),
+    ),
     (CHECK_CHART, ()),
+    (
+        CHECK_CHART,
+        (
+            "podLabels.team=gpu",
+            "podAnnotations.owner=gpu",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+            "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        ),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("chart", "sets"), CHART_VARIANTS)
 def test_helm_lint_strict_passes(helm, chart, sets):
     argv = [helm, "lint", "--strict", chart]
-    for assignment in sets:
+    for assignment in (REGISTRY_SET, *sets):
         argv += ["--set", assignment]
 
     result = run(argv)

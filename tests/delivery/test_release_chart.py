@@ -14,13 +14,25 @@ import subprocess
 import pytest
 import yaml
 
-from .conftest import CHECK_CHART, REPO, SCHEDULER_CHART, container_args, flag, pod_spec, run
+from .conftest import (
+    CHECK_CHART,
+    REGISTRY_SET,
+    REPO,
+    SCHEDULER_CHART,
+    TEST_REGISTRY,
+    container_args,
+    flag,
+    pod_spec,
+    run,
+)
 
 pytestmark = pytest.mark.delivery
 
 EXAMPLES = REPO / "docs" / "examples"
 GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
 CRITICAL = "system-cluster-critical"
+# Both charts' default image.registry: where users' release pipelines push is theirs to say.
+PLACEHOLDER_REGISTRY = "registry.gitlab.com/your-group/gpu-scheduler"
 
 
 def chart_meta(chart) -> dict:
@@ -46,15 +58,34 @@ def test_both_charts_pull_the_release_of_their_app_version_from_one_registry(ren
         for owner in render(chart).pod_owners()
     }
 
-    assert registries == {"registry.gitlab.com/your-group/gpu-scheduler"}
-    (registry,) = registries
+    # One value, the same in both charts: the release pipeline checks it (scripts/version.py).
+    assert registries == {PLACEHOLDER_REGISTRY}
     for chart in (SCHEDULER_CHART, CHECK_CHART):
         assert chart_meta(chart)["appVersion"] == chart_meta(chart)["version"]
     version = chart_meta(SCHEDULER_CHART)["appVersion"]
     assert set(images.values()) == {
-        f"{registry}/gpu-scheduler:{version}",
-        f"{registry}/gpu-scheduler-check:{version}",
+        f"{TEST_REGISTRY}/gpu-scheduler:{version}",
+        f"{TEST_REGISTRY}/gpu-scheduler-check:{version}",
     }, images
+
+
+@pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
+@pytest.mark.parametrize("sets", [(), (f"image.registry={PLACEHOLDER_REGISTRY}/", "image.tag=0.0.9")])
+def test_the_placeholder_registry_is_refused_in_one_line_that_says_what_to_set(helm, chart, sets):
+    """A first `helm install` with the defaults would create pods stuck in ImagePullBackOff;
+    it stops before anything is created, and says what to set."""
+    argv = [helm, "template", chart.name, chart]
+    for assignment in sets:
+        argv += ["--set", assignment]
+
+    result = run(argv)
+
+    assert result.returncode != 0, "the placeholder registry was rendered"
+    # Helm's own hint about --debug follows on a line of its own.
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert PLACEHOLDER_REGISTRY in line
+    assert "--set image.registry=<your registry>" in line
+    assert "--set image.registry= " in line or line.rstrip().endswith("--set image.registry="), line
 
 
 def test_pinning_a_release_changes_every_image_and_the_version_label(render):
@@ -169,6 +200,8 @@ def _render_json(assignment: str) -> dict:
             "gpu-scheduler",
             SCHEDULER_CHART,
             "--set",
+            REGISTRY_SET,
+            "--set",
             "networkPolicy.enabled=true",
             "--set-json",
             assignment,
@@ -273,7 +306,7 @@ def test_a_named_test_node_needs_no_cluster_wide_rights(render):
     ],
 )
 def test_schema_rejects_a_wrong_release_value(helm, assignment, complaint):
-    result = run([helm, "template", "x", SCHEDULER_CHART, "--set", assignment])
+    result = run([helm, "template", "x", SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", assignment])
 
     assert result.returncode != 0
     assert complaint in result.stderr, result.stderr
@@ -296,7 +329,11 @@ def test_there_is_a_kind_and_a_gpu_cluster_example_for_each_chart():
 @pytest.mark.parametrize("example", EXAMPLE_FILES, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
 def test_each_example_renders_and_validates_against_kubernetes(helm, lint_bin, example, tmp_path):
     chart = REPO / "charts" / example.name.removesuffix(".values.yaml")
-    rendered = run([helm, "template", chart.name, chart, "--namespace", "examples", "-f", example])
+    argv = [helm, "template", chart.name, chart, "--namespace", "examples", "-f", example]
+    if yaml.safe_load(example.read_text())["image"]["registry"] == PLACEHOLDER_REGISTRY:
+        # A line for users to replace with their registry (the charts refuse the placeholder).
+        argv += ["--set", REGISTRY_SET]
+    rendered = run(argv)
     assert rendered.returncode == 0, rendered.stderr
     manifest = tmp_path / "rendered.yaml"
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d and not d["apiVersion"].startswith("monitoring.")]

@@ -51,6 +51,9 @@ def render(release: str, base_url: str, ca_bundle: str, namespace_label: tuple[s
             RELEASE_NAMESPACE,
             "--show-only",
             "templates/webhook-configurations.yaml",
+            # The chart refuses its placeholder registry even where, as here, no image is rendered.
+            "--set-string",
+            "image.registry=",
         ],
         check=False,
         capture_output=True,

@@ -95,7 +95,8 @@ def release(api_client, kubectl_path, kubeconfig):
     suffix = uuid.uuid4().hex[:6]
     name = f"gpu-scheduler-renewal-{suffix}"
     namespace, probe = f"gs-renewal-{suffix}", f"renewal-probe-{suffix}"
-    rendered = _run([HELM, "template", name, CHART, "--namespace", namespace])
+    # The CronJob's command runs on this host: its image (any registry) is never pulled.
+    rendered = _run([HELM, "template", name, CHART, "--namespace", namespace, "--set-string", "image.registry="])
     documents = [d for d in yaml.safe_load_all(rendered) if d]
     (cronjob,) = [d for d in documents if d["kind"] == "CronJob"]
     account = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"]

@@ -105,7 +105,17 @@ def release_namespace(api_client):
 
 def rendered(namespace: str) -> list[dict]:
     result = subprocess.run(
-        [str(HELM), "template", "gpu-scheduler", str(CHART), "--namespace", namespace],
+        # KWOK runs no containers: the image (any registry) is never pulled.
+        [
+            str(HELM),
+            "template",
+            "gpu-scheduler",
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--set-string",
+            "image.registry=",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -74,9 +74,9 @@ def release(kubeconfig, api_client):
     suffix = uuid.uuid4().hex[:6]
     name, namespace = f"gpu-scheduler-faults-{suffix}", f"gs-faults-{suffix}"
     scheduler_name = f"faults-rbac-{suffix}"
-    rendered = run(
-        [HELM, "template", name, CHART, "--namespace", namespace, "--set", f"schedulerName={scheduler_name}"]
-    )
+    # The commands run on this host: the image (any registry) is never pulled.
+    sets = ["--set", f"schedulerName={scheduler_name}", "--set-string", "image.registry="]
+    rendered = run([HELM, "template", name, CHART, "--namespace", namespace, *sets])
     assert rendered.returncode == 0, rendered.stderr
     documents = tuple(d for d in yaml.safe_load_all(rendered.stdout) if d)
     # Not the `helm test` hook's: it lives in the probe's namespace and is tested on its own

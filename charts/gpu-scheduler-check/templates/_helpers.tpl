@@ -1,5 +1,17 @@
+{{/*
+<release>-gpu-scheduler-check, or the release name when it already contains
+the chart's name, so that two releases in one namespace never share an
+object. 52 characters at most: a StatefulSet's pods carry the label
+controller-revision-hash=<name>-<10 characters>, which must fit in 63.
+*/}}
 {{- define "gpu-scheduler-check.fullname" -}}
-{{- default .Chart.Name .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gpu-scheduler-check.selectorLabels" -}}
@@ -16,11 +28,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpu-scheduler
 {{- end -}}
 
+{{/*
+The default image.registry is a placeholder: nobody can pull from it, and a
+first install with it would leave every pod in ImagePullBackOff. Refused
+before anything is created, saying what to set.
+*/}}
 {{- define "gpu-scheduler-check.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $placeholder := "registry.gitlab.com/your-group/gpu-scheduler" -}}
+{{- if eq (trimSuffix "/" .Values.image.registry) $placeholder -}}
+{{- fail (printf "image.registry is still the placeholder %s: set the registry your release pipeline pushed the images to, --set image.registry=<your registry> (its $CI_REGISTRY_IMAGE, e.g. registry.gitlab.com/<group>/<project>), or --set image.registry= (empty) for images loaded into the nodes, as on KinD" $placeholder) -}}
+{{- end -}}
+{{- $repository := .Values.image.repository -}}
 {{- if .Values.image.registry -}}
-{{- printf "%s/%s:%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository $tag -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}

@@ -35,12 +35,24 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/*
+The default image.registry is a placeholder: nobody can pull from it, and a
+first install with it would leave every pod in ImagePullBackOff. Refused
+before anything is created, saying what to set.
+*/}}
 {{- define "gpu-scheduler.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $placeholder := "registry.gitlab.com/your-group/gpu-scheduler" -}}
+{{- if eq (trimSuffix "/" .Values.image.registry) $placeholder -}}
+{{- fail (printf "image.registry is still the placeholder %s: set the registry your release pipeline pushed the images to, --set image.registry=<your registry> (its $CI_REGISTRY_IMAGE, e.g. registry.gitlab.com/<group>/<project>), or --set image.registry= (empty) for images loaded into the nodes, as on KinD" $placeholder) -}}
+{{- end -}}
+{{- $repository := .Values.image.repository -}}
 {{- if .Values.image.registry -}}
-{{- printf "%s/%s:%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository $tag -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 
@@ -55,6 +67,52 @@ app.kubernetes.io/component: {{ .component }}
 {{- else -}}
 {{- include "gpu-scheduler.fullname" . }}-webhook-tls
 {{- end -}}
+{{- end -}}
+
+{{/*
+The ServiceAccount a component's pods run as (.serviceAccount: its values,
+.default: the chart's name for it). create false: one that exists already,
+which must be named (the chart binds its Roles to it; falling back to the
+namespace's "default" account would hand those rights to every pod there).
+*/}}
+{{- define "gpu-scheduler.serviceAccountName" -}}
+{{- if .serviceAccount.create -}}
+{{- default .default .serviceAccount.name -}}
+{{- else -}}
+{{- required (printf "%s.serviceAccount.name is required when %s.serviceAccount.create is false: name the ServiceAccount its pods run as" .component .component) .serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+{{/* The certificate Jobs' account, and the renewal CronJob's: <name>-renewal when the chart creates both, the same one otherwise. */}}
+{{- define "gpu-scheduler.certsServiceAccountName" -}}
+{{- include "gpu-scheduler.serviceAccountName" (dict "serviceAccount" .Values.certs.serviceAccount "default" (include "gpu-scheduler.certsName" .) "component" "certs") -}}
+{{- end -}}
+{{- define "gpu-scheduler.renewalServiceAccountName" -}}
+{{- $name := include "gpu-scheduler.certsServiceAccountName" . -}}
+{{- if .Values.certs.serviceAccount.create -}}{{ $name }}-renewal{{- else -}}{{ $name }}{{- end -}}
+{{- end -}}
+
+{{/* A ServiceAccount's annotations: the user's, then the chart's own (which win: hooks and sync waves order the install). */}}
+{{- define "gpu-scheduler.serviceAccountAnnotations" -}}
+{{- toYaml (merge (fromYaml .chart) (deepCopy (.user | default dict))) -}}
+{{- end -}}
+
+{{/* A pod template's labels: the chart's (selector labels among them, never overridden) and podLabels. */}}
+{{- define "gpu-scheduler.podLabels" -}}
+{{- toYaml (merge (include "gpu-scheduler.labels" . | fromYaml) (deepCopy (.podLabels | default dict))) -}}
+{{- end -}}
+
+{{/* The list of topologySpreadConstraints; one without a labelSelector counts the component's own pods. */}}
+{{- define "gpu-scheduler.topologySpreadConstraints" -}}
+{{- $selector := include "gpu-scheduler.selectorLabels" . | fromYaml -}}
+{{- $constraints := list -}}
+{{- range .constraints -}}
+{{- $constraint := deepCopy . -}}
+{{- if not (hasKey $constraint "labelSelector") -}}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) -}}
+{{- end -}}
+{{- $constraints = append $constraints $constraint -}}
+{{- end -}}
+{{- toYaml $constraints -}}
 {{- end -}}
 
 {{/* Preferred anti-affinity on the hostname: replicas spread over nodes when they can, and still run on a one-node cluster. */}}
@@ -198,7 +256,7 @@ helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- list "system-cluster-critical" "system-node-critical" | toJson -}}
 {{- end -}}
 
-{{/* A PodDisruptionBudget for one component, only when it has more than one replica: with one, minAvailable would block every drain. */}}
+{{/* A PodDisruptionBudget for one component (.budget: its values), only when it has more than one replica: with one, minAvailable would block every drain. */}}
 {{- define "gpu-scheduler.podDisruptionBudget" -}}
 {{- if gt (int .replicas) 1 }}
 ---
@@ -212,7 +270,10 @@ metadata:
   annotations:
     argocd.argoproj.io/sync-wave: {{ .wave | quote }}
 spec:
-  minAvailable: {{ .minAvailable }}
+  minAvailable: {{ .budget.minAvailable }}
+  {{- with .budget.unhealthyPodEvictionPolicy }}
+  unhealthyPodEvictionPolicy: {{ . }}
+  {{- end }}
   selector:
     matchLabels:
       {{- include "gpu-scheduler.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}

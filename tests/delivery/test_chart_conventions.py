@@ -1,0 +1,287 @@
+"""The values users of cert-manager's, ingress-nginx's or the GPU Operator's charts expect,
+in both charts: ServiceAccounts, pod labels and annotations, extra arguments and
+environment, topology spread, image digests, the disruption budgets' eviction policy,
+and Chart.yaml's maintainers."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from .conftest import (
+    CHECK_CHART,
+    REGISTRY_SET,
+    SCHEDULER_CHART,
+    SCHEDULER_NAMESPACE,
+    TEST_REGISTRY,
+    container_args,
+    pod_spec,
+    run,
+)
+
+pytestmark = pytest.mark.delivery
+
+SCHEDULER = "gpu-scheduler-scheduler"
+WEBHOOK = "gpu-scheduler-webhook"
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def annotations(doc: dict) -> dict:
+    return doc["metadata"].get("annotations") or {}
+
+
+def template_metadata(owner: dict) -> dict:
+    if owner["kind"] == "CronJob":
+        return owner["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
+    return owner["spec"]["template"]["metadata"]
+
+
+def subjects_of(rendered, kind: str, name: str) -> list[tuple[str, str]]:
+    return [(s["name"], s["namespace"]) for s in rendered.one(kind, name)["subjects"]]
+
+
+def cert_pod_owners(rendered) -> list[dict]:
+    return [o for o in rendered.of_kind("Job", "CronJob") if o["metadata"]["name"].startswith("gpu-scheduler-certs")]
+
+
+# -- ServiceAccounts ------------------------------------------------------------
+
+
+def test_service_accounts_take_their_names_and_annotations_from_values(render):
+    rendered = render(
+        SCHEDULER_CHART,
+        "scheduler.serviceAccount.name=placer",
+        "scheduler.serviceAccount.annotations.team=gpu",
+        "webhook.serviceAccount.name=admission",
+        "webhook.serviceAccount.annotations.team=gpu",
+        "certs.serviceAccount.name=certifier",
+        "certs.serviceAccount.annotations.team=gpu",
+    )
+    accounts = {doc["metadata"]["name"]: doc for doc in rendered.of_kind("ServiceAccount")}
+
+    for name in ("placer", "admission", "certifier", "certifier-renewal"):
+        assert annotations(accounts[name])["team"] == "gpu", name
+    # The chart's own annotations stay: the hook account still exists before the hook Jobs.
+    assert annotations(accounts["certifier"])["helm.sh/hook-weight"] == "-10"
+    assert annotations(accounts["placer"])["argocd.argoproj.io/sync-wave"] == "2"
+    assert pod_spec(rendered.one("Deployment", SCHEDULER))["serviceAccountName"] == "placer"
+    assert pod_spec(rendered.one("Deployment", WEBHOOK))["serviceAccountName"] == "admission"
+    assert pod_spec(rendered.one("Job", "gpu-scheduler-certs-create"))["serviceAccountName"] == "certifier"
+    assert pod_spec(rendered.one("CronJob", "gpu-scheduler-certs-renewal"))["serviceAccountName"] == (
+        "certifier-renewal"
+    )
+    assert subjects_of(rendered, "ClusterRoleBinding", SCHEDULER) == [("placer", SCHEDULER_NAMESPACE)]
+    assert subjects_of(rendered, "RoleBinding", f"{SCHEDULER}-leader-election") == [("placer", SCHEDULER_NAMESPACE)]
+    assert subjects_of(rendered, "RoleBinding", "gpu-scheduler-certs") == [("certifier", SCHEDULER_NAMESPACE)]
+    assert subjects_of(rendered, "ClusterRoleBinding", "gpu-scheduler-certs-renewal") == [
+        ("certifier-renewal", SCHEDULER_NAMESPACE)
+    ]
+
+
+def test_existing_service_accounts_are_bound_and_used_not_created(render):
+    rendered = render(
+        SCHEDULER_CHART,
+        "scheduler.serviceAccount.create=false",
+        "scheduler.serviceAccount.name=platform-scheduler",
+        "webhook.serviceAccount.create=false",
+        "webhook.serviceAccount.name=platform-webhook",
+        "certs.serviceAccount.create=false",
+        "certs.serviceAccount.name=platform-certs",
+    )
+
+    created = {doc["metadata"]["name"] for doc in rendered.of_kind("ServiceAccount")}
+    # Only the `helm test` hook's own account is left.
+    assert created == {"gpu-scheduler-smoke-test"}
+    scheduler = pod_spec(rendered.one("Deployment", SCHEDULER))
+    assert scheduler["serviceAccountName"] == "platform-scheduler"
+    # It calls the API whatever the account says about mounting its token.
+    assert scheduler["automountServiceAccountToken"] is True
+    assert pod_spec(rendered.one("Deployment", WEBHOOK))["serviceAccountName"] == "platform-webhook"
+    # The hook Jobs and the renewal CronJob run as the one account given.
+    assert {pod_spec(o)["serviceAccountName"] for o in cert_pod_owners(rendered)} == {"platform-certs"}
+    for kind, name in (("ClusterRoleBinding", SCHEDULER), ("RoleBinding", f"{SCHEDULER}-leader-election")):
+        assert subjects_of(rendered, kind, name) == [("platform-scheduler", SCHEDULER_NAMESPACE)]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        for name in ("gpu-scheduler-certs", "gpu-scheduler-certs-renewal"):
+            assert subjects_of(rendered, kind, name) == [("platform-certs", SCHEDULER_NAMESPACE)]
+
+
+@pytest.mark.parametrize("component", ["scheduler", "webhook", "certs"])
+def test_an_existing_service_account_must_be_named(helm, component):
+    result = run(
+        [helm, "template", "gpu-scheduler", SCHEDULER_CHART, "--set", REGISTRY_SET]
+        + ["--set", f"{component}.serviceAccount.create=false"]
+    )
+
+    assert result.returncode != 0
+    assert f"{component}.serviceAccount.name is required when {component}.serviceAccount.create is false" in (
+        result.stderr
+    )
+
+
+# -- pod labels and annotations, extra arguments and environment ------------------------
+
+
+@pytest.mark.parametrize("component", ["scheduler", "webhook"])
+def test_pod_labels_and_annotations_reach_the_pods_but_never_the_selector(render, component):
+    rendered = render(
+        SCHEDULER_CHART,
+        f"{component}.podLabels.team=gpu",
+        f"{component}.podLabels.app\\.kubernetes\\.io/component=other",
+        f"{component}.podAnnotations.example\\.com/owner=gpu",
+    )
+    deployment = rendered.one("Deployment", f"gpu-scheduler-{component}")
+    metadata = template_metadata(deployment)
+
+    assert metadata["labels"]["team"] == "gpu"
+    assert metadata["labels"]["app.kubernetes.io/component"] == component
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= metadata["labels"].items()
+    assert metadata["annotations"] == {"example.com/owner": "gpu"}
+
+
+def test_check_pods_take_labels_and_annotations_but_keep_their_map(render):
+    rendered = render(
+        CHECK_CHART,
+        "podLabels.team=gpu",
+        "podLabels.app\\.kubernetes\\.io/instance=other",
+        "podAnnotations.example\\.com/owner=gpu",
+        "podAnnotations.gpu-scheduling-map=0=elsewhere:0",
+    )
+    (sts,) = rendered.of_kind("StatefulSet")
+    metadata = template_metadata(sts)
+
+    assert metadata["labels"]["team"] == "gpu"
+    assert sts["spec"]["selector"]["matchLabels"].items() <= metadata["labels"].items()
+    assert metadata["annotations"]["example.com/owner"] == "gpu"
+    assert metadata["annotations"]["gpu-scheduling-map"].startswith("0=node1:0,1\n")
+
+
+@pytest.mark.parametrize("component", ["scheduler", "webhook"])
+def test_extra_args_and_env_come_after_the_charts_own(render, component):
+    rendered = render(
+        SCHEDULER_CHART,
+        f"{component}.extraArgs={{--log-level=debug,--extra=1}}",
+        f"{component}.extraEnv[0].name=TZ",
+        f"{component}.extraEnv[0].value=UTC",
+    )
+    (container,) = pod_spec(rendered.one("Deployment", f"gpu-scheduler-{component}"))["containers"]
+
+    assert container["args"][0] == component
+    # Last: a flag given again overrides the chart's (the last one wins).
+    assert container["args"][-2:] == ["--log-level=debug", "--extra=1"]
+    assert container["env"][-1] == {"name": "TZ", "value": "UTC"}
+
+
+# -- topology spread -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chart", "prefix", "name"),
+    [
+        (SCHEDULER_CHART, "scheduler.", SCHEDULER),
+        (SCHEDULER_CHART, "webhook.", WEBHOOK),
+        (CHECK_CHART, "", "gpu-scheduler-check"),
+    ],
+)
+def test_topology_spread_constraints_select_the_components_own_pods_unless_told(render, chart, prefix, name):
+    key = f"{prefix}topologySpreadConstraints"
+    rendered = render(
+        chart,
+        f"{key}[0].maxSkew=1",
+        f"{key}[0].topologyKey=topology.kubernetes.io/zone",
+        f"{key}[0].whenUnsatisfiable=ScheduleAnyway",
+        f"{key}[1].maxSkew=2",
+        f"{key}[1].topologyKey=kubernetes.io/hostname",
+        f"{key}[1].whenUnsatisfiable=DoNotSchedule",
+        f"{key}[1].labelSelector.matchLabels.team=gpu",
+    )
+    (owner,) = [o for o in rendered.of_kind("Deployment", "StatefulSet") if o["metadata"]["name"] == name]
+    zone, host = pod_spec(owner)["topologySpreadConstraints"]
+
+    assert zone == {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": owner["spec"]["selector"],
+    }
+    assert host["labelSelector"] == {"matchLabels": {"team": "gpu"}}
+    assert "topologySpreadConstraints" not in pod_spec(render(chart).one(owner["kind"], name))
+
+
+# -- the image ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
+def test_an_image_digest_pins_every_container_and_the_tag_is_ignored(render, chart):
+    rendered = render(chart, f"image.digest={DIGEST}", "image.tag=0.0.9")
+    repository = "gpu-scheduler-check" if chart == CHECK_CHART else "gpu-scheduler"
+
+    for owner in rendered.pod_owners():
+        for container in pod_spec(owner)["containers"]:
+            assert container["image"] == f"{TEST_REGISTRY}/{repository}@{DIGEST}", owner["metadata"]["name"]
+    if chart == SCHEDULER_CHART:
+        # The `helm test` probe runs the very same image.
+        smoke = rendered.one("Pod", "gpu-scheduler-smoke-test")
+        assert f"--image={TEST_REGISTRY}/gpu-scheduler@{DIGEST}" in container_args(smoke)
+
+
+# -- disruption budgets ------------------------------------------------------------
+
+
+def test_unhealthy_pod_eviction_policy_is_kubernetes_default_unless_set(render):
+    default = render(SCHEDULER_CHART)
+    chosen = render(
+        SCHEDULER_CHART,
+        "scheduler.podDisruptionBudget.unhealthyPodEvictionPolicy=AlwaysAllow",
+        "webhook.podDisruptionBudget.unhealthyPodEvictionPolicy=IfHealthyBudget",
+    )
+
+    for budget in default.of_kind("PodDisruptionBudget"):
+        assert "unhealthyPodEvictionPolicy" not in budget["spec"]
+    assert chosen.one("PodDisruptionBudget", SCHEDULER)["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert chosen.one("PodDisruptionBudget", WEBHOOK)["spec"]["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
+
+
+# -- Chart.yaml -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
+def test_chart_names_its_maintainers_and_no_address_it_cannot_know(chart):
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+
+    assert meta["maintainers"] == [{"name": "gpu-scheduler maintainers"}]
+    # The project's repository has no public address yet: none is made up.
+    assert "home" not in meta and "sources" not in meta
+
+
+# -- the schema ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chart", "assignment", "complaint"),
+    [
+        (SCHEDULER_CHART, "scheduler.serviceAccount.nmae=x", "nmae"),
+        (SCHEDULER_CHART, "webhook.serviceAccount.create=yes", "webhook/serviceAccount/create"),
+        (SCHEDULER_CHART, "certs.serviceAccount.annotation.a=b", "annotation"),
+        (SCHEDULER_CHART, "webhook.podLabel.team=gpu", "podLabel"),
+        (SCHEDULER_CHART, "scheduler.podLabels.team=Not Valid", "scheduler/podLabels"),
+        (SCHEDULER_CHART, "scheduler.extraArgs=--x", "scheduler/extraArgs"),
+        (SCHEDULER_CHART, "webhook.extraEnv[0].value=x", "webhook/extraEnv"),
+        (SCHEDULER_CHART, "webhook.topologySpreadConstraint[0].maxSkew=1", "topologySpreadConstraint"),
+        (SCHEDULER_CHART, "image.digest=latest", "image/digest"),
+        (
+            SCHEDULER_CHART,
+            "scheduler.podDisruptionBudget.unhealthyPodEvictionPolicy=Always",
+            "scheduler/podDisruptionBudget/unhealthyPodEvictionPolicy",
+        ),
+        (CHECK_CHART, "podLabel.team=gpu", "podLabel"),
+        (CHECK_CHART, "podAnnotations.a=1", "podAnnotations/a"),
+        (CHECK_CHART, "topologySpreadConstraints[0].maxSkew=x", "topologySpreadConstraints/0/maxSkew"),
+        (CHECK_CHART, "image.digest=sha256:abc", "image/digest"),
+    ],
+)
+def test_schema_rejects_a_mistyped_convention_value(helm, chart, assignment, complaint):
+    result = run([helm, "template", chart.name, chart, "--set", REGISTRY_SET, "--set", assignment])
+
+    assert result.returncode != 0, f"{assignment} was accepted"
+    assert complaint in result.stderr, result.stderr
