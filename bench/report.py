@@ -203,7 +203,12 @@ def incomplete_lines(*modes: tuple[str, dict]) -> list[str]:
     ]
     if not lines:
         return []
-    return ["", "Incomplete runs (left out of every median and ratio):", "", *lines]
+    return [
+        "",
+        "Incomplete runs (left out of every median and ratio; every target that reads their runner is a MISS):",
+        "",
+        *lines,
+    ]
 
 
 def burst_table(summary: dict) -> list[str]:

@@ -3,7 +3,10 @@
 An incomplete run (a timeout, a pod never created or never bound) is never
 averaged in: its figures would describe a different amount of work. It is
 left out of the medians and of its round's ratios, and listed by round with
-what went wrong, so that a report with fewer rounds than asked says why.
+what went wrong, so that a report with fewer rounds than asked says why. And
+it is never passed over: every figure a target reads from a runner with an
+incomplete round carries the reason, and that target is a MISS (targets.py),
+whatever the complete rounds say.
 """
 
 from __future__ import annotations
@@ -138,8 +141,41 @@ def summarize_throughput(runs: list[dict]) -> dict:
     }
 
 
+def incomplete_rounds(summary: dict, keys: tuple[str, ...]) -> str | None:
+    """Why a figure read from these runners' runs cannot pass: each one's incomplete rounds, or None."""
+    parts = []
+    for key in keys:
+        runner = summary.get(key) or {}
+        items = runner.get("incomplete") or []
+        if items:
+            rounds = ", ".join(str(item["round"]) for item in items)
+            reasons = "; ".join(dict.fromkeys(item["reason"] for item in items))
+            plural = "s" if len(items) > 1 else ""
+            parts.append(f"{runner['label']}: round{plural} {rounds} incomplete ({reasons})")
+    return "; ".join(parts) or None
+
+
+def _metric(value: float | None, scale: str, reason: str | None = None) -> dict:
+    """A headline figure; with a reason, the figure cannot pass its target (see targets.evaluate)."""
+    return {"value": value, "scale": scale, **({"reason": reason} if reason else {})}
+
+
+def _runner_metrics(metrics: dict, figures: dict, prefix: str, scale: str) -> None:
+    """Ratios, CPU ratios and our own figures of one set of rounds (a mode, or the scale run)."""
+    summary = figures["summary"]
+    for name, ratio in (figures.get("ratios") or {}).items():
+        numerator, denominators = RATIOS[name]
+        reason = incomplete_rounds(summary, (numerator, *denominators))
+        metrics[f"{prefix}ratio.{name}"] = _metric(ratio["median"], scale, reason)
+    for name, groups in (figures.get("cpu_ratios") or {}).items():
+        reason = incomplete_rounds(summary, (OURS, CPU_RATIOS[name]))
+        for group, ratio in groups.items():
+            metrics[f"{prefix}cpu_ratio.{group}.{name}"] = _metric(ratio["median"], scale, reason)
+
+
 def headline_metrics(results: dict) -> dict[str, dict]:
-    """The figures the targets check, each with the scale it was measured at: name -> {value, scale}."""
+    """The figures the targets check, each with the scale it was measured at, and why it cannot
+    pass when it cannot: name -> {value, scale[, reason]}."""
     metrics: dict[str, dict] = {}
     throughput = results.get("throughput") or {}
     for mode in ("burst", "drain"):
@@ -148,18 +184,15 @@ def headline_metrics(results: dict) -> dict[str, dict]:
             continue
         scale = f"{throughput['pods']} pods, {throughput['nodes']} nodes"
         prefix = "" if mode == "burst" else "drain."
-        for name, ratio in figures["ratios"].items():
-            metrics[f"{prefix}ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        for name, groups in (figures.get("cpu_ratios") or {}).items():
-            for group, ratio in groups.items():
-                metrics[f"{prefix}cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
+        _runner_metrics(metrics, figures, prefix, scale)
         ours = figures["summary"].get(OURS)
         if ours:
-            metrics[f"{prefix}ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
+            reason = incomplete_rounds(figures["summary"], (OURS,))
+            metrics[f"{prefix}ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
             for group, value in ours["cpu_ms_per_pod"].items():
-                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = {"value": value, "scale": scale}
+                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = _metric(value, scale, reason)
             if mode == "burst":
-                metrics["ours.latency_p99_s"] = {"value": ours["latency_p99_s"], "scale": scale}
+                metrics["ours.latency_p99_s"] = _metric(ours["latency_p99_s"], scale, reason)
     admission = results.get("admission") or {}
     for workload in admission.get("workloads", []):
         for row in workload["rates"]:
@@ -171,17 +204,22 @@ def headline_metrics(results: dict) -> dict[str, dict]:
     memory = results.get("memory") or {}
     if memory.get("scheduler_peak_rss_mib") is not None:
         scale = f"{memory['pods']} pods, {memory['nodes']} nodes"
-        metrics["memory.scheduler_peak_rss_mib"] = {"value": memory["scheduler_peak_rss_mib"], "scale": scale}
-        metrics["memory.webhook_peak_rss_sum_mib"] = {"value": memory["webhook"]["sum_mib"], "scale": scale}
+        reason = memory_incomplete(memory)
+        metrics["memory.scheduler_peak_rss_mib"] = _metric(memory["scheduler_peak_rss_mib"], scale, reason)
+        metrics["memory.webhook_peak_rss_sum_mib"] = _metric(memory["webhook"]["sum_mib"], scale, reason)
     scale_run = results.get("scale") or {}
     ours = (scale_run.get("summary") or {}).get(OURS)
     if ours:
         scale = f"{scale_run['pods']} pods, {scale_run['nodes']} nodes"
-        metrics["scale.ours.peak_rss_mib"] = {"value": ours["peak_rss_mib"], "scale": scale}
-        metrics["scale.ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
-        for name, ratio in (scale_run.get("ratios") or {}).items():
-            metrics[f"scale.ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        for name, groups in (scale_run.get("cpu_ratios") or {}).items():
-            for group, ratio in groups.items():
-                metrics[f"scale.cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
+        reason = incomplete_rounds(scale_run["summary"], (OURS,))
+        metrics["scale.ours.peak_rss_mib"] = _metric(ours["peak_rss_mib"], scale, reason)
+        metrics["scale.ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
+        _runner_metrics(metrics, scale_run, "scale.", scale)
     return metrics
+
+
+def memory_incomplete(memory: dict) -> str | None:
+    """A peak RSS says something only of a burst that bound every pod it was meant to."""
+    if memory.get("complete") and memory.get("bound") == memory.get("pods"):
+        return None
+    return f"the memory burst did not complete: {memory.get('bound')} of {memory.get('pods')} pods bound"

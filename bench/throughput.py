@@ -40,7 +40,7 @@ def run(bench: Bench) -> dict:
                     f"  {figures['pods_per_second']:.1f} pods/s{latency}; CPU ms per pod: runner "
                     f"{cpu['runner'] * 1000 / bound:.2f}, webhook {cpu['webhook'] * 1000 / bound:.2f}, "
                     f"control plane {cpu['control_plane'] * 1000 / bound:.2f}"
-                    + (f"; INCOMPLETE ({problem}): left out of the medians" if problem else "")
+                    + (f"; INCOMPLETE ({problem}): left out of the medians, its targets MISS" if problem else "")
                 )
                 runs[mode].append(figures)
     return {

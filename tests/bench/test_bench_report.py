@@ -28,6 +28,8 @@ def run(key: str, round_no: int, rate: float, p99: float = 0.5) -> dict:
         "create_latency_s": {"p50": 0.01, "p99": 0.02, "max": 0.05},
         "seen_to_bound_s": {"p50": 0.05, "p99": 0.2, "max": 0.3},
         "peak_rss_mib": 60.0,
+        "pods": 500,
+        "created": 500,
         "bound": 500,
         "cpu_s": {"runner": 2.0, "webhook": 1.0 if key == "ours" else 0.0, "control_plane": 4.0},
         "attempt_seconds": 0.004,
@@ -137,7 +139,7 @@ def test_an_incomplete_round_is_listed_and_left_out_never_averaged_in():
     figures = summarize_throughput(runs)
     ours = figures["summary"]["ours"]
     assert ours["runs"] == 2 and not ours["complete"]
-    assert ours["incomplete"] == [{"round": 3, "reason": "timed out"}]
+    assert ours["incomplete"] == [{"round": 3, "reason": "timed out; 100 of 500 pods not bound"}]
     assert ours["pods_per_second"] == 200  # median of rounds 1 and 2 only
     assert math.isnan(figures["ratios"]["ours_over_kube_matched"]["per_round"][2])
 
@@ -241,3 +243,73 @@ def test_the_stack_floor_apps_read_the_body_and_allow():
     client = stack_floor.flask_app().test_client()
     answer = client.post("/mutate", data=b"{}", content_type="application/json")
     assert answer.status_code == 200 and answer.get_json()["response"]["allowed"] is True
+
+
+def test_a_target_whose_runner_has_an_incomplete_round_is_a_miss_whatever_the_median_of_the_others():
+    data = results()
+    runs = data["throughput"]["burst"]["runs"]
+    next(r for r in runs if r["key"] == "ours" and r["round"] == 3).update(complete=False, bound=400)
+    data["throughput"]["burst"].update(summarize_throughput(runs))
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    # Rounds 1 and 2 alone give 1.5 and 2.0 (>= 1.0), but gpu-scheduler did not finish round 3.
+    ratio = checked["ratio.ours_over_kube_matched"]
+    assert ratio["status"] == MISS and ratio["value"] == 1.75
+    assert ratio["reason"] == "gpu-scheduler: round 3 incomplete (timed out; 100 of 500 pods not bound)"
+    assert checked["ours.latency_p99_s"]["status"] == MISS  # 0.5 s < 1 s, from the complete rounds only
+    markdown = render_markdown(data, list(checked.values()))
+    assert "**MISS** (gpu-scheduler: round 3 incomplete (timed out; 100 of 500 pods not bound))" in markdown
+
+
+def test_an_incomplete_round_of_the_reference_makes_only_the_targets_that_read_it_miss():
+    data = results()
+    runs = data["throughput"]["burst"]["runs"]
+    next(r for r in runs if r["key"] == "kube_matched" and r["round"] == 1).update(complete=False)
+    data["throughput"]["burst"].update(summarize_throughput(runs))
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    assert checked["ratio.ours_over_kube_matched"]["status"] == MISS
+    assert checked["ratio.ours_over_kube_matched"]["reason"] == "kube matched: round 1 incomplete (timed out)"
+    assert checked["cpu_ratio.total.ours_over_kube_matched"]["status"] == MISS
+    assert checked["ratio.ours_over_kube_defaults"]["status"] == PASS
+    assert checked["ours.latency_p99_s"]["status"] == PASS
+
+
+def test_every_round_incomplete_is_a_miss_not_a_target_not_measured():
+    data = results()
+    runs = data["throughput"]["burst"]["runs"]
+    for r in runs:
+        if r["key"] == "ours":
+            r.update(complete=False, bound=0)
+    data["throughput"]["burst"].update(summarize_throughput(runs))
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    assert checked["ratio.ours_over_kube_matched"]["status"] == MISS
+    assert math.isnan(checked["ratio.ours_over_kube_matched"]["value"])
+    assert checked["ratio.ours_over_kube_matched"]["reason"].startswith("gpu-scheduler: rounds 1, 2, 3 incomplete")
+
+
+def test_the_rss_target_needs_its_burst_complete():
+    data = results()
+    data["memory"] = {
+        "pods": 10000,
+        "nodes": 1000,
+        "bound": 9000,
+        "complete": False,
+        "scheduler_peak_rss_mib": 80.0,
+        "webhook": {"sum_mib": 300.0},
+    }
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    rss = checked["memory.scheduler_peak_rss_mib"]
+    assert rss["status"] == MISS and rss["value"] == 80.0
+    assert rss["reason"] == "the memory burst did not complete: 9000 of 10000 pods bound"
+    data["memory"].update(bound=10000, complete=True)
+    assert {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}["memory.scheduler_peak_rss_mib"][
+        "status"
+    ] == PASS
+
+
+def test_the_scale_rss_target_needs_every_scale_round_of_ours_complete():
+    scale_runs = [run("ours", 1, 100), run("kube_matched", 1, 150)]
+    scale_runs[0].update(complete=False, bound=9000, pods=10000, created=10000)
+    data = {"scale": {"pods": 10000, "nodes": 5000, "runs": scale_runs, **summarize_throughput(scale_runs)}}
+    checked = {t["metric"]: t for t in evaluate(load(run="scale"), headline_metrics(data))}
+    assert checked["scale.ours.peak_rss_mib"]["status"] == MISS
+    assert checked["scale.ours.peak_rss_mib"]["reason"].startswith("gpu-scheduler: round 1 incomplete")
