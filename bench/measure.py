@@ -25,12 +25,12 @@ from .workload import bench_pods
 
 def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.OURS:
-        return runners.ours(bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
+        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
     if key == contenders.CEILING:
-        return runners.ceiling(bench.api, bench.namespace, bench.logs, CEILING_SCHEDULER)
+        return runners.ceiling(bench.api, bench.logs, CEILING_SCHEDULER)
     if key == contenders.PYTHON_BINDER:
-        return runners.python_binder(bench.kubeconfig, bench.namespace, bench.logs, PYTHON_BINDER_SCHEDULER)
-    return runners.kube(key, bench.kubeconfig, bench.logs, KUBE_SCHEDULER)
+        return runners.python_binder(bench.kubeconfig, bench.logs, PYTHON_BINDER_SCHEDULER)
+    return runners.kube(bench.api, key, bench.kubeconfig, bench.namespace, bench.logs, KUBE_SCHEDULER)
 
 
 def attempt_seconds(runner: Runner) -> float | None:
@@ -118,7 +118,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     watcher.start()
     try:
         launched = time.monotonic()
-        runner.process.start()
+        runner.launch()
         cpu = cpu_meter(bench, runner)  # from launch: startup is part of draining a backlog
         # Sampled from launch: on a backlog it binds before it is seen ready.
         profiler = start_profiler(bench, runner, label)

@@ -12,11 +12,14 @@ from .contenders import (
     CEILING_WORKERS,
     CPU_RATIOS,
     LABELS,
+    LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
     OURS,
     RATIO_LABELS,
     RATIOS,
+    RENEW_DEADLINE_SECONDS,
+    RETRY_PERIOD_SECONDS,
     SHORT_LABELS,
 )
 from .kube_scheduler import PINNED_FILTERS
@@ -31,7 +34,11 @@ NOTE_SHARED = (
     "that noise moves least."
 )
 HOW = [
-    f"gpu-scheduler runs as in production: leader election on (a Lease in the bench namespace), "
+    "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
+    "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
+    f"the bench namespace (lease {LEASE_DURATION_SECONDS} s, renew deadline {RENEW_DEADLINE_SECONDS} s, "
+    f"retry {RETRY_PERIOD_SECONDS} s for all) and counts as ready once it holds it; the bare binders elect none.",
+    f"gpu-scheduler runs as in production: "
     f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
     "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
     "is measured), info logging.",
@@ -39,7 +46,7 @@ HOW = [
     "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
     "on the schedulerName), so each of its pods pays one admission call as in production; the other "
     "runners' pods do not go through it.",
-    "kube-scheduler v1.34, leader election off, three ways: at its default client settings with its "
+    "kube-scheduler v1.34, three ways: at its default client settings with its "
     f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
     f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
     "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
