@@ -33,34 +33,38 @@ NOTE_SHARED = (
     "are taken per round between runs made side by side. CPU per pod (from /proc) is the figure "
     "that noise moves least."
 )
-HOW = [
-    "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
-    "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
-    f"the bench namespace (lease {LEASE_DURATION_SECONDS} s, renew deadline {RENEW_DEADLINE_SECONDS} s, "
-    f"retry {RETRY_PERIOD_SECONDS} s for all) and counts as ready once it holds it; the bare binders elect none.",
-    f"gpu-scheduler runs as in production: "
-    f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
-    "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
-    "is measured), info logging.",
-    "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
-    "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
-    "on the schedulerName), so each of its pods pays one admission call as in production; the other "
-    "runners' pods do not go through it.",
-    "kube-scheduler v1.34, three ways: at its default client settings with its "
-    f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
-    f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
-    "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
-    f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
-    f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
-    "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
-    "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
-    "left is the price of admission plus our own work.",
-    "Every pod carries both the map annotation and the equivalent required node affinity; only "
-    "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
-    "connections with bodies serialised in advance.",
-    "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
-    "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
-]
+
+
+def how(machine: dict) -> list[str]:
+    """How each contender ran, with the versions read from the binaries (machine.describe)."""
+    return [
+        "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
+        "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
+        f"the bench namespace (lease {LEASE_DURATION_SECONDS} s, renew deadline {RENEW_DEADLINE_SECONDS} s, "
+        f"retry {RETRY_PERIOD_SECONDS} s for all) and counts as ready once it holds it; the bare binders elect none.",
+        f"{machine.get('gpu_scheduler')} (commit {machine.get('commit')}) runs as in production: "
+        f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
+        "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
+        "is measured), info logging.",
+        "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
+        "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
+        "on the schedulerName), so each of its pods pays one admission call as in production; the other "
+        "runners' pods do not go through it.",
+        f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
+        f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
+        f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
+        "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
+        f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
+        f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
+        "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
+        "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
+        "left is the price of admission plus our own work.",
+        "Every pod carries both the map annotation and the equivalent required node affinity; only "
+        "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
+        "connections with bodies serialised in advance.",
+        "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
+        "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
+    ]
 
 
 def num(value: float | None, digits: int = 1, unit: str = "") -> str:
@@ -102,8 +106,9 @@ def machine_lines(results: dict) -> list[str]:
         "",
         f"Machine: {m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, "
         f"load average at start {m.get('load_average_at_start')}, at the end {m.get('load_average_at_end')}. "
-        f"Python {m.get('python')}; {m.get('gpu_scheduler')}; kube-apiserver and kube-scheduler "
-        f"{m.get('kube_apiserver')}; {m.get('kwok')}; {m.get('etcd')}; vegeta {m.get('vegeta')}.",
+        f"Python {m.get('python')}; {m.get('gpu_scheduler')} at commit {m.get('commit')}; kube-apiserver "
+        f"{m.get('kube_apiserver')}; kube-scheduler {m.get('kube_scheduler')}; {m.get('kwok')}; {m.get('etcd')}; "
+        f"vegeta {m.get('vegeta')}.",
     ]
     if settings.get("quick"):
         lines += [
@@ -112,7 +117,7 @@ def machine_lines(results: dict) -> list[str]:
             "the targets' sizes (each target says the scale it is set for and the scale it was measured at), "
             "so its PASS/MISS is an indication, not the figure to quote.",
         ]
-    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in HOW]]
+    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in how(m)]]
 
 
 def targets_lines(checked: list[dict]) -> list[str]:

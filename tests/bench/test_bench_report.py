@@ -313,3 +313,35 @@ def test_the_scale_rss_target_needs_every_scale_round_of_ours_complete():
     checked = {t["metric"]: t for t in evaluate(load(run="scale"), headline_metrics(data))}
     assert checked["scale.ours.peak_rss_mib"]["status"] == MISS
     assert checked["scale.ours.peak_rss_mib"]["reason"].startswith("gpu-scheduler: round 1 incomplete")
+
+
+def test_the_report_names_the_versions_read_from_the_binaries_never_a_typed_one():
+    data = results()
+    data["machine"].update(
+        kube_scheduler="Kubernetes v1.35.2", gpu_scheduler="gpu-scheduler 0.2.0", commit="0123456789ab"
+    )
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "v1.34" not in markdown
+    assert "kube-scheduler (Kubernetes v1.35.2), three ways" in markdown
+    assert "gpu-scheduler 0.2.0 (commit 0123456789ab) runs as in production" in markdown
+
+
+def test_the_commit_measured_is_read_from_git_and_says_when_the_tree_had_changes(tmp_path):
+    import subprocess
+
+    from bench.machine import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f").write_text("1")
+    git("add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    sha = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert git_commit(tmp_path) == sha
+    (tmp_path / "f").write_text("2")
+    assert git_commit(tmp_path) == f"{sha} with uncommitted changes"
+    assert git_commit(tmp_path / "not-a-repo") == "unknown"
