@@ -24,7 +24,14 @@ from .contenders import (
 )
 from .kube_scheduler import PINNED_FILTERS
 from .paths import DEFAULT_OUT
-from .summary import CPU_RATIO_GROUPS, headline_metrics, summarize_throughput
+from .summary import (
+    CPU_RATIO_GROUPS,
+    SATURATED_ANSWER_SHARE,
+    SATURATED_P50_MS,
+    admission_saturation,
+    headline_metrics,
+    summarize_throughput,
+)
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -35,8 +42,9 @@ NOTE_SHARED = (
 )
 
 
-def how(machine: dict) -> list[str]:
-    """How each contender ran, with the versions read from the binaries (machine.describe)."""
+def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
+    """How each contender ran, with the versions read from the binaries (machine.describe) and the
+    webhook timeout read from the chart."""
     return [
         "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
         "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
@@ -47,8 +55,9 @@ def how(machine: dict) -> list[str]:
         "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
         "is measured), info logging.",
         "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
-        "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
-        "on the schedulerName), so each of its pods pays one admission call as in production; the other "
+        "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
+        f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
+        "admission call as in production; the other "
         "runners' pods do not go through it.",
         f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
         f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
@@ -117,7 +126,7 @@ def machine_lines(results: dict) -> list[str]:
             "the targets' sizes (each target says the scale it is set for and the scale it was measured at), "
             "so its PASS/MISS is an indication, not the figure to quote.",
         ]
-    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in how(m)]]
+    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in how(m, results.get("webhook_timeout_s"))]]
 
 
 def targets_lines(checked: list[dict]) -> list[str]:
@@ -355,31 +364,44 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
     ]
 
 
+def _saturated(row: dict) -> str:
+    why = admission_saturation(row)
+    return f"**yes**: {why}" if why else "no"
+
+
 def admission_lines(adm: dict) -> list[str]:
     lines = [
         f"POST {adm['endpoint']} (an AdmissionReview for a pod with a {adm['map_lines']}-line map) against "
         f"`gpu-scheduler webhook` (gunicorn, TLS, {adm['workers']} workers) with vegeta at constant rates, on "
-        "the same machine. The webhook's CPU is read from /proc around each run.",
+        f"the same machine; vegeta gives up on a request after {num(adm.get('client_timeout_s'), 0)} s, the "
+        "chart's webhook timeoutSeconds, as the apiserver would. The highest rate is held longest. The "
+        "webhook's CPU is read from /proc around each run. A rate is **saturated** when the webhook answered "
+        f"fewer than {SATURATED_ANSWER_SHARE:.0%} of the requests per second asked (answers over the run plus "
+        f"the wait for the last ones) or its median answer took over {SATURATED_P50_MS:g} ms (a backlog); "
+        "every target at a saturated rate is a MISS, whatever its error count.",
     ]
     for workload in adm.get("workloads", []):
         rows = [
             [
-                f"{r['rate']}/s",
+                f"{r['rate']}/s for {r['duration_s']:g} s",
                 num(r["achieved_rate"], 0),
+                num(r["throughput"], 0),
                 f"{r['requests']:,}",
                 num(r["p50_ms"], 2, " ms"),
                 num(r["p99_ms"], 2, " ms"),
                 num(r["max_ms"], 1, " ms"),
                 str(r["errors"]),
                 num(r.get("cpu_ms_per_request"), 3, " ms"),
+                _saturated(r),
             ]
             for r in workload["rates"]
         ]
+        header = ["rate", "sent/s", "answered/s", "requests", "p50", "p99", "max", "errors"]
         lines += [
             "",
             f"**{workload['maps'].capitalize()}**",
             "",
-            *table(["rate", "achieved", "requests", "p50", "p99", "max", "errors", "webhook CPU per request"], rows),
+            *table([*header, "webhook CPU per request", "saturated"], rows),
         ]
     return lines + stack_floor_lines(adm)
 

@@ -67,13 +67,17 @@ def results() -> dict:
             "endpoint": "/mutate",
             "map_lines": 100,
             "workers": 2,
-            "workloads": [admission_workload("repeated", 8.5, 0), admission_workload("distinct", 12.0, 42)],
+            "workloads": [
+                admission_workload("repeated", 8.5, 0, saturated=False),
+                admission_workload("distinct", 12.0, 42, saturated=True),
+            ],
         },
         "errors": {},
     }
 
 
-def admission_workload(key: str, p99_at_500: float, errors_at_1000: int) -> dict:
+def admission_workload(key: str, p99_at_500: float, errors_at_1000: int, saturated: bool) -> dict:
+    """500/s for 15 s and 1000/s held 60 s; saturated: a backlog at 1000/s (p50 900 ms, 900 answers/s)."""
     return {
         "key": key,
         "maps": key,
@@ -95,17 +99,17 @@ def admission_workload(key: str, p99_at_500: float, errors_at_1000: int) -> dict
             },
             {
                 "rate": 1000,
-                "duration_s": 15.0,
-                "requests": 15000,
-                "achieved_rate": 990.0,
-                "throughput": 900.0,
-                "p50_ms": 900.0,
-                "p99_ms": 10000.0,
-                "max_ms": 10001.0,
-                "mean_ms": 2000.0,
+                "duration_s": 60.0,
+                "requests": 60000,
+                "achieved_rate": 990.0 if saturated else 1000.0,
+                "throughput": 900.0 if saturated else 999.9,
+                "p50_ms": 900.0 if saturated else 2.0,
+                "p99_ms": 4900.0 if saturated else 30.0,
+                "max_ms": 5000.0 if saturated else 80.0,
+                "mean_ms": 1000.0 if saturated else 3.0,
                 "errors": errors_at_1000,
                 "error_samples": ["timeout"] if errors_at_1000 else [],
-                "cpu_s": 15.0,
+                "cpu_s": 60.0,
                 "cpu_ms_per_request": 1.0,
             },
         ],
@@ -192,7 +196,6 @@ def test_the_markdown_report_shows_each_runner_each_ratio_and_each_target():
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert "| gpu-scheduler | 3 | 300.0 (100.0–310.0) | 100 ms | 500 ms | 20 ms | 0 | 4.00 / 2.00 / 8.00 |" in markdown
     assert "**1.50x**" in markdown and "**6.00x**" in markdown
-    assert "| 1000/s | 990 | 15,000 | 900.00 ms | 10,000.00 ms | 10,001.0 ms | 42 | 1.000 ms |" in markdown
     checked = evaluate(load(), headline_metrics(data))
     statuses = [t["status"] for t in checked]
     assert markdown.count("**PASS**") == statuses.count(PASS) > 0
@@ -345,3 +348,33 @@ def test_the_commit_measured_is_read_from_git_and_says_when_the_tree_had_changes
     (tmp_path / "f").write_text("2")
     assert git_commit(tmp_path) == f"{sha} with uncommitted changes"
     assert git_commit(tmp_path / "not-a-repo") == "unknown"
+
+
+def test_a_saturated_webhook_is_a_miss_whatever_its_error_count():
+    data = results()
+    data["admission"]["workloads"][0] = admission_workload("repeated", 8.5, 0, saturated=True)
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    errors = checked["admission.repeated.1000.errors"]
+    assert errors["value"] == 0 and errors["status"] == MISS
+    assert errors["reason"] == "webhook saturated at 1000/s: answered 900/s of 1000/s asked; median 900 ms"
+    assert checked["admission.repeated.500.p99_ms"]["status"] == PASS  # 500/s kept up
+
+
+def test_saturation_is_an_answer_rate_short_of_the_asked_rate_or_a_median_that_is_a_backlog():
+    from bench.summary import admission_saturation
+
+    kept_up = {"rate": 1000, "throughput": 999.0, "p50_ms": 2.0}
+    assert admission_saturation(kept_up) is None
+    assert admission_saturation(dict(kept_up, throughput=949.0)) == "answered 949/s of 1000/s asked"
+    assert admission_saturation(dict(kept_up, p50_ms=101.0)) == "median 101 ms"
+    assert admission_saturation(dict(kept_up, throughput=950.0, p50_ms=100.0)) is None  # both bounds inclusive
+
+
+def test_the_admission_table_gives_p50_p99_cpu_and_saturation_at_each_rate():
+    data = results()
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "| 1000/s for 60 s | 1,000 | 1,000 | 60,000 | 2.00 ms | 30.00 ms | 80.0 ms | 0 | 1.000 ms | no |" in markdown
+    assert (
+        "| 1000/s for 60 s | 990 | 900 | 60,000 | 900.00 ms | 4,900.00 ms | 5,000.0 ms | 42 | 1.000 ms | "
+        "**yes**: answered 900/s of 1000/s asked; median 900 ms |" in markdown
+    )
