@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import targets
@@ -23,7 +25,7 @@ from .contenders import (
     SHORT_LABELS,
 )
 from .kube_scheduler import PINNED_FILTERS
-from .paths import DEFAULT_OUT
+from .paths import DEFAULT_OUT, RECORD_DIR
 from .summary import (
     CPU_RATIO_GROUPS,
     SATURATED_ANSWER_SHARE,
@@ -198,7 +200,7 @@ def _rate(s: dict) -> str:
 CPU_HEADER = "CPU ms per pod: scheduler / webhook / control plane"
 
 
-def _cpu(s: dict) -> str:
+def cpu_cell(s: dict) -> str:
     cpu = s.get("cpu_ms_per_pod") or {}
     return " / ".join(num(cpu.get(g), 2) for g in ("runner", "webhook", "control_plane"))
 
@@ -242,7 +244,7 @@ def burst_table(summary: dict) -> list[str]:
             ms(s["latency_p99_s"]),
             ms(s["create_p99_s"]),
             str(s["create_retries"]),
-            _cpu(s),
+            cpu_cell(s),
             _cpu_total(s),
             num(s["peak_rss_mib"], 0, " MiB"),
         ]
@@ -305,7 +307,7 @@ def throughput_lines(tp: dict) -> list[str]:
                 _rate(s),
                 num(s["launch_to_first_bind_s"], 2, " s"),
                 num(s["attempt_ms"], 1, " ms") if key == OURS else "—",
-                _cpu(s),
+                cpu_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]
             for key, label in LABELS.items()
@@ -658,6 +660,28 @@ def write(results: dict, out: Path) -> dict:
     paths["markdown"].write_text(markdown)
     plot(results, paths["plot"])
     return {**paths, "markdown_text": markdown}
+
+
+def record_stamp(results: dict) -> str:
+    """A run of record's file name without suffix: its UTC start to the minute, and its kind."""
+    started = datetime.fromisoformat(results["started"]).astimezone(UTC)
+    kind = "scale" if (results.get("settings") or {}).get("scale") else "bench"
+    return f"{started:%Y-%m-%d-%H%M}-{kind}"
+
+
+def record(results: dict, plot_path: Path, directory: Path = RECORD_DIR) -> dict[str, Path]:
+    """Keeps a run of record in the repository: its results (as results.json has them) and its plot,
+    named by its UTC start (`docs/bench/2026-11-24-1410-bench.json` and `.png`). The README's
+    benchmark table is made from such a file (bench/readme.py). A kept record is never overwritten."""
+    stamp = record_stamp(results)
+    kept = {"json": directory / f"{stamp}.json", "plot": directory / f"{stamp}.png"}
+    for path in kept.values():
+        if path.exists():
+            raise FileExistsError(f"{path} is already kept; a run of record is never overwritten")
+    directory.mkdir(parents=True, exist_ok=True)
+    kept["json"].write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
+    shutil.copyfile(plot_path, kept["plot"])
+    return kept
 
 
 def rerender(out: Path) -> dict:

@@ -184,6 +184,13 @@ def parse_settings(argv: list[str] | None) -> Settings:
         help="exit 1 when a target is missed or not measured (env BENCH_STRICT=1)",
     )
     add(
+        "--record",
+        action="store_true",
+        default=_flag("BENCH_RECORD"),
+        help="a run of record: keep its results and plot in docs/bench/<UTC start>-<bench|scale>.json/.png, "
+        "from which `make bench-readme` makes the README's table (env BENCH_RECORD=1; not with --quick)",
+    )
+    add(
         "--mem-pods",
         type=int,
         default=_default("mem_pods", quick, "BENCH_MEM_PODS"),
@@ -227,6 +234,11 @@ def parse_settings(argv: list[str] | None) -> Settings:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
     if args.runs < 1:
         parser.error(f"--runs/BENCH_RUNS must be at least 1, got {args.runs}")
+    if args.record and args.quick:
+        parser.error(
+            "--record/BENCH_RECORD with --quick/QUICK: a QUICK run's sizes are not the targets', it is not a run "
+            "of record"
+        )
     if not args.quick and args.admission_hold_seconds < MIN_HOLD_SECONDS:
         parser.error(
             f"--admission-hold-seconds/BENCH_ADMISSION_HOLD_SECONDS must be at least {MIN_HOLD_SECONDS:g} outside "
@@ -255,6 +267,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         scale_pods=args.scale_pods,
         scale_nodes=args.scale_nodes,
         strict=args.strict,
+        record=args.record,
     )
 
 
@@ -317,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     written = report.write(results, settings.out)
     print(written["markdown_text"])
     bench.phase(f"done in {results['duration_s']:.0f}s: {written['markdown']}, {written['plot']}, {written['json']}")
+    if settings.record:
+        kept = report.record(results, written["plot"])
+        bench.phase(f"run of record kept: {kept['json']}, {kept['plot']} (README table: make bench-readme)")
     print(report.verdict_text(results), file=sys.stderr)
     return exit_code(results, settings.strict)
 
