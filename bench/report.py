@@ -24,6 +24,7 @@ from .contenders import (
     RETRY_PERIOD_SECONDS,
     SHORT_LABELS,
 )
+from .cpuwork import SETTLE_TIMEOUT_SECONDS
 from .kube_scheduler import PINNED_FILTERS
 from .paths import DEFAULT_OUT, RECORD_DIR
 from .summary import (
@@ -212,6 +213,18 @@ def _cpu_total(s: dict) -> str:
     return total
 
 
+def _idle(s: dict) -> str:
+    idle = s.get("idle_cores") or {}
+    return " / ".join(num(idle.get(g), 2) for g in ("runner", "webhook", "control_plane"))
+
+
+def _settle(s: dict) -> str:
+    unsettled = s.get("unsettled") or 0
+    plural = "s" if unsettled > 1 else ""
+    note = f" ({unsettled} run{plural} not settled in {SETTLE_TIMEOUT_SECONDS:g} s)" if unsettled else ""
+    return num(s.get("settle_s"), 1, " s") + note
+
+
 def _runs(s: dict) -> str:
     return str(s["runs"]) + (f" (+{len(s['incomplete'])} incomplete)" if s.get("incomplete") else "")
 
@@ -247,6 +260,8 @@ def burst_table(summary: dict) -> list[str]:
             cpu_cell(s),
             _cpu_total(s),
             num(s["peak_rss_mib"], 0, " MiB"),
+            _idle(s),
+            _settle(s),
         ]
         for key, label in LABELS.items()
         if (s := summary.get(key))
@@ -263,6 +278,8 @@ def burst_table(summary: dict) -> list[str]:
             CPU_HEADER,
             "CPU ms per pod, all",
             "peak RSS",
+            "idle cores subtracted: scheduler / webhook / control plane",
+            "settled after the last bind",
         ],
         rows,
     )
@@ -280,10 +297,13 @@ def throughput_lines(tp: dict) -> list[str]:
             "**Burst** (the clock runs from the first create request to the last bind). Latency is from "
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
             "request alone, which for gpu-scheduler includes its admission webhook; a create answered "
-            "429/5xx (such as a webhook timeout) is sent again and counted. CPU is what each process "
-            "group used during the run (from /proc), in milliseconds per pod bound, i.e. CPU seconds "
-            "per 1,000 pods (control plane: etcd, kube-apiserver, kube-controller-manager, kwok); the "
-            "webhook's is its CPU per admission, as each pod is admitted once.",
+            "429/5xx (such as a webhook timeout) is sent again and counted. CPU is the work each process "
+            "group did for the burst (from /proc): from just before the first pod is created until the "
+            "groups have settled after the last bind (back to their idle rates), minus each group's idle "
+            "rate, measured over the 2 s before, times that window (the rates subtracted are in the "
+            "table); in milliseconds per pod bound, i.e. CPU seconds per 1,000 pods (control plane: etcd, "
+            "kube-apiserver, kube-controller-manager, kwok); the webhook's is its CPU per admission, as "
+            "each pod is admitted once.",
             "",
             *burst_table(burst["summary"]),
             "",
@@ -297,7 +317,8 @@ def throughput_lines(tp: dict) -> list[str]:
             "**Drain** (the pods are created first with no runner up; then the runner starts on the "
             "backlog; rate = binds per second from its first bind to its last). Admission and creation are "
             "out of the clock: this is each runner's own binding capacity here. CPU is counted from the "
-            "runner's launch (its start-up included).",
+            "runner's launch (its start-up included) until the groups have settled, minus the webhook's and "
+            "the control plane's idle rates (the runner is not running before its launch).",
             "",
         ]
         rows = [

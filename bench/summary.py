@@ -49,7 +49,8 @@ def incomplete_reason(run: dict) -> str | None:
 
 
 def cpu_ms_per_pod(run: dict) -> dict[str, float]:
-    """CPU milliseconds per pod bound (= CPU seconds per 1,000 pods) of each process group, and their sum."""
+    """CPU milliseconds per pod bound (= CPU seconds per 1,000 pods) of each process group, and their sum:
+    the work of the run, its idle rate subtracted (cpuwork.py)."""
     cpu = run.get("cpu_s") or {}
     bound = run.get("bound") or 0
     per_pod = {g: (_nan(cpu.get(g)) * 1000 / bound if bound else math.nan) for g in CPU_GROUPS}
@@ -90,6 +91,10 @@ def summarize_runner(runs: list[dict]) -> dict:
         "attempt_ms": med("attempt_seconds") * 1000,
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
         "cpu_ms_per_pod": {g: median([c[g] for c in cpu]) for g in (*CPU_GROUPS, "total")},
+        # What cpuwork.WorkMeter took off (idle rate, in cores) and how long the cluster took to settle.
+        "idle_cores": {g: med("idle_cores", g) for g in CPU_GROUPS},
+        "settle_s": med("settle_s"),
+        "unsettled": sum(1 for r in complete if r.get("settled") is False),
         "cpu_ms_per_pod_total_min": min(totals, default=math.nan),
         "cpu_ms_per_pod_total_max": max(totals, default=math.nan),
         "create_errors": sum(r.get("create_errors", 0) for r in runs),

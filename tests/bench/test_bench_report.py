@@ -378,3 +378,18 @@ def test_the_admission_table_gives_p50_p99_cpu_and_saturation_at_each_rate():
         "| 1000/s for 60 s | 990 | 900 | 60,000 | 900.00 ms | 4,900.00 ms | 5,000.0 ms | 42 | 1.000 ms | "
         "**yes**: answered 900/s of 1000/s asked; median 900 ms |" in markdown
     )
+
+
+def test_the_idle_rates_subtracted_and_the_settling_after_the_last_bind_are_reported():
+    runs = burst_runs()
+    for r in runs:
+        r.update(idle_cores={"runner": 0.01, "webhook": 0.02, "control_plane": 0.3}, settle_s=2.0, settled=True)
+    next(r for r in runs if r["key"] == "ours" and r["round"] == 2).update(settle_s=20.0, settled=False)
+    summary = summarize_throughput(runs)["summary"]
+    assert summary["ours"]["idle_cores"] == {"runner": 0.01, "webhook": 0.02, "control_plane": 0.3}
+    assert summary["ours"]["settle_s"] == 2.0 and summary["ours"]["unsettled"] == 1
+    data = results()
+    data["throughput"]["burst"] = {"runs": runs, **summarize_throughput(runs)}
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "| idle cores subtracted: scheduler / webhook / control plane | settled after the last bind |" in markdown
+    assert "| 0.01 / 0.02 / 0.30 | 2.0 s (1 run not settled in 20 s) |" in markdown
