@@ -1,8 +1,14 @@
 """Phase 3: the webhook's latency and CPU at fixed request rates, with vegeta (a constant-rate load tool).
 
 vegeta sends on schedule whether or not earlier answers came back, so a
-saturated webhook shows up as latency and errors instead of a lower rate (a
-closed-loop client would hide it). It runs on the same machine as the webhook,
+saturated webhook shows up as latency, errors and answers short of the rate
+asked instead of a lower sending rate (a closed-loop client would hide it).
+vegeta gives up on a request when the apiserver would: after the chart's
+webhook.timeoutSeconds (bench/chart.py), so a request the apiserver would
+have refused is an error here too. The highest rate is held
+settings.admission_hold_seconds (60 s outside QUICK mode), long enough for
+a webhook that falls behind to show it; a saturated rate
+(summary.admission_saturation) is a MISS whatever its error count. It runs on the same machine as the webhook,
 as the targets ask. Each request is the AdmissionReview the apiserver sends to
 /mutate for a bench pod with a `group`-line map; one answer of each workload
 is checked first, so the load exercises the real path (a patch that injects
@@ -32,13 +38,16 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import stack_floor
+from .chart import webhook_timeout_seconds
 from .context import OUR_SCHEDULER, Bench
 from .paths import BIN, REPO
 from .processes import CpuMeter, Process
 from .runners import free_port
+from .summary import admission_saturation
 from .workload import admission_review, group_leader
 
 VEGETA = str(BIN / "vegeta")  # built by bench/tools.sh from bench/tools/go.mod
@@ -66,8 +75,14 @@ def check_answer(bench: Bench, body: bytes) -> None:
         raise RuntimeError(f"the webhook did not allow and patch the benchmark's pod: {review}")
 
 
-def write_targets(path: Path, url: str, bodies: list[bytes]) -> Path:
-    """vegeta's JSON target format, one request per line; vegeta sends them in turn."""
+def seconds_at(settings, rate: int) -> float:
+    """How long a rate is sent: the highest is held (the targets read it), the others run admission_seconds."""
+    return settings.admission_hold_seconds if rate == max(settings.admission_rates) else settings.admission_seconds
+
+
+def write_targets(path: Path, url: str, bodies: Iterable[bytes]) -> Path:
+    """vegeta's JSON target format, one request per line, written as the bodies come (a held minute
+    of distinct maps is hundreds of MB); vegeta sends them in turn."""
     with open(path, "w") as out:
         for body in bodies:
             target = {
@@ -80,22 +95,32 @@ def write_targets(path: Path, url: str, bodies: list[bytes]) -> Path:
     return path
 
 
-def attack(bench: Bench, targets: Path, rate: int, seconds: float, results: Path) -> dict:
-    """One constant-rate run; vegeta's JSON report."""
+def attack_argv(
+    targets: Path, rate: int, seconds: float, root_certs: Path, timeout_s: float, results: Path, lazy: bool = False
+) -> list[str]:
+    """vegeta attack's command line. lazy: targets are read as they are sent, not all first (for
+    files of distinct maps too large to hold in memory; each target is then sent once)."""
+    return [
+        VEGETA,
+        "attack",
+        "-format=json",
+        f"-targets={targets}",
+        f"-rate={rate}/1s",
+        f"-duration={seconds:g}s",
+        f"-root-certs={root_certs}",
+        f"-timeout={timeout_s:g}s",
+        f"-output={results}",
+        *(["-lazy"] if lazy else []),
+    ]
+
+
+def attack(bench: Bench, targets: Path, rate: int, seconds: float, results: Path, lazy: bool = False) -> dict:
+    """One constant-rate run, giving up on a request after the apiserver's webhook timeout; vegeta's JSON report."""
+    timeout = webhook_timeout_seconds()
     subprocess.run(
-        [
-            VEGETA,
-            "attack",
-            "-format=json",
-            f"-targets={targets}",
-            f"-rate={rate}/1s",
-            f"-duration={seconds}s",
-            f"-root-certs={bench.webhook.certs / 'ca.crt'}",
-            "-timeout=10s",
-            f"-output={results}",
-        ],
+        attack_argv(targets, rate, seconds, bench.webhook.certs / "ca.crt", timeout, results, lazy),
         check=True,
-        timeout=seconds + 60,
+        timeout=seconds + timeout + 60,
     )
     report = subprocess.run(
         [VEGETA, "report", "-type=json", str(results)], check=True, capture_output=True, text=True, timeout=60
@@ -124,12 +149,12 @@ def row(rate: int, seconds: float, report: dict, cpu_s: float) -> dict:
     }
 
 
-def distinct_groups(rates: tuple[int, ...], seconds: float) -> list[range]:
-    """The groups whose maps each rate's run sends: disjoint, one per request, so no map is
-    sent twice in the phase and the parse cache cannot answer (whatever its size)."""
+def distinct_groups(rates: tuple[int, ...], seconds: tuple[float, ...]) -> list[range]:
+    """The groups whose maps each rate's run (of its own duration) sends: disjoint, one per request,
+    so no map is sent twice in the phase and the parse cache cannot answer (whatever its size)."""
     ranges, start = [], 1  # group 0 is the repeated workload's map
-    for rate in rates:
-        count = int(rate * seconds) + rate  # vegeta may send a little more than rate x seconds
+    for rate, duration in zip(rates, seconds, strict=True):
+        count = int(rate * duration) + rate  # vegeta may send a little more than rate x seconds
         ranges.append(range(start, start + count))
         start += count
     return ranges
@@ -202,24 +227,32 @@ def run(bench: Bench) -> dict:
     repeated_targets = write_targets(out / "repeated.json", url, [repeated])
     attack(bench, repeated_targets, *WARMUP, out / "warmup.bin")
 
+    durations = tuple(seconds_at(settings, rate) for rate in settings.admission_rates)
     workloads = []
     for key in settings.admission_workloads:
         rows = []
-        groups = distinct_groups(settings.admission_rates, settings.admission_seconds)
-        for rate, rate_groups in zip(settings.admission_rates, groups, strict=True):
+        groups = distinct_groups(settings.admission_rates, durations)
+        for rate, seconds, rate_groups in zip(settings.admission_rates, durations, groups, strict=True):
+            lazy = key == DISTINCT
             if key == REPEATED:
                 targets = repeated_targets
             else:
-                bodies = [review_body(g, settings) for g in rate_groups]
-                check_answer(bench, bodies[-1])  # a map of this run's, answered before its run: not sent again
-                targets = write_targets(out / f"distinct-{rate}.json", url, bodies[:-1])
-            bench.phase(f"admission, {WORKLOADS[key]}: {rate} requests/s for {settings.admission_seconds:g}s")
+                # A map of this run's, answered before its run: not sent again.
+                check_answer(bench, review_body(rate_groups[-1], settings))
+                bodies = (review_body(g, settings) for g in rate_groups[:-1])
+                targets = write_targets(out / f"distinct-{rate}.json", url, bodies)
+            bench.phase(f"admission, {WORKLOADS[key]}: {rate} requests/s for {seconds:g}s")
             cpu = CpuMeter({"webhook": [bench.webhook.process.pid]})
-            report = attack(bench, targets, rate, settings.admission_seconds, out / f"{key}-{rate}.bin")
-            figures = row(rate, settings.admission_seconds, report, cpu.used()["webhook"])
+            report = attack(bench, targets, rate, seconds, out / f"{key}-{rate}.bin", lazy=lazy)
+            if lazy:
+                targets.unlink()  # hundreds of MB for a held minute, and never read again
+            figures = row(rate, seconds, report, cpu.used()["webhook"])
+            saturated = admission_saturation(figures)
             bench.phase(
                 f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, max {figures['max_ms']:.1f}ms, "
-                f"errors {figures['errors']}, webhook CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+                f"answered {figures['throughput']:.0f}/s, errors {figures['errors']}, "
+                f"webhook CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+                + (f"; SATURATED ({saturated}): its targets MISS" if saturated else "")
             )
             rows.append(figures)
         workloads.append({"key": key, "maps": WORKLOADS[key], "rates": rows})
@@ -227,6 +260,7 @@ def run(bench: Bench) -> dict:
         "endpoint": "/mutate",
         "map_lines": settings.group,
         "workers": bench.webhook.workers,
+        "client_timeout_s": webhook_timeout_seconds(),
         "workloads": workloads,
         "stack_floor": measure_stack_floor(bench, repeated, out),
     }

@@ -70,3 +70,22 @@ CPU_RATIOS = {
     "ours_over_kube_pinned": KUBE_PINNED,
     "ours_over_kube_matched": KUBE_MATCHED,
 }
+
+
+def round_order(keys: tuple[str, ...] | list[str], round_no: int) -> list[str]:
+    """The order the runners run in, round round_no (from 1): rotated by one each round, so that no
+    runner is always first (right after the settle wait and the previous runner's cleanup) or last."""
+    shift = (round_no - 1) % len(keys) if keys else 0
+    return [*keys[shift:], *keys[:shift]]
+
+
+# Leader election, the same for every scheduler (gpu-scheduler's defaults, which are kube-scheduler's):
+# each elects itself on its own Lease in the bench namespace, deleted before it starts.
+LEASE_DURATION_SECONDS = 15
+RENEW_DEADLINE_SECONDS = 10
+RETRY_PERIOD_SECONDS = 2
+
+
+def lease_name(key: str) -> str:
+    """The Lease a runner elects itself on (a DNS name: no underscores)."""
+    return "bench-" + key.replace("_", "-")

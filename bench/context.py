@@ -43,6 +43,8 @@ class Settings:
     scale_pods: int = 10000
     scale_nodes: int = 5000
     strict: bool = False  # exit non-zero when a target is missed (BENCH_STRICT=1)
+    admission_hold_seconds: float = 60.0  # the highest admission rate is held this long
+    record: bool = False  # keep the results and plot in docs/bench/ (BENCH_RECORD=1)
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.

@@ -14,6 +14,8 @@ Two profiles are compared:
 
 from __future__ import annotations
 
+from .contenders import LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_PERIOD_SECONDS
+
 DEFAULT_PROFILE = "default"
 PINNED_PROFILE = "pinned"
 PROFILES = (DEFAULT_PROFILE, PINNED_PROFILE)
@@ -44,11 +46,13 @@ def pinned_plugins() -> dict:
 def scheduler_configuration(
     kubeconfig: str,
     scheduler_name: str,
+    lease: tuple[str, str],
     qps: int | None = None,
     burst: int | None = None,
     profile: str = DEFAULT_PROFILE,
 ) -> dict:
-    """One profile answering to scheduler_name, no leader election.
+    """One profile answering to scheduler_name, leader election on the Lease (namespace, name)
+    with the timing gpu-scheduler is given too (contenders.py), as each runs in production.
 
     qps/burst None leaves clientConnection at kube-scheduler's own defaults,
     so the "defaults" run really is what an unconfigured kube-scheduler does.
@@ -67,6 +71,14 @@ def scheduler_configuration(
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": connection,
-        "leaderElection": {"leaderElect": False},
+        "leaderElection": {
+            "leaderElect": True,
+            "resourceLock": "leases",
+            "resourceNamespace": lease[0],
+            "resourceName": lease[1],
+            "leaseDuration": f"{LEASE_DURATION_SECONDS}s",
+            "renewDeadline": f"{RENEW_DEADLINE_SECONDS}s",
+            "retryPeriod": f"{RETRY_PERIOD_SECONDS}s",
+        },
         "profiles": [scheduler_profile],
     }

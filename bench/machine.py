@@ -1,4 +1,5 @@
-"""What the figures were measured on: the machine, its load, and the versions of everything."""
+"""What the figures were measured on: the machine, its load, and the versions of everything,
+each read from the binary that ran (`--version`) or from git, never typed."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from .paths import BIN, GPU_SCHEDULER
+from .paths import BIN, GPU_SCHEDULER, REPO
 
 
 def _first_line(argv: list[str]) -> str:
@@ -17,6 +18,25 @@ def _first_line(argv: list[str]) -> str:
         return "not found"
     lines = (out.stdout or out.stderr).strip().splitlines()
     return lines[0] if lines else "unknown"
+
+
+def git_commit(repo: Path) -> str:
+    """The commit whose code ran, and whether tracked files differed from it."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=20
+        )
+        changed = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except OSError:
+        return "unknown"
+    if head.returncode != 0 or not head.stdout.strip():
+        return "unknown"
+    return head.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else "")
 
 
 def _cpu_model() -> str:
@@ -42,6 +62,7 @@ def describe() -> dict:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "gpu_scheduler": _first_line([str(GPU_SCHEDULER), "--version"]),
+        "commit": git_commit(REPO),
         "kube_apiserver": _first_line([str(BIN / "kube-apiserver"), "--version"]),
         "kube_scheduler": _first_line([str(BIN / "kube-scheduler"), "--version"]),
         "kwok": _first_line([str(BIN / "kwok"), "--version"]),

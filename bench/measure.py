@@ -15,8 +15,8 @@ import urllib.request
 
 from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
+from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
-from .processes import CpuMeter
 from .profile import Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
@@ -25,12 +25,12 @@ from .workload import bench_pods
 
 def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.OURS:
-        return runners.ours(bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
+        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
     if key == contenders.CEILING:
-        return runners.ceiling(bench.api, bench.namespace, bench.logs, CEILING_SCHEDULER)
+        return runners.ceiling(bench.api, bench.logs, CEILING_SCHEDULER)
     if key == contenders.PYTHON_BINDER:
-        return runners.python_binder(bench.kubeconfig, bench.namespace, bench.logs, PYTHON_BINDER_SCHEDULER)
-    return runners.kube(key, bench.kubeconfig, bench.logs, KUBE_SCHEDULER)
+        return runners.python_binder(bench.kubeconfig, bench.logs, PYTHON_BINDER_SCHEDULER)
+    return runners.kube(bench.api, key, bench.kubeconfig, bench.namespace, bench.logs, KUBE_SCHEDULER)
 
 
 def attempt_seconds(runner: Runner) -> float | None:
@@ -59,14 +59,16 @@ def profile_figures(profiler: Profiler | None) -> dict:
     return {"profile": top_functions(profiler.finish(), 12)} if profiler else {}
 
 
-def cpu_meter(bench: Bench, runner: Runner) -> CpuMeter:
-    """CPU of the runner, the webhook (gunicorn and workers) and the control plane during a run.
+def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:
+    """The processes whose CPU a run counts: the runner (when it runs), the webhook (gunicorn and
+    workers) and the control plane.
 
     On two shared cores, CPU per pod says what a throughput figure costs and
     who pays it: gpu-scheduler's pods also pay for its admission webhook.
     """
     webhook = [bench.webhook.process.pid] if bench.webhook.process.running() else []
-    return CpuMeter({"runner": [runner.process.pid], "webhook": webhook, "control_plane": bench.control_plane})
+    groups = {"webhook": webhook, "control_plane": bench.control_plane}
+    return {"runner": [runner.process.pid], **groups} if runner else groups
 
 
 def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> dict:
@@ -77,18 +79,15 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     ready_seconds = runner.start()
     profiler = start_profiler(bench, runner, label)
     try:
-        cpu = cpu_meter(bench, runner)
+        work = WorkMeter()
+        work.measure_idle(cpu_groups(bench, runner))
+        pod_bodies = bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace)
+        work.start(cpu_groups(bench, runner))
         result = run_burst(
-            bench.api,
-            bench.namespace,
-            label,
-            bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace),
-            settings.threads,
-            settings.burst_timeout(pods),
+            bench.api, bench.namespace, label, pod_bodies, settings.threads, settings.burst_timeout(pods)
         )
         figures = result.to_json()
-        figures["cpu_s"] = cpu.used()
-        figures["processes_gone"] = cpu.gone()
+        figures.update(work.finish())  # cpu_s: the burst's work, from before the first pod until settled
         figures.update(settled)
         figures.update(
             key=key,
@@ -117,19 +116,17 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     watcher = BindWatcher(bench.api, bench.namespace)
     watcher.start()
     try:
+        work = WorkMeter()
+        work.measure_idle(cpu_groups(bench, None))  # the runner is not running yet: nothing to take off
         launched = time.monotonic()
-        runner.process.start()
-        cpu = cpu_meter(bench, runner)  # from launch: startup is part of draining a backlog
+        runner.launch()
+        work.start(cpu_groups(bench, runner))  # from launch: startup is part of draining a backlog
         # Sampled from launch: on a backlog it binds before it is seen ready.
         profiler = start_profiler(bench, runner, label)
         runner.wait_ready()
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
-        figures = {
-            "peak_rss_mib": runner.peak_rss_mib(),
-            "attempt_seconds": attempt_seconds(runner),
-            "cpu_s": cpu.used(),
-            "processes_gone": cpu.gone(),
-        }
+        figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
+        figures.update(work.finish())
     finally:
         watcher.stop()
         runner.stop()

@@ -12,3 +12,5 @@ LOCAL_CLUSTER_DIR = CACHE / "local-cluster"
 LOCAL_KUBECONFIG = LOCAL_CLUSTER_DIR / "kubeconfig"
 GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
 DEFAULT_OUT = CACHE / "bench" / "latest"
+# Runs of record (--record): their results.json and plot, kept in the repository.
+RECORD_DIR = REPO / "docs" / "bench"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import targets
@@ -12,16 +14,27 @@ from .contenders import (
     CEILING_WORKERS,
     CPU_RATIOS,
     LABELS,
+    LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
     OURS,
     RATIO_LABELS,
     RATIOS,
+    RENEW_DEADLINE_SECONDS,
+    RETRY_PERIOD_SECONDS,
     SHORT_LABELS,
 )
+from .cpuwork import SETTLE_TIMEOUT_SECONDS
 from .kube_scheduler import PINNED_FILTERS
-from .paths import DEFAULT_OUT
-from .summary import CPU_RATIO_GROUPS, headline_metrics, summarize_throughput
+from .paths import DEFAULT_OUT, RECORD_DIR
+from .summary import (
+    CPU_RATIO_GROUPS,
+    SATURATED_ANSWER_SHARE,
+    SATURATED_P50_MS,
+    admission_saturation,
+    headline_metrics,
+    summarize_throughput,
+)
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -30,30 +43,40 @@ NOTE_SHARED = (
     "are taken per round between runs made side by side. CPU per pod (from /proc) is the figure "
     "that noise moves least."
 )
-HOW = [
-    f"gpu-scheduler runs as in production: leader election on (a Lease in the bench namespace), "
-    f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
-    "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
-    "is measured), info logging.",
-    "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
-    "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout 5 s, matchConditions "
-    "on the schedulerName), so each of its pods pays one admission call as in production; the other "
-    "runners' pods do not go through it.",
-    "kube-scheduler v1.34, leader election off, three ways: at its default client settings with its "
-    f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
-    f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
-    "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
-    f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
-    f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
-    "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
-    "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
-    "left is the price of admission plus our own work.",
-    "Every pod carries both the map annotation and the equivalent required node affinity; only "
-    "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
-    "connections with bodies serialised in advance.",
-    "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
-    "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
-]
+
+
+def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
+    """How each contender ran, with the versions read from the binaries (machine.describe) and the
+    webhook timeout read from the chart."""
+    return [
+        "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
+        "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
+        f"the bench namespace (lease {LEASE_DURATION_SECONDS} s, renew deadline {RENEW_DEADLINE_SECONDS} s, "
+        f"retry {RETRY_PERIOD_SECONDS} s for all) and counts as ready once it holds it; the bare binders elect none.",
+        f"{machine.get('gpu_scheduler')} (commit {machine.get('commit')}) runs as in production: "
+        f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
+        "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
+        "is measured), info logging.",
+        "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
+        "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
+        f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
+        "admission call as in production; the other "
+        "runners' pods do not go through it.",
+        f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
+        f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
+        f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
+        "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
+        f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
+        f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
+        "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
+        "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
+        "left is the price of admission plus our own work.",
+        "Every pod carries both the map annotation and the equivalent required node affinity; only "
+        "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
+        "connections with bodies serialised in advance.",
+        "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
+        "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
+    ]
 
 
 def num(value: float | None, digits: int = 1, unit: str = "") -> str:
@@ -95,8 +118,9 @@ def machine_lines(results: dict) -> list[str]:
         "",
         f"Machine: {m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, "
         f"load average at start {m.get('load_average_at_start')}, at the end {m.get('load_average_at_end')}. "
-        f"Python {m.get('python')}; {m.get('gpu_scheduler')}; kube-apiserver and kube-scheduler "
-        f"{m.get('kube_apiserver')}; {m.get('kwok')}; {m.get('etcd')}; vegeta {m.get('vegeta')}.",
+        f"Python {m.get('python')}; {m.get('gpu_scheduler')} at commit {m.get('commit')}; kube-apiserver "
+        f"{m.get('kube_apiserver')}; kube-scheduler {m.get('kube_scheduler')}; {m.get('kwok')}; {m.get('etcd')}; "
+        f"vegeta {m.get('vegeta')}.",
     ]
     if settings.get("quick"):
         lines += [
@@ -105,7 +129,7 @@ def machine_lines(results: dict) -> list[str]:
             "the targets' sizes (each target says the scale it is set for and the scale it was measured at), "
             "so its PASS/MISS is an indication, not the figure to quote.",
         ]
-    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in HOW]]
+    return [*lines, "", NOTE_SHARED, "", *[f"- {line}" for line in how(m, results.get("webhook_timeout_s"))]]
 
 
 def targets_lines(checked: list[dict]) -> list[str]:
@@ -177,7 +201,7 @@ def _rate(s: dict) -> str:
 CPU_HEADER = "CPU ms per pod: scheduler / webhook / control plane"
 
 
-def _cpu(s: dict) -> str:
+def cpu_cell(s: dict) -> str:
     cpu = s.get("cpu_ms_per_pod") or {}
     return " / ".join(num(cpu.get(g), 2) for g in ("runner", "webhook", "control_plane"))
 
@@ -187,6 +211,18 @@ def _cpu_total(s: dict) -> str:
     if s["runs"] > 1:
         total += f" ({num(s['cpu_ms_per_pod_total_min'], 2)}–{num(s['cpu_ms_per_pod_total_max'], 2)})"
     return total
+
+
+def _idle(s: dict) -> str:
+    idle = s.get("idle_cores") or {}
+    return " / ".join(num(idle.get(g), 2) for g in ("runner", "webhook", "control_plane"))
+
+
+def _settle(s: dict) -> str:
+    unsettled = s.get("unsettled") or 0
+    plural = "s" if unsettled > 1 else ""
+    note = f" ({unsettled} run{plural} not settled in {SETTLE_TIMEOUT_SECONDS:g} s)" if unsettled else ""
+    return num(s.get("settle_s"), 1, " s") + note
 
 
 def _runs(s: dict) -> str:
@@ -203,7 +239,12 @@ def incomplete_lines(*modes: tuple[str, dict]) -> list[str]:
     ]
     if not lines:
         return []
-    return ["", "Incomplete runs (left out of every median and ratio):", "", *lines]
+    return [
+        "",
+        "Incomplete runs (left out of every median and ratio; every target that reads their runner is a MISS):",
+        "",
+        *lines,
+    ]
 
 
 def burst_table(summary: dict) -> list[str]:
@@ -216,9 +257,11 @@ def burst_table(summary: dict) -> list[str]:
             ms(s["latency_p99_s"]),
             ms(s["create_p99_s"]),
             str(s["create_retries"]),
-            _cpu(s),
+            cpu_cell(s),
             _cpu_total(s),
             num(s["peak_rss_mib"], 0, " MiB"),
+            _idle(s),
+            _settle(s),
         ]
         for key, label in LABELS.items()
         if (s := summary.get(key))
@@ -235,6 +278,8 @@ def burst_table(summary: dict) -> list[str]:
             CPU_HEADER,
             "CPU ms per pod, all",
             "peak RSS",
+            "idle cores subtracted: scheduler / webhook / control plane",
+            "settled after the last bind",
         ],
         rows,
     )
@@ -252,10 +297,13 @@ def throughput_lines(tp: dict) -> list[str]:
             "**Burst** (the clock runs from the first create request to the last bind). Latency is from "
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
             "request alone, which for gpu-scheduler includes its admission webhook; a create answered "
-            "429/5xx (such as a webhook timeout) is sent again and counted. CPU is what each process "
-            "group used during the run (from /proc), in milliseconds per pod bound, i.e. CPU seconds "
-            "per 1,000 pods (control plane: etcd, kube-apiserver, kube-controller-manager, kwok); the "
-            "webhook's is its CPU per admission, as each pod is admitted once.",
+            "429/5xx (such as a webhook timeout) is sent again and counted. CPU is the work each process "
+            "group did for the burst (from /proc): from just before the first pod is created until the "
+            "groups have settled after the last bind (back to their idle rates), minus each group's idle "
+            "rate, measured over the 2 s before, times that window (the rates subtracted are in the "
+            "table); in milliseconds per pod bound, i.e. CPU seconds per 1,000 pods (control plane: etcd, "
+            "kube-apiserver, kube-controller-manager, kwok); the webhook's is its CPU per admission, as "
+            "each pod is admitted once.",
             "",
             *burst_table(burst["summary"]),
             "",
@@ -269,7 +317,8 @@ def throughput_lines(tp: dict) -> list[str]:
             "**Drain** (the pods are created first with no runner up; then the runner starts on the "
             "backlog; rate = binds per second from its first bind to its last). Admission and creation are "
             "out of the clock: this is each runner's own binding capacity here. CPU is counted from the "
-            "runner's launch (its start-up included).",
+            "runner's launch (its start-up included) until the groups have settled, minus the webhook's and "
+            "the control plane's idle rates (the runner is not running before its launch).",
             "",
         ]
         rows = [
@@ -279,7 +328,7 @@ def throughput_lines(tp: dict) -> list[str]:
                 _rate(s),
                 num(s["launch_to_first_bind_s"], 2, " s"),
                 num(s["attempt_ms"], 1, " ms") if key == OURS else "—",
-                _cpu(s),
+                cpu_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]
             for key, label in LABELS.items()
@@ -338,31 +387,44 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
     ]
 
 
+def _saturated(row: dict) -> str:
+    why = admission_saturation(row)
+    return f"**yes**: {why}" if why else "no"
+
+
 def admission_lines(adm: dict) -> list[str]:
     lines = [
         f"POST {adm['endpoint']} (an AdmissionReview for a pod with a {adm['map_lines']}-line map) against "
         f"`gpu-scheduler webhook` (gunicorn, TLS, {adm['workers']} workers) with vegeta at constant rates, on "
-        "the same machine. The webhook's CPU is read from /proc around each run.",
+        f"the same machine; vegeta gives up on a request after {num(adm.get('client_timeout_s'), 0)} s, the "
+        "chart's webhook timeoutSeconds, as the apiserver would. The highest rate is held longest. The "
+        "webhook's CPU is read from /proc around each run. A rate is **saturated** when the webhook answered "
+        f"fewer than {SATURATED_ANSWER_SHARE:.0%} of the requests per second asked (answers over the run plus "
+        f"the wait for the last ones) or its median answer took over {SATURATED_P50_MS:g} ms (a backlog); "
+        "every target at a saturated rate is a MISS, whatever its error count.",
     ]
     for workload in adm.get("workloads", []):
         rows = [
             [
-                f"{r['rate']}/s",
+                f"{r['rate']}/s for {r['duration_s']:g} s",
                 num(r["achieved_rate"], 0),
+                num(r["throughput"], 0),
                 f"{r['requests']:,}",
                 num(r["p50_ms"], 2, " ms"),
                 num(r["p99_ms"], 2, " ms"),
                 num(r["max_ms"], 1, " ms"),
                 str(r["errors"]),
                 num(r.get("cpu_ms_per_request"), 3, " ms"),
+                _saturated(r),
             ]
             for r in workload["rates"]
         ]
+        header = ["rate", "sent/s", "answered/s", "requests", "p50", "p99", "max", "errors"]
         lines += [
             "",
             f"**{workload['maps'].capitalize()}**",
             "",
-            *table(["rate", "achieved", "requests", "p50", "p99", "max", "errors", "webhook CPU per request"], rows),
+            *table([*header, "webhook CPU per request", "saturated"], rows),
         ]
     return lines + stack_floor_lines(adm)
 
@@ -619,6 +681,28 @@ def write(results: dict, out: Path) -> dict:
     paths["markdown"].write_text(markdown)
     plot(results, paths["plot"])
     return {**paths, "markdown_text": markdown}
+
+
+def record_stamp(results: dict) -> str:
+    """A run of record's file name without suffix: its UTC start to the minute, and its kind."""
+    started = datetime.fromisoformat(results["started"]).astimezone(UTC)
+    kind = "scale" if (results.get("settings") or {}).get("scale") else "bench"
+    return f"{started:%Y-%m-%d-%H%M}-{kind}"
+
+
+def record(results: dict, plot_path: Path, directory: Path = RECORD_DIR) -> dict[str, Path]:
+    """Keeps a run of record in the repository: its results (as results.json has them) and its plot,
+    named by its UTC start (`docs/bench/2026-11-24-1410-bench.json` and `.png`). The README's
+    benchmark table is made from such a file (bench/readme.py). A kept record is never overwritten."""
+    stamp = record_stamp(results)
+    kept = {"json": directory / f"{stamp}.json", "plot": directory / f"{stamp}.png"}
+    for path in kept.values():
+        if path.exists():
+            raise FileExistsError(f"{path} is already kept; a run of record is never overwritten")
+    directory.mkdir(parents=True, exist_ok=True)
+    kept["json"].write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
+    shutil.copyfile(plot_path, kept["plot"])
+    return kept
 
 
 def rerender(out: Path) -> dict:

@@ -23,6 +23,7 @@ from pathlib import Path
 from kubernetes import config as kube_config
 
 from . import admission, contenders, machine, memory, profile, report, scale, statefulset, throughput
+from .chart import webhook_timeout_seconds
 from .cluster import BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
@@ -41,6 +42,8 @@ PHASES = {
 # `make bench-scale` runs this one alone (not part of `make bench`).
 SCALE_PHASES = {"scale": scale.run}
 
+# The admission targets at the highest rate read a run this long at least (QUICK mode excepted).
+MIN_HOLD_SECONDS = 60.0
 # (full, quick) defaults; quick mode finishes in a few minutes on 2 cores.
 DEFAULTS = {
     "pods": (1000, 200),
@@ -48,6 +51,7 @@ DEFAULTS = {
     "runs": (5, 1),
     "sts_replicas": (500, 60),
     "admission_seconds": (15.0, 3.0),
+    "admission_hold_seconds": (60.0, 3.0),
     "mem_pods": (10000, 500),
     "mem_nodes": (1000, 50),
 }
@@ -145,6 +149,13 @@ def parse_settings(argv: list[str] | None) -> Settings:
         help="duration of each admission rate (env BENCH_ADMISSION_SECONDS)",
     )
     add(
+        "--admission-hold-seconds",
+        type=float,
+        default=_default("admission_hold_seconds", quick, "BENCH_ADMISSION_HOLD_SECONDS", float),
+        help=f"duration of the highest admission rate, which its targets read (env BENCH_ADMISSION_HOLD_SECONDS; "
+        f"at least {MIN_HOLD_SECONDS:g} outside QUICK mode)",
+    )
+    add(
         "--admission-rates",
         default=os.environ.get("BENCH_ADMISSION_RATES", "100,500,1000"),
         help="requests per second, comma-separated (env BENCH_ADMISSION_RATES)",
@@ -171,6 +182,13 @@ def parse_settings(argv: list[str] | None) -> Settings:
         action="store_true",
         default=_flag("BENCH_STRICT"),
         help="exit 1 when a target is missed or not measured (env BENCH_STRICT=1)",
+    )
+    add(
+        "--record",
+        action="store_true",
+        default=_flag("BENCH_RECORD"),
+        help="a run of record: keep its results and plot in docs/bench/<UTC start>-<bench|scale>.json/.png, "
+        "from which `make bench-readme` makes the README's table (env BENCH_RECORD=1; not with --quick)",
     )
     add(
         "--mem-pods",
@@ -216,6 +234,16 @@ def parse_settings(argv: list[str] | None) -> Settings:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
     if args.runs < 1:
         parser.error(f"--runs/BENCH_RUNS must be at least 1, got {args.runs}")
+    if args.record and args.quick:
+        parser.error(
+            "--record/BENCH_RECORD with --quick/QUICK: a QUICK run's sizes are not the targets', it is not a run "
+            "of record"
+        )
+    if not args.quick and args.admission_hold_seconds < MIN_HOLD_SECONDS:
+        parser.error(
+            f"--admission-hold-seconds/BENCH_ADMISSION_HOLD_SECONDS must be at least {MIN_HOLD_SECONDS:g} outside "
+            f"QUICK mode (a webhook that falls behind needs time to show it), got {args.admission_hold_seconds:g}"
+        )
     return Settings(
         quick=args.quick,
         pods=args.pods,
@@ -226,6 +254,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         sts_replicas=args.sts_replicas,
         admission_rates=tuple(int(r) for r in args.admission_rates.split(",") if r),
         admission_seconds=args.admission_seconds,
+        admission_hold_seconds=args.admission_hold_seconds,
         mem_pods=args.mem_pods,
         mem_nodes=max(args.mem_nodes, args.nodes),
         out=args.out.resolve(),
@@ -238,6 +267,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         scale_pods=args.scale_pods,
         scale_nodes=args.scale_nodes,
         strict=args.strict,
+        record=args.record,
     )
 
 
@@ -249,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": settings.to_json(),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine.describe(),
+        "webhook_timeout_s": webhook_timeout_seconds(),
         "errors": {},
     }
     print(f"[   0.0s] bench {'(quick) ' if settings.quick else ''}-> {settings.out}", file=sys.stderr, flush=True)
@@ -299,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     written = report.write(results, settings.out)
     print(written["markdown_text"])
     bench.phase(f"done in {results['duration_s']:.0f}s: {written['markdown']}, {written['plot']}, {written['json']}")
+    if settings.record:
+        kept = report.record(results, written["plot"])
+        bench.phase(f"run of record kept: {kept['json']}, {kept['plot']} (README table: make bench-readme)")
     print(report.verdict_text(results), file=sys.stderr)
     return exit_code(results, settings.strict)
 

@@ -1,8 +1,8 @@
 """`make bench-scale`: scheduler_perf's scale, 5,000 KWOK nodes and 10,000 pods, side by side.
 
 gpu-scheduler and kube-scheduler at our client settings (both profiles) each
-bind one 10,000-pod burst over 5,000 nodes, in turn, as in the throughput
-phase (measure.measure_burst: the same pods but for spec.schedulerName, the
+bind one 10,000-pod burst over 5,000 nodes, in turn (the order rotated each
+round), as in the throughput phase (measure.measure_burst: the same pods but for spec.schedulerName, the
 same clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
 cost shows at this scale: every node in the node cache, every pod in the
 pods-on-nodes cache. Not part of `make bench` nor `make test`: it takes a
@@ -24,8 +24,9 @@ def run(bench: Bench) -> dict:
     bench.phase(f"scale: {settings.scale_nodes:,} nodes (creating the missing ones)")
     bench.cluster.ensure_nodes(settings.scale_nodes)
     runs = []
+    order = [k for k in RUNNERS if k in settings.runners]
     for round_no in range(1, settings.runs + 1):
-        for key in (k for k in RUNNERS if k in settings.runners):
+        for key in contenders.round_order(order, round_no):
             bench.phase(
                 f"scale round {round_no}/{settings.runs}: {contenders.LABELS[key]}, "
                 f"{settings.scale_pods:,} pods on {settings.scale_nodes:,} nodes"

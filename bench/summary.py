@@ -3,7 +3,10 @@
 An incomplete run (a timeout, a pod never created or never bound) is never
 averaged in: its figures would describe a different amount of work. It is
 left out of the medians and of its round's ratios, and listed by round with
-what went wrong, so that a report with fewer rounds than asked says why.
+what went wrong, so that a report with fewer rounds than asked says why. And
+it is never passed over: every figure a target reads from a runner with an
+incomplete round carries the reason, and that target is a MISS (targets.py),
+whatever the complete rounds say.
 """
 
 from __future__ import annotations
@@ -13,6 +16,13 @@ import math
 from .contenders import CPU_RATIOS, OURS, RATIOS
 from .stats import median, paired_ratios
 
+# A webhook's run at one rate is saturated when it answers (HTTP 200) fewer than this share of the
+# requests per second asked (vegeta's throughput: answers over the attack plus the wait for the
+# last ones, so a queue that grew during the run shows), or when its median answer takes longer
+# than SATURATED_P50_MS: about 50 times its unloaded median (2 ms here), i.e. the median request
+# waited behind a backlog (at 1,000/s, some 100 requests: Little's law).
+SATURATED_ANSWER_SHARE = 0.95
+SATURATED_P50_MS = 100.0
 CPU_GROUPS = ("runner", "webhook", "control_plane")
 # The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
 CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
@@ -39,7 +49,8 @@ def incomplete_reason(run: dict) -> str | None:
 
 
 def cpu_ms_per_pod(run: dict) -> dict[str, float]:
-    """CPU milliseconds per pod bound (= CPU seconds per 1,000 pods) of each process group, and their sum."""
+    """CPU milliseconds per pod bound (= CPU seconds per 1,000 pods) of each process group, and their sum:
+    the work of the run, its idle rate subtracted (cpuwork.py)."""
     cpu = run.get("cpu_s") or {}
     bound = run.get("bound") or 0
     per_pod = {g: (_nan(cpu.get(g)) * 1000 / bound if bound else math.nan) for g in CPU_GROUPS}
@@ -80,6 +91,10 @@ def summarize_runner(runs: list[dict]) -> dict:
         "attempt_ms": med("attempt_seconds") * 1000,
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
         "cpu_ms_per_pod": {g: median([c[g] for c in cpu]) for g in (*CPU_GROUPS, "total")},
+        # What cpuwork.WorkMeter took off (idle rate, in cores) and how long the cluster took to settle.
+        "idle_cores": {g: med("idle_cores", g) for g in CPU_GROUPS},
+        "settle_s": med("settle_s"),
+        "unsettled": sum(1 for r in complete if r.get("settled") is False),
         "cpu_ms_per_pod_total_min": min(totals, default=math.nan),
         "cpu_ms_per_pod_total_max": max(totals, default=math.nan),
         "create_errors": sum(r.get("create_errors", 0) for r in runs),
@@ -138,8 +153,41 @@ def summarize_throughput(runs: list[dict]) -> dict:
     }
 
 
+def incomplete_rounds(summary: dict, keys: tuple[str, ...]) -> str | None:
+    """Why a figure read from these runners' runs cannot pass: each one's incomplete rounds, or None."""
+    parts = []
+    for key in keys:
+        runner = summary.get(key) or {}
+        items = runner.get("incomplete") or []
+        if items:
+            rounds = ", ".join(str(item["round"]) for item in items)
+            reasons = "; ".join(dict.fromkeys(item["reason"] for item in items))
+            plural = "s" if len(items) > 1 else ""
+            parts.append(f"{runner['label']}: round{plural} {rounds} incomplete ({reasons})")
+    return "; ".join(parts) or None
+
+
+def _metric(value: float | None, scale: str, reason: str | None = None) -> dict:
+    """A headline figure; with a reason, the figure cannot pass its target (see targets.evaluate)."""
+    return {"value": value, "scale": scale, **({"reason": reason} if reason else {})}
+
+
+def _runner_metrics(metrics: dict, figures: dict, prefix: str, scale: str) -> None:
+    """Ratios, CPU ratios and our own figures of one set of rounds (a mode, or the scale run)."""
+    summary = figures["summary"]
+    for name, ratio in (figures.get("ratios") or {}).items():
+        numerator, denominators = RATIOS[name]
+        reason = incomplete_rounds(summary, (numerator, *denominators))
+        metrics[f"{prefix}ratio.{name}"] = _metric(ratio["median"], scale, reason)
+    for name, groups in (figures.get("cpu_ratios") or {}).items():
+        reason = incomplete_rounds(summary, (OURS, CPU_RATIOS[name]))
+        for group, ratio in groups.items():
+            metrics[f"{prefix}cpu_ratio.{group}.{name}"] = _metric(ratio["median"], scale, reason)
+
+
 def headline_metrics(results: dict) -> dict[str, dict]:
-    """The figures the targets check, each with the scale it was measured at: name -> {value, scale}."""
+    """The figures the targets check, each with the scale it was measured at, and why it cannot
+    pass when it cannot: name -> {value, scale[, reason]}."""
     metrics: dict[str, dict] = {}
     throughput = results.get("throughput") or {}
     for mode in ("burst", "drain"):
@@ -148,40 +196,55 @@ def headline_metrics(results: dict) -> dict[str, dict]:
             continue
         scale = f"{throughput['pods']} pods, {throughput['nodes']} nodes"
         prefix = "" if mode == "burst" else "drain."
-        for name, ratio in figures["ratios"].items():
-            metrics[f"{prefix}ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        for name, groups in (figures.get("cpu_ratios") or {}).items():
-            for group, ratio in groups.items():
-                metrics[f"{prefix}cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
+        _runner_metrics(metrics, figures, prefix, scale)
         ours = figures["summary"].get(OURS)
         if ours:
-            metrics[f"{prefix}ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
+            reason = incomplete_rounds(figures["summary"], (OURS,))
+            metrics[f"{prefix}ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
             for group, value in ours["cpu_ms_per_pod"].items():
-                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = {"value": value, "scale": scale}
+                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = _metric(value, scale, reason)
             if mode == "burst":
-                metrics["ours.latency_p99_s"] = {"value": ours["latency_p99_s"], "scale": scale}
+                metrics["ours.latency_p99_s"] = _metric(ours["latency_p99_s"], scale, reason)
     admission = results.get("admission") or {}
     for workload in admission.get("workloads", []):
         for row in workload["rates"]:
             scale = f"{row['rate']}/s for {row['duration_s']:g}s, {workload['maps']}"
             name = f"admission.{workload['key']}.{row['rate']}"
-            metrics[f"{name}.p99_ms"] = {"value": row["p99_ms"], "scale": scale}
-            metrics[f"{name}.errors"] = {"value": row["errors"], "scale": scale}
-            metrics[f"{name}.cpu_ms_per_request"] = {"value": row.get("cpu_ms_per_request"), "scale": scale}
+            saturated = admission_saturation(row)
+            reason = f"webhook saturated at {row['rate']}/s: {saturated}" if saturated else None
+            metrics[f"{name}.p50_ms"] = _metric(row["p50_ms"], scale, reason)
+            metrics[f"{name}.p99_ms"] = _metric(row["p99_ms"], scale, reason)
+            metrics[f"{name}.errors"] = _metric(row["errors"], scale, reason)
+            metrics[f"{name}.cpu_ms_per_request"] = _metric(row.get("cpu_ms_per_request"), scale, reason)
     memory = results.get("memory") or {}
     if memory.get("scheduler_peak_rss_mib") is not None:
         scale = f"{memory['pods']} pods, {memory['nodes']} nodes"
-        metrics["memory.scheduler_peak_rss_mib"] = {"value": memory["scheduler_peak_rss_mib"], "scale": scale}
-        metrics["memory.webhook_peak_rss_sum_mib"] = {"value": memory["webhook"]["sum_mib"], "scale": scale}
+        reason = memory_incomplete(memory)
+        metrics["memory.scheduler_peak_rss_mib"] = _metric(memory["scheduler_peak_rss_mib"], scale, reason)
+        metrics["memory.webhook_peak_rss_sum_mib"] = _metric(memory["webhook"]["sum_mib"], scale, reason)
     scale_run = results.get("scale") or {}
     ours = (scale_run.get("summary") or {}).get(OURS)
     if ours:
         scale = f"{scale_run['pods']} pods, {scale_run['nodes']} nodes"
-        metrics["scale.ours.peak_rss_mib"] = {"value": ours["peak_rss_mib"], "scale": scale}
-        metrics["scale.ours.pods_per_second"] = {"value": ours["pods_per_second"], "scale": scale}
-        for name, ratio in (scale_run.get("ratios") or {}).items():
-            metrics[f"scale.ratio.{name}"] = {"value": ratio["median"], "scale": scale}
-        for name, groups in (scale_run.get("cpu_ratios") or {}).items():
-            for group, ratio in groups.items():
-                metrics[f"scale.cpu_ratio.{group}.{name}"] = {"value": ratio["median"], "scale": scale}
+        reason = incomplete_rounds(scale_run["summary"], (OURS,))
+        metrics["scale.ours.peak_rss_mib"] = _metric(ours["peak_rss_mib"], scale, reason)
+        metrics["scale.ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
+        _runner_metrics(metrics, scale_run, "scale.", scale)
     return metrics
+
+
+def admission_saturation(row: dict) -> str | None:
+    """Why one rate's run of the webhook was saturated (see SATURATED_ANSWER_SHARE), or None."""
+    parts = []
+    if row["throughput"] < SATURATED_ANSWER_SHARE * row["rate"]:
+        parts.append(f"answered {row['throughput']:.0f}/s of {row['rate']}/s asked")
+    if row["p50_ms"] > SATURATED_P50_MS:
+        parts.append(f"median {row['p50_ms']:.0f} ms")
+    return "; ".join(parts) or None
+
+
+def memory_incomplete(memory: dict) -> str | None:
+    """A peak RSS says something only of a burst that bound every pod it was meant to."""
+    if memory.get("complete") and memory.get("bound") == memory.get("pods"):
+        return None
+    return f"the memory burst did not complete: {memory.get('bound')} of {memory.get('pods')} pods bound"

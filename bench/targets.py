@@ -35,29 +35,49 @@ def load(path: Path = CONFIG, run: str | None = None) -> list[dict]:
     return [t for t in targets if run is None or t["run"] == run]
 
 
+def _measured(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def evaluate(targets: list[dict], metrics: dict[str, dict]) -> list[dict]:
-    """Each target with the measured value, the scale it was measured at, and PASS/MISS."""
+    """Each target with the measured value, the scale it was measured at, and PASS/MISS.
+
+    A figure that comes with a reason (a runner it reads had an incomplete
+    round, the webhook was saturated: see summary.headline_metrics) is a MISS
+    whatever its value, even when there is no value at all: the work it
+    describes was not done, which is a failure, not an absence of data.
+    """
     checked = []
     for target in targets:
-        measured = metrics.get(target["metric"])
-        value = None if measured is None else measured["value"]
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        measured = metrics.get(target["metric"]) or {}
+        value = measured.get("value")
+        reason = measured.get("reason")
+        if reason:
+            status = MISS
+        elif not _measured(value):
             status = NOT_MEASURED
         else:
             status = PASS if OPERATORS[target["op"]](value, target["threshold"]) else MISS
         checked.append(
-            {**target, "value": value, "measured_at": measured["scale"] if measured else None, "status": status}
+            {**target, "value": value, "measured_at": measured.get("scale"), "status": status, "reason": reason}
         )
     return checked
 
 
 def shortfall(target: dict) -> str:
-    """By how much a missed target was missed, in the target's terms ("" when it was not)."""
+    """Why a missed target was missed: by how much, in the target's terms, and the reason its
+    figure could not pass, if it had one ("" when it was not missed)."""
     if target["status"] != MISS:
         return ""
     value, threshold = target["value"], target["threshold"]
-    if target["op"] == "==":
-        return f"{value:g} {target['unit']} instead of {threshold:g}"
-    if threshold and target["unit"] == "x":
-        return f"{abs(value / threshold - 1) * 100:.0f}% {'over' if value > threshold else 'short'}"
-    return f"{abs(value - threshold):.3g} {target['unit']} {'over' if value > threshold else 'short'}"
+    parts = []
+    if _measured(value) and not OPERATORS[target["op"]](value, threshold):
+        if target["op"] == "==":
+            parts.append(f"{value:g} {target['unit']} instead of {threshold:g}")
+        elif threshold and target["unit"] == "x":
+            parts.append(f"{abs(value / threshold - 1) * 100:.0f}% {'over' if value > threshold else 'short'}")
+        else:
+            parts.append(f"{abs(value - threshold):.3g} {target['unit']} {'over' if value > threshold else 'short'}")
+    if target.get("reason"):
+        parts.append(target["reason"])
+    return "; ".join(parts)

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import yaml
 
+from .chart import CHART
 from .kubeapi import KubeApi
 from .paths import BIN, GPU_SCHEDULER, REPO
 from .processes import Process, http_ok
 from .workload import MAP_ANNOTATION, PAUSE_IMAGE
 
 HELM = BIN / "helm"
-CHART = REPO / "charts" / "gpu-scheduler"
 RELEASE = "gpu-bench"
 REGISTRATION_TIMEOUT = 60.0
 

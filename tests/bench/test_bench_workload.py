@@ -65,12 +65,11 @@ def test_the_admission_review_carries_the_pod_as_a_create_request():
 
 
 def test_kube_scheduler_at_defaults_gets_no_client_settings_at_all():
-    config = scheduler_configuration("/k", "bench")
+    config = scheduler_configuration("/k", "bench", ("ns", "lease"))
     assert config["clientConnection"] == {"kubeconfig": "/k"}
-    assert config["leaderElection"] == {"leaderElect": False}
     assert config["profiles"] == [{"schedulerName": "bench"}]
 
 
 def test_kube_scheduler_matched_gets_our_qps_and_burst():
-    config = scheduler_configuration("/k", "bench", qps=500, burst=1000)
+    config = scheduler_configuration("/k", "bench", ("ns", "lease"), qps=500, burst=1000)
     assert config["clientConnection"] == {"kubeconfig": "/k", "qps": 500, "burst": 1000}

@@ -1,5 +1,6 @@
-// Command bench-ceiling binds the pending pods of one schedulerName to the
-// node their required node affinity names, with no decision at all and no
+// Command bench-ceiling binds the pending pods of one schedulerName, in every
+// namespace as the schedulers it is compared with watch them, to the node
+// their required node affinity names, with no decision at all and no
 // client-side rate limit. It is the Go one of `make bench`'s two bare binders
 // (bench/bare_binder.py is the Python one); the faster of the two in a round is
 // that round's ceiling: what the apiserver and etcd of this machine allow any
@@ -52,8 +53,9 @@ func finished(status int, body []byte) bool {
 
 type pod struct {
 	Metadata struct {
-		Name string `json:"name"`
-		UID  string `json:"uid"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		UID       string `json:"uid"`
 	} `json:"metadata"`
 	Spec struct {
 		NodeName string `json:"nodeName"`
@@ -84,13 +86,12 @@ func (p *pod) pinnedNode() string {
 }
 
 type binder struct {
-	client    *http.Client
-	server    string
-	token     string
-	namespace string
-	selector  string
-	queue     chan *pod
-	queued    map[string]bool // uids; touched by the watch goroutine only
+	client   *http.Client
+	server   string
+	token    string
+	selector string
+	queue    chan *pod
+	queued   map[string]bool // uids; touched by the watch goroutine only
 }
 
 func (b *binder) do(method, path string, body []byte) (*http.Response, error) {
@@ -126,7 +127,8 @@ func (b *binder) bindLoop() {
 			"metadata": map[string]string{"name": p.Metadata.Name, "uid": p.Metadata.UID},
 			"target":   map[string]string{"apiVersion": "v1", "kind": "Node", "name": p.pinnedNode()},
 		})
-		resp, err := b.do("POST", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/binding", b.namespace, p.Metadata.Name), body)
+		path := fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/binding", url.PathEscape(p.Metadata.Namespace), url.PathEscape(p.Metadata.Name))
+		resp, err := b.do("POST", path, body)
 		status, msg := 0, []byte(fmt.Sprint(err))
 		if err == nil {
 			msg, _ = io.ReadAll(resp.Body)
@@ -134,7 +136,7 @@ func (b *binder) bindLoop() {
 			status = resp.StatusCode
 		}
 		if !finished(status, msg) {
-			log.Printf("bind %s: HTTP %d %.200s; again", p.Metadata.Name, status, msg)
+			log.Printf("bind %s/%s: HTTP %d %.200s; again", p.Metadata.Namespace, p.Metadata.Name, status, msg)
 			go func(p *pod) { time.Sleep(retryDelay); b.queue <- p }(p)
 		}
 	}
@@ -142,7 +144,7 @@ func (b *binder) bindLoop() {
 
 // listAndWatch offers every pending pod, then every one the watch reports, until the watch ends.
 func (b *binder) listAndWatch(announce func()) error {
-	path := fmt.Sprintf("/api/v1/namespaces/%s/pods", b.namespace)
+	path := "/api/v1/pods"
 	resp, err := b.do("GET", path+"?"+url.Values{"fieldSelector": {b.selector}}.Encode(), nil)
 	if err != nil {
 		return err
@@ -224,13 +226,12 @@ func main() {
 	keyFile := flag.String("client-key-file", "", "client key (PEM)")
 	token := flag.String("token", "", "bearer token, when the kubeconfig has one")
 	insecure := flag.Bool("insecure-skip-tls-verify", false, "do not verify the apiserver's certificate")
-	namespace := flag.String("namespace", "", "namespace of the pods")
 	schedulerName := flag.String("scheduler-name", "", "bind the pods whose spec.schedulerName is this")
 	workers := flag.Int("workers", 16, "bindings posted at once")
 	http2 := flag.Bool("http2", false, "one multiplexed HTTP/2 connection instead of one HTTP/1.1 connection per worker")
 	flag.Parse()
-	if *server == "" || *namespace == "" || *schedulerName == "" {
-		log.Fatal("--server, --namespace and --scheduler-name are required")
+	if *server == "" || *schedulerName == "" {
+		log.Fatal("--server and --scheduler-name are required")
 	}
 	config, err := tlsConfig(*caFile, *certFile, *keyFile, *insecure)
 	if err != nil {
@@ -238,7 +239,7 @@ func main() {
 	}
 	b := &binder{
 		client: &http.Client{Transport: transport(config, *http2, *workers)},
-		server: *server, token: *token, namespace: *namespace,
+		server: *server, token: *token,
 		selector: "spec.schedulerName=" + *schedulerName + ",spec.nodeName=",
 		queue:    make(chan *pod, 100000), queued: map[string]bool{},
 	}

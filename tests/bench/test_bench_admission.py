@@ -1,0 +1,53 @@
+"""The admission load: the generator's timeout is the apiserver's, the top rate is held a minute."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import admission
+from bench.chart import VALUES, webhook_timeout_seconds
+from bench.run import parse_settings
+
+BENCH_ENV = ("QUICK", "BENCH_ADMISSION_HOLD_SECONDS", "BENCH_ADMISSION_SECONDS", "BENCH_ADMISSION_RATES")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in BENCH_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_webhook_timeout_is_the_charts(tmp_path: Path):
+    assert webhook_timeout_seconds() == yaml.safe_load(VALUES.read_text())["webhook"]["timeoutSeconds"]
+    values = tmp_path / "values.yaml"
+    values.write_text("webhook:\n  timeoutSeconds: 7\n")
+    assert webhook_timeout_seconds(values) == 7
+
+
+def test_the_load_generator_gives_up_when_the_apiserver_would():
+    argv = admission.attack_argv(Path("t.json"), 1000, 60.0, Path("ca.crt"), 5, Path("r.bin"))
+    assert "-timeout=5s" in argv
+    assert "-rate=1000/1s" in argv and "-duration=60s" in argv
+    assert "-lazy" not in argv
+    assert "-lazy" in admission.attack_argv(Path("t.json"), 1000, 60.0, Path("ca.crt"), 5, Path("r.bin"), lazy=True)
+
+
+def test_the_top_rate_is_held_for_a_minute_outside_quick_mode(clean_env):
+    settings = parse_settings([])
+    assert settings.admission_hold_seconds == 60
+    assert [admission.seconds_at(settings, rate) for rate in settings.admission_rates] == [15, 15, 60]
+    quick = parse_settings(["--quick"])
+    assert [admission.seconds_at(quick, rate) for rate in quick.admission_rates] == [3, 3, 3]
+
+
+def test_a_shorter_hold_than_a_minute_is_refused_outside_quick_mode(clean_env, capsys):
+    with pytest.raises(SystemExit):
+        parse_settings(["--admission-hold-seconds", "15"])
+    assert "at least 60" in capsys.readouterr().err
+
+
+def test_distinct_maps_are_never_sent_twice_even_over_a_held_minute():
+    groups = admission.distinct_groups((100, 1000), (15.0, 60.0))
+    assert [len(g) for g in groups] == [100 * 15 + 100, 1000 * 60 + 1000]
+    assert groups[0].start == 1 and groups[1].start == groups[0].stop  # group 0 is the repeated map
