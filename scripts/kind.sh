@@ -28,7 +28,9 @@
 #      Docker already, e.g. pulled from a registry; both are then loaded into
 #      the workers; pull: nothing is built or loaded, the nodes pull them from
 #      their registry, see KIND_REGISTRY), DEMO_NAMESPACE (gpu-demo),
-#      REPORT_OUT (.cache/report/report.md), KEEP.
+#      REPORT_OUT (.cache/report/report.md), KEEP, KIND_WEBHOOK_PORT (9443:
+#      the webhook's webhook.port here, not the chart's 8443, so that every run
+#      on real kubelets proves the port is followed everywhere).
 #
 # KIND_REGISTRY=HOST[:PORT]: a registry the nodes' containerd pulls from
 # (the CI job's registry, with BUILD_IMAGES=pull). `up` creates the cluster
@@ -67,6 +69,7 @@ STATE_FILE="$STATE_DIR/$CLUSTER.state"
 SCHEDULER_NAMESPACE=gpu-scheduler-system
 CHECK_NAMESPACE=gpu-scheduler-check
 SCHEDULER_RELEASE=gpu-scheduler
+KIND_WEBHOOK_PORT="${KIND_WEBHOOK_PORT:-9443}"
 CHECK_RELEASE=gpu-scheduler-check
 DEMO_NAMESPACE="${DEMO_NAMESPACE:-gpu-demo}"
 REPORT_OUT="${REPORT_OUT:-$CACHE_DIR/report/report.md}"
@@ -541,7 +544,8 @@ install_scheduler() {
     annotations=(--set-string "scheduler.podAnnotations.gpu-scheduler/image-id=$id"
       --set-string "webhook.podAnnotations.gpu-scheduler/image-id=$id")
   fi
-  helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" "${annotations[@]}"
+  helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" "${annotations[@]}" \
+    --set webhook.port="$KIND_WEBHOOK_PORT"
   # What the hook Jobs left: the Secret they made and the caBundle they wrote.
   local secret ca_bundle
   secret="$(kubectl_ -n "$SCHEDULER_NAMESPACE" get secret "$SCHEDULER_RELEASE-webhook-tls" -o jsonpath='{.type}')" ||

@@ -133,6 +133,37 @@ def test_workers_are_node1_to_node4_ready_with_alias_labels_and_simulated_gpus(k
     assert "nvidia.com/gpu" not in nodes[f"{CLUSTER}-control-plane"]["status"]["capacity"]
 
 
+# make e2e (before these tests in make test, on this cluster) installs the
+# webhook on scripts/kind.sh's KIND_WEBHOOK_PORT, not the chart's 8443, and its
+# suite is admitted through it: here, that every place names that port.
+WEBHOOK_PORT = 9443
+
+
+def test_the_webhook_installed_by_make_e2e_serves_on_the_port_it_was_given(kind):
+    found = kind.kubectl("-n", "gpu-scheduler-system", "get", "deployment", "gpu-scheduler-webhook", "-o", "json")
+    if found.returncode != 0:
+        pytest.skip("no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one")
+    container = json.loads(found.stdout)["spec"]["template"]["spec"]["containers"][0]
+    service = kind.get("-n", "gpu-scheduler-system", "service", "gpu-scheduler-webhook")
+    slices = kind.get(
+        "-n", "gpu-scheduler-system", "endpointslices", "-l", "kubernetes.io/service-name=gpu-scheduler-webhook"
+    )
+
+    assert f"--port={WEBHOOK_PORT}" in container["args"], container["args"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["https"] == WEBHOOK_PORT
+    probe = container["readinessProbe"]["httpGet"]["port"]
+    assert probe in ("https", WEBHOOK_PORT), probe
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, "https")]
+    ready = [
+        (endpoint["addresses"][0], port["port"])
+        for item in slices["items"]
+        for endpoint in item["endpoints"]
+        if endpoint["conditions"].get("ready")
+        for port in item["ports"]
+    ]
+    assert ready and all(port == WEBHOOK_PORT for _, port in ready), ready
+
+
 def test_kind_load_puts_a_locally_built_image_into_every_node(kind, echo_image):
     for node in [f"{CLUSTER}-control-plane", *WORKERS]:
         container = container_of(kind, node)
