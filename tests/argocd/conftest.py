@@ -389,7 +389,20 @@ def our_cluster_objects() -> tuple[tuple[str, str], ...]:
     """
     found = set()
     for app, chart in CHARTS.items():
-        rendered = run([HELM, "template", app, REPO / chart, "--namespace", NAMESPACES[app]])
+        # The checkout's charts name the placeholder registry, which they refuse to
+        # render; the objects' names do not depend on it.
+        rendered = run(
+            [
+                HELM,
+                "template",
+                app,
+                REPO / chart,
+                "--namespace",
+                NAMESPACES[app],
+                "--set",
+                f"image.registry={RELEASE_REGISTRY}",
+            ]
+        )
         assert rendered.returncode == 0, tail(rendered)
         for doc in yaml.safe_load_all(rendered.stdout):
             if doc and doc["kind"] in CLUSTER_KINDS:
