@@ -222,7 +222,8 @@ class Informer:
             stream.interrupt()
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """False only once its thread has started and ended (see Scheduler.dead_parts)."""
+        return self._thread.ident is None or self._thread.is_alive()
 
     def current(self, now: float | None = None) -> str | None:
         """None while the cache is listed and its list+watch works (or failed only briefly);

@@ -147,9 +147,12 @@ class Scheduler:
         return [problem for i in self.informers if (problem := i.current(now))]
 
     def dead_parts(self) -> list[str]:
+        """Threads that were started and have ended (for /healthz). One not started yet is
+        not dead: the server answers while start() is still starting them, and the caches
+        can list before the last binding thread starts."""
         dead = [f"informer {i.name}" for i in self.informers if not i.alive()]
         if not self._stopping:
-            dead += [w.name for w in self._workers if not w.is_alive()]
+            dead += [w.name for w in self._workers if w.ident is not None and not w.is_alive()]
         return dead
 
     def set_leading(self, leading: bool) -> None:
