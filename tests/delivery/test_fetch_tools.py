@@ -38,6 +38,15 @@ def fake_helm(version: str) -> str:
     return f"#!/bin/sh\n[ \"$1\" = version ] && echo '{version}' && exit 0\nexit 1\n"
 
 
+# Binaries built for another machine, as their first bytes are: a 64-bit Mach-O (macOS arm64)
+# and an aarch64 ELF header, NUL bytes and all. The NULs matter: bash runs a file that execve
+# refuses (ENOEXEC) as a shell script unless its first line holds a NUL; random bytes after a
+# magic number were run as shell code, and made empty files with random names in the folder the
+# tests ran in (the repository's top folder, seen in CI twice before this was found).
+MACH_O_ARM64 = b"\xcf\xfa\xed\xfe\x0c\x00\x00\x01\x00\x00\x00\x00\x02\x00\x00\x00" + bytes(48)
+ELF_AARCH64 = b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x02\x00\xb7\x00\x01\x00\x00\x00" + bytes(40)
+
+
 def fake_kubectl(version: str) -> str:
     document = json.dumps({"clientVersion": {"gitVersion": version}})
     return f"#!/bin/sh\n[ \"$1\" = version ] && echo '{document}' && exit 0\nexit 1\n"
@@ -118,8 +127,16 @@ class Sandbox:
             "FAKE_RELEASES": str(self.releases),
             "FAKE_CURL_CALLS": str(self.curl_calls),
         }
+        # In the sandbox: whatever the script or a tool it runs writes to its working folder
+        # stays out of the checkout.
         return subprocess.run(
-            ["/bin/bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300, check=False
+            ["/bin/bash", str(SCRIPT)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.root,
+            timeout=300,
+            check=False,
         )
 
     def tool(self, name: str) -> Path:
@@ -186,7 +203,7 @@ def test_a_download_that_does_not_match_its_published_checksum_is_not_kept(sandb
 
 def test_a_binary_that_cannot_run_on_this_machine_never_stays_in_cache_bin(sandbox):
     # What a darwin/arm64 download is on this Linux machine: not executable here.
-    sandbox.publish_helm("darwin-arm64", b"\xcf\xfa\xed\xfe" + os.urandom(64))
+    sandbox.publish_helm("darwin-arm64", MACH_O_ARM64)
     sandbox.users("kubectl", fake_kubectl("v1.34.2"))
 
     result = sandbox.run()
@@ -197,7 +214,7 @@ def test_a_binary_that_cannot_run_on_this_machine_never_stays_in_cache_bin(sandb
 
 
 def test_a_stale_binary_in_cache_bin_is_replaced_by_the_users_tool(sandbox):
-    sandbox.write(sandbox.tool("helm"), b"\x7fELF" + os.urandom(64))  # another arch's helm, left by an old version
+    sandbox.write(sandbox.tool("helm"), ELF_AARCH64)  # another arch's helm, left by an old version
     helm = sandbox.users("helm", fake_helm("v3.20.0"))
     sandbox.users("kubectl", fake_kubectl("v1.34.2"))
 
