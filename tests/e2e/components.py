@@ -55,7 +55,7 @@ def make_certs(out_dir: Path) -> Certs:
 class WebhookProcess(ManagedProcess):
     """`gpu-scheduler webhook` serving TLS on 127.0.0.1, where the host's kube-apiserver reaches it."""
 
-    def __init__(self, certs: Certs, log_path: Path) -> None:
+    def __init__(self, certs: Certs, log_path: Path, scheduler_name: str = SCHEDULER_NAME) -> None:
         self.port = free_port()
         self.certs = certs
         super().__init__(
@@ -74,7 +74,7 @@ class WebhookProcess(ManagedProcess):
                 "--workers",
                 "2",
                 "--scheduler-name",
-                SCHEDULER_NAME,
+                scheduler_name,
                 "--log-format",
                 "text",
             ],
@@ -113,6 +113,7 @@ class SchedulerProcess(ManagedProcess):
         scheduler_name: str = SCHEDULER_NAME,
         leader_election: LeaderElection | None = None,
         name: str = "scheduler",
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.metrics_port = free_port()
         argv = [
@@ -141,7 +142,7 @@ class SchedulerProcess(ManagedProcess):
         # KUBECONFIG in the environment would be the flag's default; the flag
         # is explicit, so drop it to be sure which cluster is used.
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        super().__init__(name, argv, log_path, env=env)
+        super().__init__(name, argv, log_path, env={**env, **(extra_env or {})})
 
     @property
     def base_url(self) -> str:

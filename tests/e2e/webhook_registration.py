@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
+from .workloads import SCHEDULER_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "gpu-scheduler"
@@ -33,9 +34,15 @@ KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 REGISTRATION_TIMEOUT = 30.0
 
 
-def render(release: str, base_url: str, ca_bundle: str, namespace_label: tuple[str, str] | None = None) -> list[dict]:
-    """The chart's two webhook configurations (its default values: schedulerName
-    gpu-scheduler), addressed to `base_url` (https://127.0.0.1:PORT).
+def render(
+    release: str,
+    base_url: str,
+    ca_bundle: str,
+    namespace_label: tuple[str, str] | None = None,
+    scheduler_name: str = SCHEDULER_NAME,
+) -> list[dict]:
+    """The chart's two webhook configurations (its default values but `scheduler_name`, the
+    chart's schedulerName), addressed to `base_url` (https://127.0.0.1:PORT).
 
     `namespace_label` (key, value) narrows every webhook further to namespaces
     carrying that label, so the e2e suite's webhook never handles the pods of
@@ -54,6 +61,8 @@ def render(release: str, base_url: str, ca_bundle: str, namespace_label: tuple[s
             # The chart refuses its placeholder registry even where, as here, no image is rendered.
             "--set-string",
             "image.registry=",
+            "--set-string",
+            f"schedulerName={scheduler_name}",
         ],
         check=False,
         capture_output=True,
@@ -121,7 +130,7 @@ def delete(api_client, name: str) -> None:
                 raise
 
 
-def wait_until_called(api_client, namespace: str) -> None:
+def wait_until_called(api_client, namespace: str, scheduler_name: str = SCHEDULER_NAME) -> None:
     """Waits until the API server sends our pods through the webhook.
 
     The API server picks up a new configuration from its own watch, a moment
@@ -135,7 +144,7 @@ def wait_until_called(api_client, namespace: str) -> None:
         "kind": "Pod",
         "metadata": {"name": "webhook-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0"}},
         "spec": {
-            "schedulerName": "gpu-scheduler",
+            "schedulerName": scheduler_name,
             "containers": [{"name": "probe", "image": "gpu-scheduler-check:dev"}],
         },
     }
@@ -153,15 +162,21 @@ def wait_until_called(api_client, namespace: str) -> None:
 
 
 @contextmanager
-def registered(api_client, name: str, base_url: str, ca_bundle: str) -> Iterator[None]:
-    """The chart's webhook configurations for a webhook at `base_url`, scoped to this run's
-    namespaces (RUN_LABEL=RUN_ID) so other suites sharing the cluster never meet it; proven
-    called by the API server before the body runs, deleted afterwards."""
+def registered(
+    api_client, name: str, base_url: str, ca_bundle: str, scheduler_name: str = SCHEDULER_NAME
+) -> Iterator[None]:
+    """The chart's webhook configurations for a webhook at `base_url` that serves the pods of
+    `scheduler_name`, scoped to this run's namespaces (RUN_LABEL=RUN_ID) so other suites sharing
+    the cluster never meet it; proven called by the API server before the body runs, deleted
+    afterwards."""
     try:
-        apply(api_client, render(name, base_url, ca_bundle, namespace_label=(RUN_LABEL, RUN_ID)))
+        configurations = render(
+            name, base_url, ca_bundle, namespace_label=(RUN_LABEL, RUN_ID), scheduler_name=scheduler_name
+        )
+        apply(api_client, configurations)
         probe = create_namespace(api_client, "webhook-probe")
         try:
-            wait_until_called(api_client, probe)
+            wait_until_called(api_client, probe, scheduler_name)
         finally:
             delete_namespace(api_client, probe)
         yield

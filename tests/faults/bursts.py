@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +35,26 @@ CREATE_DEADLINE = 120.0
 
 
 def burst_map(count: int) -> str:
-    """The map of a burst: index i on node(i % 4 + 1), GPU i % 4."""
-    return "".join(f"{i}={expected_node(i)}:{i % NODES}\n" for i in range(count))
+    """The map of a burst: index i on node(i % 4 + 1), with a GPU of its own (burst_device), so
+    that a scheduler under --gpu-sharing=deny can bind every pod of it at once. (A node
+    advertises 4 GPUs, and ordinals are checked against that; UUIDs are not, as long as no
+    inventory of the node's GPUs is known.) The GPUs the fault tests make pods compete for
+    are contention.py's."""
+    salt = uuid.uuid4().hex[:8]
+    return "".join(f"{i}={expected_node(i)}:{burst_device(salt, i)}\n" for i in range(count))
+
+
+def burst_device(salt: str, index: int) -> str:
+    """GPU-<uuid>, one per pod of a burst, and unlike any other burst's (salt)."""
+    return f"GPU-{salt}-0000-4000-8000-{index:012x}"
+
+
+def map_line_devices(pod: dict) -> str:
+    """What the pod's own line of its map gives CUDA_VISIBLE_DEVICES (the devices after the node)."""
+    lines = dict(
+        line.split("=", 1) for line in pod["metadata"]["annotations"]["gpu-scheduling-map"].splitlines() if line
+    )
+    return lines[str(index_of(pod["metadata"]["name"]))].split(":", 1)[1]
 
 
 def expected_node(index: int) -> str:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import ExitStack
 
 import pytest
 from e2e import webhook_registration
 from e2e.components import SchedulerProcess, WebhookProcess, make_certs
 from e2e.isolation import RUN_ID, create_namespace, delete_namespace
 from e2e.processes import ManagedProcess
+from e2e.workloads import SCHEDULER_NAME
 
 from .audit import AuditLog
+from .contention import NODES, GpuContention
 from .control_plane import LocalControlPlane, NotALocalCluster
 
 DISRUPTS = "disrupts_cluster"
@@ -122,6 +125,48 @@ def start_scheduler(kubeconfig, tmp_path):
     for process in started:
         process.stop()
         untrack(process)
+
+
+@pytest.fixture
+def webhook_serving(api_client, certs, tmp_path, request):
+    """webhook_serving(scheduler_name): makes the pods of that scheduler in this run's namespaces
+    go through our webhook, as users' pods do (CUDA_VISIBLE_DEVICES, the placement annotation):
+    the package's webhook for gpu-scheduler, else one started and registered for this test
+    (the chart's configurations with that schedulerName), removed after the test."""
+    with ExitStack() as stack:
+
+        def serve(scheduler_name: str) -> None:
+            if scheduler_name == SCHEDULER_NAME:
+                request.getfixturevalue("webhook")
+                return
+            process = track(WebhookProcess(certs, tmp_path / f"webhook-{scheduler_name}.log", scheduler_name))
+            stack.callback(untrack, process)
+            stack.callback(process.stop)
+            process.start_and_wait()
+            stack.enter_context(
+                webhook_registration.registered(
+                    api_client, f"gpu-scheduler-{scheduler_name}", process.base_url, certs.ca_bundle, scheduler_name
+                )
+            )
+
+        yield serve
+
+
+@pytest.fixture
+def gpu_contention(kubeconfig, api_client, webhook_serving):
+    """gpu_contention(scheduler_name, nodes=NODES) -> a started GpuContention (contention.py):
+    pods of that scheduler competing for one GPU of each node, and the GPU oracle reading the
+    cluster meanwhile. The webhook serves that scheduler first (webhook_serving), so the
+    contenders and the test's own pods in `ns` get CUDA_VISIBLE_DEVICES. Stopped after the test."""
+    with ExitStack() as stack:
+
+        def start(scheduler_name: str, nodes: tuple[str, ...] = NODES) -> GpuContention:
+            webhook_serving(scheduler_name)
+            contention = GpuContention(kubeconfig, api_client, scheduler_name, nodes)
+            stack.callback(contention.stop)
+            return contention.start()
+
+        yield start
 
 
 @pytest.fixture(scope="session")

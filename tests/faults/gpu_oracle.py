@@ -27,11 +27,13 @@ def devices_of(pod: dict) -> tuple[str, ...]:
     return tuple(found)
 
 
-def holders(api_client, scheduler_name: str) -> dict[tuple[str, str], list[str]]:
-    """(node, device) -> namespace/name of every live bound pod of this scheduler naming it."""
-    pods = get_json(
-        api_client, "/api/v1/pods", {"fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName!="}
-    )["items"]
+def holders(api_client, scheduler_name: str, namespace: str = "") -> dict[tuple[str, str], list[str]]:
+    """(node, device) -> namespace/name of every live bound pod of this scheduler naming it, in
+    the whole cluster or in one namespace."""
+    where = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    pods = get_json(api_client, where, {"fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName!="})[
+        "items"
+    ]
     held: dict[tuple[str, str], list[str]] = defaultdict(list)
     for pod in pods:
         if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:

@@ -20,7 +20,7 @@ from e2e.workloads import bare_pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .gpu_oracle import double_grants
+from .gpu_oracle import double_grants, holders
 
 pytestmark = [pytest.mark.faults]
 
@@ -89,11 +89,13 @@ class _BusyWatch:
 
 
 def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
-    api_client, webhook, ns, start_scheduler, scheduler_name
+    api_client, webhook_serving, ns, start_scheduler, scheduler_name
 ):
     assert RELEASES < CONTENDERS
     nodes = kwok_fake_nodes(api_client)
     assert {GPU_NODE, NOISE_NODE} <= nodes, f"the local cluster's KWOK nodes are {sorted(nodes)}"
+    # Through our webhook, so that the pods carry the CUDA_VISIBLE_DEVICES the oracle reads.
+    webhook_serving(scheduler_name)
     start_scheduler("deny", "--gpu-sharing=deny", scheduler_name=scheduler_name)
     busy = _BusyWatch(api_client, ns)
     busy.start()
@@ -104,6 +106,8 @@ def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
         seen: list[tuple[int, dict]] = []
         handovers = []
         holder = wait_for("a first contender to be bound", lambda: _one_bound(api_client, ns), HANDOVER_LIMIT)
+        # The oracle sees the holder (its containers' environment names the GPU): it is not blind.
+        assert holders(api_client, scheduler_name).get((GPU_NODE, "0")) == [f"{ns}/{holder}"]
         for release in range(RELEASES):
             core.delete_namespaced_pod(holder, ns, grace_period_seconds=0)
             released = time.monotonic()

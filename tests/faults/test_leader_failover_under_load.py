@@ -1,7 +1,8 @@
 """Two scheduler replicas with the chart's leader-election timing (lease 15 s, renew deadline
 10 s, retry 2 s): the leader is killed (-9) in the middle of a 200-pod burst; the standby
 takes the Lease when it expires, binds the rest, and no pod is bound twice (the API server's
-audit log says so, audit.py).
+audit log says so, audit.py). Under --gpu-sharing=deny, with pods competing for one GPU per
+node all along (contention.py): no GPU held twice, read from the cluster's pod list.
 
 tests/e2e/test_leader_election.py proves the hand-over on an idle cluster with a 4 s lease;
 this is the same under load, with the production timing.
@@ -27,11 +28,12 @@ JITTER = 1.2  # a standby looks again within [RETRY, 1.2 * RETRY)
 
 
 def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
-    api_client, ns, scheduler_name, start_scheduler, audit_log
+    api_client, ns, scheduler_name, start_scheduler, audit_log, gpu_contention
 ):
+    contention = gpu_contention(scheduler_name)
     election = LeaderElection(scheduler_name, ns, LEASE, RENEW, RETRY)
     replicas = [
-        start_scheduler(f"replica-{i}", "--gpu-sharing=allow", scheduler_name=scheduler_name, leader_election=election)
+        start_scheduler(f"replica-{i}", "--gpu-sharing=deny", scheduler_name=scheduler_name, leader_election=election)
         for i in (0, 1)
     ]
 
@@ -72,6 +74,7 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
     report = burst.wait()
     assert report.unfinished == [] and len(report.created) == BURST
     pods = wait_all_bound(api_client, ns, BURST, timeout=120, scheduler=standby)
+    gpus = contention.verify()
     assert misplaced(pods) == {}
     found = verdict(audit_log, ns)
     assert found.twice() == {}, f"pods bound twice: {found.twice()}"
@@ -85,5 +88,5 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
         f"\nleader killed after {sum(found.stored.values()) - len(by_standby)} binds; {standby.name} led "
         f"{takeover:.1f}s later (limit {limit:g}s; {created_at_takeover} of {BURST} pods created by then) and "
         f"bound {len(by_standby)}; audit log: no pod bound twice, {found.refused_after_bound()} second attempts "
-        f"refused; {len(events)} pods with a Scheduled event, none with two; misplaced 0; lost 0"
+        f"refused; {len(events)} pods with a Scheduled event, none with two; misplaced 0; lost 0\n{gpus}"
     )

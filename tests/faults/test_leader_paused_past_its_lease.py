@@ -4,7 +4,9 @@ It may not know yet that it lost the Lease, but its renew deadline has passed, s
 bind; it exits to restart as a standby.
 
 The oracle is the API server's audit log (audit.py): every binding carries the User-Agent of
-the process that sent it, which holds the identity it competes for the Lease with.
+the process that sent it, which holds the identity it competes for the Lease with. Under
+--gpu-sharing=deny, with pods competing for one GPU per node all along (contention.py): no GPU
+held twice, read from the cluster's pod list, and the thawed leader bound no contender either.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ PHASE = 40  # pods before the freeze, during it, and at the thaw
 
 
 def test_a_leader_paused_past_its_lease_binds_nothing_after_it_resumes(
-    api_client, ns, scheduler_name, start_scheduler, audit_log
+    api_client, ns, scheduler_name, start_scheduler, audit_log, gpu_contention
 ):
+    contention = gpu_contention(scheduler_name)
     election = LeaderElection(scheduler_name, ns, LEASE, RENEW, RETRY)
     replicas = [
-        start_scheduler(f"replica-{i}", "--gpu-sharing=allow", scheduler_name=scheduler_name, leader_election=election)
+        start_scheduler(f"replica-{i}", "--gpu-sharing=deny", scheduler_name=scheduler_name, leader_election=election)
         for i in (0, 1)
     ]
 
@@ -76,14 +79,20 @@ def test_a_leader_paused_past_its_lease_binds_nothing_after_it_resumes(
         return leader.exit_code()
 
     assert wait_for(f"{leader.name} to exit after losing the Lease", exited, 30) == 1
+    gpus = contention.verify()
 
     found = verdict(audit_log, ns)
     assert found.twice() == {}, f"pods bound twice: {found.twice()}"
-    late = [b for b in audit_log.bindings(ns) if b.user_agent == old_agent and b.received > resumed_at]
+    late = [
+        b
+        for namespace in (ns, contention.namespace)
+        for b in audit_log.bindings(namespace)
+        if b.user_agent == old_agent and b.received > resumed_at
+    ]
     stored_late = [b.pod for b in late if b.stored]
     assert stored_late == [], f"the old leader bound {stored_late} after it resumed"
     print(
         f"\nleader frozen; {standby.name} led {took_over:.1f}s later (lease {LEASE:g}s) and bound the rest; "
         f"after the thaw the old leader sent {len(late)} bindings ({len(late) - len(stored_late)} refused), "
-        f"stored none, and exited 1; {sum(found.stored.values())} pods bound, none twice"
+        f"stored none, and exited 1; {sum(found.stored.values())} pods bound, none twice\n{gpus}"
     )

@@ -15,6 +15,9 @@ binding request cannot be caught by any scheduler, kube-scheduler included.)
 NotReady: kwok-controller keeps every node Ready (--manage-all-nodes, and its node-initialize
 stage rewrites a Ready condition that is not True at once), so the test pauses kwok-controller
 (SIGSTOP) while the node's Ready condition is False, and resumes it to make the node Ready again.
+
+Under --gpu-sharing=deny, with pods competing for one GPU of each of node1..node4 all along
+(contention.py): the node changes must not make the scheduler give any GPU twice.
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ def set_ready(api_client, node: str, ready: bool) -> None:
     client.CoreV1Api(api_client).patch_node_status(node, {"status": {"conditions": [condition]}})
 
 
+def _refusals_of(scheduler, pod_key: str) -> int:
+    """How many attempts the scheduler logged as result=unschedulable for this pod."""
+    lines = scheduler.log_path.read_text(errors="replace").splitlines()
+    return sum(1 for line in lines if f" pod={pod_key} " in line and " result=unschedulable" in line)
+
+
 def node_ready(api_client, node: str) -> str | None:
     status = client.CoreV1Api(api_client).read_node_status(node).status
     return next((c.status for c in status.conditions or [] if c.type == "Ready"), None)
@@ -66,14 +75,15 @@ def node_ready(api_client, node: str) -> str | None:
 
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_says_why(
-    change, api_client, ns, certs, scheduler_name, start_scheduler, healthy_afterwards, audit_log
+    change, api_client, ns, certs, scheduler_name, start_scheduler, healthy_afterwards, audit_log, gpu_contention
 ):
     plane = healthy_afterwards
     core = client.CoreV1Api(api_client)
     node = f"faults-{change}-{uuid.uuid4().hex[:6]}"
     core.create_node(kwok_node(node))
     wait_for_node_ready(api_client, node, timeout=60)
-    scheduler = start_scheduler("scheduler", "--gpu-sharing=allow", scheduler_name=scheduler_name)
+    contention = gpu_contention(scheduler_name)
+    scheduler = start_scheduler("scheduler", "--gpu-sharing=deny", scheduler_name=scheduler_name)
     closed_port = f"https://127.0.0.1:{free_port()}/gate"
     gate = binding_gates.shut(
         api_client,
@@ -113,8 +123,10 @@ def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_s
         if change == "not-ready":
             # Let the backoff grow first: waking on the node event must beat it by far.
             def backed_off() -> None:
-                if scheduler.metric("gpu_scheduler_schedule_attempts_total", result="unschedulable") < 4:
-                    raise NotYet("fewer than 4 failed attempts")
+                # Read from its log, not the metric: the contenders' refusals count there too.
+                failed = _refusals_of(scheduler, f"{ns}/waits-0")
+                if failed < ATTEMPTS_BEFORE_WAKE:
+                    raise NotYet(f"{failed} failed attempts")
 
             wait_for(f"{ATTEMPTS_BEFORE_WAKE} failed attempts", backed_off, 30, interval=0.05)
         back = time.monotonic()
@@ -140,6 +152,7 @@ def test_a_node_that_changes_between_decision_and_bind_gets_no_pod_and_the_pod_s
             waited = time.monotonic() - back
             assert waited < WAKE_LIMIT, f"bound {waited:.1f}s after the node came back: the backoff, not the node event"
             print(f"bound {waited:.1f}s after kwok was resumed (the next retry was ~8 s off)")
+        print(contention.verify())
     finally:
         if paused:
             plane.resume("kwok-controller")

@@ -10,6 +10,10 @@ Each test here failed against the scheduler before the fixes of issue 10:
   replayed), and a silent watch went unnoticed for timeoutSeconds + 30 s;
 - /readyz never turned false once the caches had synced;
 - an event whose handler raised was dropped with no re-list.
+
+The two that bind pods while a watch is broken run under --gpu-sharing=deny with pods competing
+for GPUs all along (contention.py; on the nodes the test's own pods leave free): no GPU held
+twice, read from the cluster's pod list.
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ def test_no_pod_is_bound_before_every_cache_has_listed(
 
 
 def test_a_hold_for_a_pod_deleted_while_the_watch_was_away_ends_at_the_relist(
-    api_client, ns, scheduler_name, proxy, proxied_scheduler
+    api_client, ns, scheduler_name, proxy, proxied_scheduler, gpu_contention
 ):
     core = client.CoreV1Api(api_client)
     stall = Stream(stall_after=0)
@@ -140,6 +144,7 @@ def test_a_hold_for_a_pod_deleted_while_the_watch_was_away_ends_at_the_relist(
         return None
 
     proxy.rules.append(rule)
+    contention = gpu_contention(scheduler_name, nodes=("node2", "node3", "node4"))  # node1 is the test's
     proxied_scheduler("--gpu-sharing=deny", "--leader-elect=false")
     core.create_namespaced_pod(ns, bare_pod("first-0", "0=node1:0\n", scheduler_name=scheduler_name))
     assert wait_for("first-0 to be bound", bound(api_client, ns, "first-0"), 20) == "node1"
@@ -153,6 +158,7 @@ def test_a_hold_for_a_pod_deleted_while_the_watch_was_away_ends_at_the_relist(
     wait_for("the 410 and a new list", lambda: _relisted(proxy, expired_once), 30)
     core.create_namespaced_pod(ns, bare_pod("second-0", "0=node1:0\n", scheduler_name=scheduler_name))
     assert wait_for("second-0 to be bound to the freed GPU", bound(api_client, ns, "second-0"), 20) == "node1"
+    print(f"\n{contention.verify()}")
 
 
 def _gone(core, ns: str, name: str) -> None:
@@ -169,7 +175,7 @@ def _relisted(proxy: ApiProxy, expired: threading.Event) -> None:
 
 
 def test_a_watch_cut_mid_stream_resumes_from_the_last_version_it_saw(
-    api_client, ns, scheduler_name, proxy, proxied_scheduler
+    api_client, ns, scheduler_name, proxy, proxied_scheduler, gpu_contention
 ):
     pending = f"spec.schedulerName={scheduler_name}"
     cut_once = threading.Event()
@@ -181,7 +187,8 @@ def test_a_watch_cut_mid_stream_resumes_from_the_last_version_it_saw(
         return None
 
     proxy.rules.append(rule)
-    proxied_scheduler("--leader-elect=false")
+    contention = gpu_contention(scheduler_name)
+    proxied_scheduler("--gpu-sharing=deny", "--leader-elect=false")
     core = client.CoreV1Api(api_client)
     for i in range(6):  # pods for a node that does not exist: they stay pending
         core.create_namespaced_pod(ns, bare_pod(f"wait-{i}", f"{i}=nowhere:0\n", scheduler_name=scheduler_name))
@@ -199,6 +206,7 @@ def test_a_watch_cut_mid_stream_resumes_from_the_last_version_it_saw(
         f"resumed from {second.request.query['resourceVersion']}, the last version it saw was {seen} "
         f"(it had started from {first.request.query['resourceVersion']})"
     )
+    print(f"\n{contention.verify()}")
 
 
 def test_readyz_turns_false_while_a_cache_cannot_be_kept_current_and_true_once_it_can(
