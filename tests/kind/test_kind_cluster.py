@@ -1,7 +1,9 @@
 """KinD for real: `make kind-up`, real kubelets running real containers, `make kind-down`.
 
 One cluster for the module (tests/kind/conftest.py), in order: the nodes the
-task's map names; a pod placed on node3 by the real kube-scheduler whose
+task's map names; the release `make e2e` installed (its webhook port, its certificate
+renewed for real by the chart's CronJob with no admission failing, its webhook moved to the
+host network and back); a pod placed on node3 by the real kube-scheduler whose
 container's output `kubectl logs` shows; a Service reached by its DNS name
 from a pod on another node (CoreDNS, kube-proxy, the pod network); `kind
 load docker-image` of an image built here; a worker restarted with `docker
@@ -13,14 +15,30 @@ scripts' own logs.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import os
+import ssl
 import time
 import uuid
 
 import pytest
+from cryptography import x509
 
-from .conftest import CLUSTER, REPO, Kind, cluster_containers, docker_network_exists, kind_env, make, run, tail
+from . import renewal
+from .conftest import (
+    CLUSTER,
+    KUBECTL,
+    REPO,
+    Kind,
+    cluster_containers,
+    docker_network_exists,
+    kind_env,
+    make,
+    run,
+    tail,
+)
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]
 
@@ -162,6 +180,160 @@ def test_the_webhook_installed_by_make_e2e_serves_on_the_port_it_was_given(kind)
         for port in item["ports"]
     ]
     assert ready and all(port == WEBHOOK_PORT for _, port in ready), ready
+
+
+def installed_release(kind: Kind) -> dict:
+    """The webhook Deployment `make e2e` installed; a skip without it (a failure under CI=true,
+    where make test runs make e2e first)."""
+    found = kind.kubectl("-n", renewal.NAMESPACE, "get", "deployment", renewal.WEBHOOK_SERVICE, "-o", "json")
+    if found.returncode != 0:
+        message = "no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return json.loads(found.stdout)
+
+
+# The kubelet refreshes a Secret volume within its sync period plus its Secret cache's TTL
+# (a minute or so each by default); then the webhook notices the new files.
+VOLUME_REFRESH = 240
+
+
+def test_the_renewal_cronjob_renews_the_webhook_certificate_and_no_admission_fails_meanwhile(kind):
+    """The chart's renewal CronJob, run as a Job, replaces a serving certificate that expires
+    tomorrow; the kubelet brings the new one into every webhook pod, which serves it; and the
+    API server's calls to the webhook (a dry-run create every 0.25 s) all pass throughout."""
+    deployment = installed_release(kind)
+    port = {p["name"]: p["containerPort"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    kubectl = [str(KUBECTL), "--kubeconfig", str(kind.kubeconfig)]
+    secret = kind.get("-n", renewal.NAMESPACE, "secret", renewal.SECRET)
+    configurations = [kind.get(kind_name, renewal.RELEASE) for kind_name in renewal.CONFIGURATIONS]
+    ageing = renewal.expiring_bundle(renewal.secret_bundle(secret).cert_pem)
+    namespace = kind.namespace(f"renewal-{uuid.uuid4().hex[:6]}")
+    admissions = renewal.Admissions(str(kind.kubeconfig), namespace).start()
+    job = f"renewal-test-{uuid.uuid4().hex[:6]}"
+    try:
+        # The ageing certificate, trusted first and then stored, as `gpu-scheduler certs` does.
+        for kind_name, configuration in zip(renewal.CONFIGURATIONS, configurations, strict=True):
+            patch = json.dumps(renewal.trust_patch(configuration, ageing.ca_pem))
+            kind.ok("patch", kind_name, renewal.RELEASE, "--type=json", "-p", patch)
+        kind.ok("replace", "-f", "-", stdin=json.dumps(renewal.secret_with(secret, ageing)))
+        pods = webhook_pods(kind, deployment)
+        every_pod_serves(kind, kubectl, pods, port["https"], ageing.ca_pem, ageing.serial)
+
+        kind.ok("-n", renewal.NAMESPACE, "create", "job", job, f"--from=cronjob/{renewal.CRONJOB}")
+        completed = ("--for=condition=complete", f"job/{job}", "--timeout=180s")
+        kind.ok("-n", renewal.NAMESPACE, "wait", *completed, timeout=200)
+        log = renewal.job_log(kubectl, job)
+        renewed = renewal.secret_bundle(kind.get("-n", renewal.NAMESPACE, "secret", renewal.SECRET))
+        assert renewed.serial != ageing.serial, f"the renewal Job kept the expiring certificate:\n{log}"
+        certificate = x509.load_pem_x509_certificate(renewed.cert_pem)
+        assert certificate.not_valid_after_utc - renewal.now() > datetime.timedelta(days=300), certificate
+        new_ca = x509.load_pem_x509_certificate(renewed.ca_pem)
+        old_ca = x509.load_pem_x509_certificate(ageing.ca_pem)
+        for trusted in renewal.ca_bundles([kind.get(k, renewal.RELEASE) for k in renewal.CONFIGURATIONS]):
+            # The new CA for the new certificate; the old one while pods still serve the old.
+            assert new_ca in trusted and old_ca in trusted, trusted
+        started = time.monotonic()
+        every_pod_serves(kind, kubectl, pods, port["https"], renewed.ca_pem, renewed.serial)
+        served_after = time.monotonic() - started
+    finally:
+        admissions.stop()
+        kind.kubectl("-n", renewal.NAMESPACE, "delete", "job", job, "--ignore-not-found")
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+    assert admissions.failures == [], f"admissions failed during the renewal: {admissions.failures[:5]}"
+    assert admissions.passed >= 20, admissions.passed
+    print(
+        f"\nrenewal Job {job}: serial {ageing.serial:x} (expiring) -> {renewed.serial:x}; "
+        f"{len(pods)} webhook pods served it {served_after:.0f}s after the Job; "
+        f"{admissions.passed} admissions through the webhook meanwhile, none failed"
+    )
+
+
+HELM = REPO / ".cache" / "bin" / "helm"
+
+
+def test_the_webhook_on_the_host_network_admits_pods_and_the_release_comes_back(kind):
+    """webhook.hostNetwork=true (what a GKE private cluster or an EKS custom CNI needs), on the
+    port make e2e gave it: the webhook pods run in each node's network namespace, the Service's
+    endpoints are node addresses, and the API server's calls reach them (a dry-run create is
+    mutated). The release is then upgraded back to the pod network, as make e2e left it."""
+    installed_release(kind)
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", renewal.NAMESPACE]
+
+    def upgrade(host_network: bool) -> None:
+        done = run(
+            [*helm, "upgrade", renewal.RELEASE, REPO / "charts" / "gpu-scheduler", "--reuse-values"]
+            + ["--set", f"webhook.hostNetwork={str(host_network).lower()}", "--wait", "--timeout", "5m"],
+            timeout=400,
+        )
+        assert done.returncode == 0, tail(done)
+
+    namespace = kind.namespace(f"host-network-{uuid.uuid4().hex[:6]}")
+    upgrade(True)
+    try:
+        deployment = kind.get("-n", renewal.NAMESPACE, "deployment", renewal.WEBHOOK_SERVICE)
+        assert deployment["spec"]["template"]["spec"].get("hostNetwork") is True
+        pods = webhook_pods(kind, deployment)
+        nodes = {n["metadata"]["name"]: internal_ip(n) for n in kind.get("nodes")["items"]}
+        placed = {}
+        for pod in pods:
+            found = kind.get("-n", renewal.NAMESPACE, "pod", pod)
+            placed[pod] = (found["spec"]["nodeName"], found["status"]["podIP"])
+        assert all(ip == nodes[node] for node, ip in placed.values()), (placed, nodes)
+        assert len({node for node, _ in placed.values()}) == len(pods), f"two replicas on one node: {placed}"
+        slices = kind.get(
+            "-n", renewal.NAMESPACE, "endpointslices", "-l", f"kubernetes.io/service-name={renewal.WEBHOOK_SERVICE}"
+        )
+        addresses = {
+            (endpoint["addresses"][0], port["port"])
+            for item in slices["items"]
+            for endpoint in item["endpoints"]
+            if endpoint["conditions"].get("ready")
+            for port in item["ports"]
+        }
+        assert addresses == {(ip, WEBHOOK_PORT) for _, ip in placed.values()}, addresses
+        admissions = renewal.Admissions(str(kind.kubeconfig), namespace).start()
+        time.sleep(5)
+        admissions.stop()
+        assert admissions.failures == [] and admissions.passed >= 5, (admissions.passed, admissions.failures[:3])
+    finally:
+        upgrade(False)
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+    back = kind.get("-n", renewal.NAMESPACE, "deployment", renewal.WEBHOOK_SERVICE)
+    assert not back["spec"]["template"]["spec"].get("hostNetwork"), "the release stayed on the host network"
+    print(f"\nwebhook on the host network: {placed}; {admissions.passed} dry-run admissions through it")
+
+
+def webhook_pods(kind: Kind, deployment: dict) -> list[str]:
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    pods = kind.get("-n", renewal.NAMESPACE, "pods", "-l", selector)["items"]
+    names = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(names) == deployment["spec"]["replicas"], names
+    return names
+
+
+def every_pod_serves(kind: Kind, kubectl: list[str], pods: list[str], port: int, ca_pem: bytes, serial: int) -> None:
+    """Waits until every webhook pod serves the certificate with this serial."""
+
+    def serving() -> bool:
+        served = {pod: renewal.served_serial(kubectl, pod, port, ca_pem) for pod in pods}
+        return all(s == serial for s in served.values())
+
+    kind.wait_for(f"every webhook pod to serve certificate {serial:x}", _quietly(serving), VOLUME_REFRESH, interval=5)
+
+
+def _quietly(probe):
+    """A probe for Kind.wait_for: False instead of an error while a pod still serves a certificate
+    the given CA does not sign (the TLS check fails until the new one is served)."""
+
+    def wrapped() -> bool:
+        try:
+            return probe()
+        except (ssl.SSLError, OSError, AssertionError):
+            return False
+
+    return wrapped
 
 
 def test_kind_load_puts_a_locally_built_image_into_every_node(kind, echo_image):

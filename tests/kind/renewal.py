@@ -1,0 +1,208 @@
+"""What the certificate renewal test on KinD needs: an ageing certificate, the serials the webhook
+pods serve, and a stream of admissions that must all pass while the certificate changes.
+
+The renewal itself is the product's, for real: the chart's CronJob run as a Job, `gpu-scheduler
+certs` replacing the Secret after trusting its new CA, the kubelet refreshing the Secret volume
+of each webhook pod, the webhook reloading it. Only the ageing is the test's: a certificate
+that still has most of a year to go would be kept (a third of its lifetime must be left), so
+the test first swaps in one that expires tomorrow, signed by a CA of its own that the webhook
+configurations are taught to trust first, in the order the product itself uses.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import re
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
+
+NAMESPACE = "gpu-scheduler-system"
+RELEASE = "gpu-scheduler"
+SECRET = f"{RELEASE}-webhook-tls"
+CRONJOB = f"{RELEASE}-certs-renewal"
+WEBHOOK_SERVICE = f"{RELEASE}-webhook"
+CONFIGURATIONS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    @property
+    def serial(self) -> int:
+        return x509.load_pem_x509_certificate(self.cert_pem).serial_number
+
+
+def _key_pem(key) -> bytes:
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
+
+
+def expiring_bundle(like_cert_pem: bytes, days_left: float = 1.0, lifetime_days: float = 30.0) -> Bundle:
+    """A CA of the test's and a serving certificate for the same names as `like_cert_pem`,
+    valid for `lifetime_days` of which `days_left` are left: less than a third, so the
+    renewal must replace it."""
+    names = x509.load_pem_x509_certificate(like_cert_pem).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kind renewal test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now() - datetime.timedelta(days=lifetime_days))
+        .not_valid_after(now() + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    end = now() + datetime.timedelta(days=days_left)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, WEBHOOK_SERVICE)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(end - datetime.timedelta(days=lifetime_days))
+        .not_valid_after(end)
+        .add_extension(names.value, critical=names.critical)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return Bundle(
+        ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    )
+
+
+def secret_bundle(secret: dict) -> Bundle:
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    return Bundle(data["ca.crt"], data["tls.crt"], data["tls.key"])
+
+
+def secret_with(secret: dict, bundle: Bundle) -> dict:
+    """The Secret object with its data replaced by `bundle` (resourceVersion kept: a conflict fails)."""
+    pems = {"ca.crt": bundle.ca_pem, "tls.crt": bundle.cert_pem, "tls.key": bundle.key_pem}
+    return {**secret, "data": {key: base64.b64encode(pem).decode() for key, pem in pems.items()}}
+
+
+def ca_bundles(configurations: list[dict]) -> list[list[x509.Certificate]]:
+    """The CAs each webhook of these configurations trusts."""
+    return [
+        x509.load_pem_x509_certificates(base64.b64decode(webhook["clientConfig"]["caBundle"]))
+        for configuration in configurations
+        for webhook in configuration["webhooks"]
+    ]
+
+
+def trust_patch(configuration: dict, extra_ca_pem: bytes) -> list[dict]:
+    """A JSON patch adding a CA to every webhook's caBundle of one configuration."""
+    ops = []
+    for i, webhook in enumerate(configuration["webhooks"]):
+        current = base64.b64decode(webhook["clientConfig"]["caBundle"])
+        value = base64.b64encode(current.rstrip(b"\n") + b"\n" + extra_ca_pem).decode()
+        ops.append({"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": value})
+    return ops
+
+
+def served_serial(kubectl: list[str], pod: str, port: int, ca_pem: bytes) -> int:
+    """The serial of the certificate one webhook pod serves (through `kubectl port-forward`),
+    verified against `ca_pem` for the name the API server uses."""
+    forward = subprocess.Popen(
+        [*kubectl, "-n", NAMESPACE, "port-forward", f"pod/{pod}", f":{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = forward.stdout.readline()
+        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
+        if match is None:
+            raise AssertionError(f"kubectl port-forward pod/{pod} said {line!r}")
+        context = ssl.create_default_context(cadata=ca_pem.decode())
+        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc") as tls:
+                return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+@dataclass
+class Admissions:
+    """Server-side dry-run creates of a pod of gpu-scheduler, one every INTERVAL, in the
+    background: each goes through the API server's call to our webhook over TLS (failurePolicy
+    Fail), so a handshake that fails, or a pod without its CUDA_VISIBLE_DEVICES, is a failure."""
+
+    kubeconfig: str
+    namespace: str
+    interval: float = 0.25
+    passed: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="admissions", daemon=True)
+
+    def start(self) -> Admissions:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Admissions:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self
+
+    def _loop(self) -> None:
+        api = config.new_client_from_config(config_file=self.kubeconfig)
+        core = client.CoreV1Api(api)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "renewal-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0\n"}},
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "image": "renewal:probe"}]},
+        }
+        try:
+            while not self._stop.is_set():
+                at = time.strftime("%H:%M:%S")
+                try:
+                    created = core.create_namespaced_pod(self.namespace, pod, dry_run="All", _request_timeout=15)
+                    env = {e.name: e.value for e in created.spec.containers[0].env or []}
+                    if env.get("CUDA_VISIBLE_DEVICES") == "0":
+                        self.passed += 1
+                    else:
+                        self.failures.append(f"{at} admitted without CUDA_VISIBLE_DEVICES=0: {env}")
+                except ApiException as err:
+                    self.failures.append(f"{at} {err.status}: {str(err.body)[:300]}")
+                except (HTTPError, OSError) as err:
+                    self.failures.append(f"{at} {err.__class__.__name__}: {err}")
+                self._stop.wait(self.interval)
+        finally:
+            api.close()
+
+
+def job_log(kubectl: list[str], job: str) -> str:
+    found = subprocess.run(
+        [*kubectl, "-n", NAMESPACE, "logs", f"job/{job}"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return found.stdout + found.stderr

@@ -1,0 +1,36 @@
+"""The KinD renewal test's ageing certificate, judged by the product's own rule (no cluster).
+
+The renewal test on KinD only proves a renewal if `gpu-scheduler certs` replaces the certificate
+the test swapped in because it expires soon, not because of something else about it (its
+names, its CA): reuse_problem, which the renewal Job runs, must say exactly that.
+"""
+
+from __future__ import annotations
+
+from cryptography import x509
+from gpu_scheduler.certs.bundle import CertBundle, certificate_sans, generate_bundle, reuse_problem
+
+from . import renewal
+
+SERVICE, NAMESPACE = renewal.WEBHOOK_SERVICE, renewal.NAMESPACE
+
+
+def judged(bundle: renewal.Bundle) -> str | None:
+    names, ips = certificate_sans(x509.load_pem_x509_certificate(bundle.cert_pem))
+    return reuse_problem(CertBundle(bundle.ca_pem, bundle.cert_pem, bundle.key_pem), names, ips)
+
+
+def test_the_ageing_certificate_is_renewed_only_because_it_expires_soon():
+    installed = generate_bundle(SERVICE, NAMESPACE)
+    ageing = renewal.expiring_bundle(installed.tls_cert_pem)
+
+    assert (judged(ageing) or "").startswith("it expires soon"), judged(ageing)
+    names = certificate_sans(x509.load_pem_x509_certificate(ageing.cert_pem))
+    assert names == certificate_sans(x509.load_pem_x509_certificate(installed.tls_cert_pem))
+
+
+def test_the_same_certificate_with_most_of_its_lifetime_left_would_be_kept():
+    installed = generate_bundle(SERVICE, NAMESPACE)
+    young = renewal.expiring_bundle(installed.tls_cert_pem, days_left=25, lifetime_days=30)
+
+    assert judged(young) is None
