@@ -35,6 +35,7 @@ from .summary import (
     headline_metrics,
     summarize_throughput,
 )
+from .throughput import MODES
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -104,6 +105,9 @@ def run_name(results: dict) -> str:
         if settings.get("scale")
         else ("make bench QUICK=1" if settings.get("quick") else "make bench")
     )
+    modes = settings.get("modes")
+    if not settings.get("scale") and modes and set(modes) != set(MODES):
+        mode += f" BENCH_MODES={','.join(modes)}"  # a part of the throughput modes ran
     return (
         f"`{mode}` of {str(results.get('started', '?'))[:16].replace('T', ' ')} UTC, "
         f"{m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB"

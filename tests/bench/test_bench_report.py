@@ -4,7 +4,7 @@ import io
 import json
 import math
 
-from bench.report import json_safe, render_markdown
+from bench.report import json_safe, render_markdown, run_name
 from bench.summary import headline_metrics, summarize_throughput
 from bench.targets import MISS, NOT_MEASURED, PASS, evaluate, load
 
@@ -393,3 +393,12 @@ def test_the_idle_rates_subtracted_and_the_settling_after_the_last_bind_are_repo
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert "| idle cores subtracted: scheduler / webhook / control plane | settled after the last bind |" in markdown
     assert "| 0.01 / 0.02 / 0.30 | 2.0 s (1 run not settled in 20 s) |" in markdown
+
+
+def test_a_run_of_some_throughput_modes_names_them_so_the_readme_does_not_pass_it_for_a_full_run():
+    def named(settings: dict) -> str:
+        return run_name({"settings": settings, "started": "2026-11-26T05:03:09", "machine": {"cores": 2}})
+
+    assert named({"modes": ["burst"]}).startswith("`make bench BENCH_MODES=burst` of 2026-11-26 05:03 UTC")
+    assert named({"modes": ["burst", "drain"]}).startswith("`make bench` of")
+    assert named({"modes": ["burst"], "scale": True}).startswith("`make bench-scale` of")
