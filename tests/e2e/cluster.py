@@ -7,6 +7,9 @@ then look at exactly what `kubectl get -o json` shows.
 from __future__ import annotations
 
 import json
+import re
+import socket
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -20,6 +23,30 @@ CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 # The scheduler's --alias-label: a map may name a node by this label's value.
 ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def served_certificate(
+    kubectl: list[str], namespace: str, target: str, port: int, ca_pem: bytes, server_hostname: str
+) -> bytes:
+    """The certificate (DER) served at `target` (svc/NAME or pod/NAME) on `port`, reached through
+    `kubectl port-forward` and verified against `ca_pem` for `server_hostname`."""
+    forward = subprocess.Popen(
+        [*kubectl, "-n", namespace, "port-forward", target, f":{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = forward.stdout.readline()
+        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
+        assert match, f"kubectl port-forward {target} said {line!r}: {forward.stderr.read() if forward.poll() else ''}"
+        context = ssl.create_default_context(cadata=ca_pem.decode())
+        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=server_hostname) as tls:
+                return tls.getpeercert(binary_form=True)
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
 
 
 def get_json(api_client, path: str, query: dict | None = None) -> dict:

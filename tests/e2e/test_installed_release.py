@@ -15,9 +15,6 @@ from __future__ import annotations
 import base64
 import datetime
 import re
-import socket
-import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,7 @@ from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .cluster import get_json
+from .cluster import get_json, served_certificate
 from .conftest import INSTALLED_NAMESPACE, INSTALLED_RELEASE
 from .waiting import NotYet, wait_for
 from .workloads import bare_pod
@@ -189,23 +186,9 @@ def test_the_ca_bundle_holds_the_secrets_ca_and_was_written_by_the_patch_job(api
 def serving_certificate(kubeconfig: str, ca_bundle: bytes) -> bytes:
     """The certificate a webhook pod serves, reached through `kubectl port-forward` to its
     Service, verified against `ca_bundle` for the name the API server uses."""
-    forward = subprocess.Popen(
-        [str(KUBECTL), "--kubeconfig", kubeconfig, "-n", INSTALLED_NAMESPACE, "port-forward", f"svc/{SERVICE}", ":443"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = forward.stdout.readline()
-        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
-        assert match, f"kubectl port-forward said {line!r}: {forward.stderr.read() if forward.poll() else ''}"
-        context = ssl.create_default_context(cadata=ca_bundle.decode())
-        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname=f"{SERVICE}.{INSTALLED_NAMESPACE}.svc") as tls:
-                return tls.getpeercert(binary_form=True)
-    finally:
-        forward.terminate()
-        forward.wait(timeout=10)
+    kubectl = [str(KUBECTL), "--kubeconfig", kubeconfig]
+    hostname = f"{SERVICE}.{INSTALLED_NAMESPACE}.svc"
+    return served_certificate(kubectl, INSTALLED_NAMESPACE, f"svc/{SERVICE}", 443, ca_bundle, hostname)
 
 
 def test_the_webhook_pods_serve_the_secrets_certificate_trusted_by_the_ca_bundle(kubeconfig, api_client):

@@ -67,7 +67,6 @@ class OracleReport:
     failed_reads: int = 0  # the API server was away (a fault test's outage)
     # (node, device) -> the pods holding it when it was first seen held twice
     double_grants: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-    most_holders_seen: int = 0  # live bound pods of the scheduler naming a device, largest read
 
 
 @dataclass
@@ -153,8 +152,9 @@ class GpuContention:
         return (
             f"GPU oracle (--gpu-sharing=deny): {self.oracle.reads} reads of the cluster's pods "
             f"({self.oracle.failed_reads} failed while the API was away), {self.churn.handovers} handovers "
-            f"among {self.churn.created} contenders for {len(self.nodes)} GPUs, no GPU held twice; every GPU held "
-            f"again {settled:.1f}s after the churn stopped"
+            f"among {self.churn.created} contenders for {len(self.nodes)} GPUs (churn requests failed: "
+            f"{dict(self.churn.failed_requests) or 0}), no GPU held twice; every GPU held again {settled:.1f}s "
+            "after the churn stopped"
         )
 
     # -- the oracle -------------------------------------------------------------------------
@@ -175,7 +175,6 @@ class GpuContention:
         except (ApiException, HTTPError, OSError, AssertionError):
             self.oracle.failed_reads += 1
             return
-        self.oracle.most_holders_seen = max(self.oracle.most_holders_seen, len(held))
         for where, pods in held.items():
             if len(pods) > 1 and where not in self.oracle.double_grants:
                 self.oracle.double_grants[where] = sorted(pods)

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import re
-import socket
-import ssl
 import subprocess
 import threading
 import time
@@ -25,6 +22,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from e2e.cluster import served_certificate
+from gpu_scheduler.certs.bundle import CertBundle
+from gpu_scheduler.certs.cluster import bundle_from_secret
+from gpu_scheduler.certs.files import CA_FILE, CERT_FILE, KEY_FILE
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
@@ -41,15 +42,8 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-@dataclass(frozen=True)
-class Bundle:
-    ca_pem: bytes
-    cert_pem: bytes
-    key_pem: bytes
-
-    @property
-    def serial(self) -> int:
-        return x509.load_pem_x509_certificate(self.cert_pem).serial_number
+def serial_of(bundle: CertBundle) -> int:
+    return x509.load_pem_x509_certificate(bundle.tls_cert_pem).serial_number
 
 
 def _key_pem(key) -> bytes:
@@ -57,7 +51,7 @@ def _key_pem(key) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
 
 
-def expiring_bundle(like_cert_pem: bytes, days_left: float = 1.0, lifetime_days: float = 30.0) -> Bundle:
+def expiring_bundle(like_cert_pem: bytes, days_left: float = 1.0, lifetime_days: float = 30.0) -> CertBundle:
     """A CA of the test's and a serving certificate for the same names as `like_cert_pem`,
     valid for `lifetime_days` of which `days_left` are left: less than a third, so the
     renewal must replace it."""
@@ -90,19 +84,21 @@ def expiring_bundle(like_cert_pem: bytes, days_left: float = 1.0, lifetime_days:
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return Bundle(
+    return CertBundle(
         ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
     )
 
 
-def secret_bundle(secret: dict) -> Bundle:
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    return Bundle(data["ca.crt"], data["tls.crt"], data["tls.key"])
+def secret_bundle(secret: dict) -> CertBundle:
+    """What the Secret holds, read as `gpu-scheduler certs` reads it."""
+    bundle = bundle_from_secret(secret)
+    assert bundle is not None, f"Secret {SECRET} lacks ca.crt, tls.crt or tls.key"
+    return bundle
 
 
-def secret_with(secret: dict, bundle: Bundle) -> dict:
+def secret_with(secret: dict, bundle: CertBundle) -> dict:
     """The Secret object with its data replaced by `bundle` (resourceVersion kept: a conflict fails)."""
-    pems = {"ca.crt": bundle.ca_pem, "tls.crt": bundle.cert_pem, "tls.key": bundle.key_pem}
+    pems = {CA_FILE: bundle.ca_cert_pem, CERT_FILE: bundle.tls_cert_pem, KEY_FILE: bundle.tls_key_pem}
     return {**secret, "data": {key: base64.b64encode(pem).decode() for key, pem in pems.items()}}
 
 
@@ -128,24 +124,9 @@ def trust_patch(configuration: dict, extra_ca_pem: bytes) -> list[dict]:
 def served_serial(kubectl: list[str], pod: str, port: int, ca_pem: bytes) -> int:
     """The serial of the certificate one webhook pod serves (through `kubectl port-forward`),
     verified against `ca_pem` for the name the API server uses."""
-    forward = subprocess.Popen(
-        [*kubectl, "-n", NAMESPACE, "port-forward", f"pod/{pod}", f":{port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = forward.stdout.readline()
-        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
-        if match is None:
-            raise AssertionError(f"kubectl port-forward pod/{pod} said {line!r}")
-        context = ssl.create_default_context(cadata=ca_pem.decode())
-        with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname=f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc") as tls:
-                return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
-    finally:
-        forward.terminate()
-        forward.wait(timeout=10)
+    hostname = f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc"
+    served = served_certificate(kubectl, NAMESPACE, f"pod/{pod}", port, ca_pem, hostname)
+    return x509.load_der_x509_certificate(served).serial_number
 
 
 @dataclass

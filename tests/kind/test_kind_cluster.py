@@ -208,34 +208,34 @@ def test_the_renewal_cronjob_renews_the_webhook_certificate_and_no_admission_fai
     kubectl = [str(KUBECTL), "--kubeconfig", str(kind.kubeconfig)]
     secret = kind.get("-n", renewal.NAMESPACE, "secret", renewal.SECRET)
     configurations = [kind.get(kind_name, renewal.RELEASE) for kind_name in renewal.CONFIGURATIONS]
-    ageing = renewal.expiring_bundle(renewal.secret_bundle(secret).cert_pem)
+    ageing = renewal.expiring_bundle(renewal.secret_bundle(secret).tls_cert_pem)
     namespace = kind.namespace(f"renewal-{uuid.uuid4().hex[:6]}")
     admissions = renewal.Admissions(str(kind.kubeconfig), namespace).start()
     job = f"renewal-test-{uuid.uuid4().hex[:6]}"
     try:
         # The ageing certificate, trusted first and then stored, as `gpu-scheduler certs` does.
         for kind_name, configuration in zip(renewal.CONFIGURATIONS, configurations, strict=True):
-            patch = json.dumps(renewal.trust_patch(configuration, ageing.ca_pem))
+            patch = json.dumps(renewal.trust_patch(configuration, ageing.ca_cert_pem))
             kind.ok("patch", kind_name, renewal.RELEASE, "--type=json", "-p", patch)
         kind.ok("replace", "-f", "-", stdin=json.dumps(renewal.secret_with(secret, ageing)))
         pods = webhook_pods(kind, deployment)
-        every_pod_serves(kind, kubectl, pods, port["https"], ageing.ca_pem, ageing.serial)
+        every_pod_serves(kind, kubectl, pods, port["https"], ageing.ca_cert_pem, renewal.serial_of(ageing))
 
         kind.ok("-n", renewal.NAMESPACE, "create", "job", job, f"--from=cronjob/{renewal.CRONJOB}")
         completed = ("--for=condition=complete", f"job/{job}", "--timeout=180s")
         kind.ok("-n", renewal.NAMESPACE, "wait", *completed, timeout=200)
         log = renewal.job_log(kubectl, job)
         renewed = renewal.secret_bundle(kind.get("-n", renewal.NAMESPACE, "secret", renewal.SECRET))
-        assert renewed.serial != ageing.serial, f"the renewal Job kept the expiring certificate:\n{log}"
-        certificate = x509.load_pem_x509_certificate(renewed.cert_pem)
+        assert renewal.serial_of(renewed) != renewal.serial_of(ageing), f"the renewal Job kept it:\n{log}"
+        certificate = x509.load_pem_x509_certificate(renewed.tls_cert_pem)
         assert certificate.not_valid_after_utc - renewal.now() > datetime.timedelta(days=300), certificate
-        new_ca = x509.load_pem_x509_certificate(renewed.ca_pem)
-        old_ca = x509.load_pem_x509_certificate(ageing.ca_pem)
+        new_ca = x509.load_pem_x509_certificate(renewed.ca_cert_pem)
+        old_ca = x509.load_pem_x509_certificate(ageing.ca_cert_pem)
         for trusted in renewal.ca_bundles([kind.get(k, renewal.RELEASE) for k in renewal.CONFIGURATIONS]):
             # The new CA for the new certificate; the old one while pods still serve the old.
             assert new_ca in trusted and old_ca in trusted, trusted
         started = time.monotonic()
-        every_pod_serves(kind, kubectl, pods, port["https"], renewed.ca_pem, renewed.serial)
+        every_pod_serves(kind, kubectl, pods, port["https"], renewed.ca_cert_pem, renewal.serial_of(renewed))
         served_after = time.monotonic() - started
     finally:
         admissions.stop()
@@ -244,7 +244,7 @@ def test_the_renewal_cronjob_renews_the_webhook_certificate_and_no_admission_fai
     assert admissions.failures == [], f"admissions failed during the renewal: {admissions.failures[:5]}"
     assert admissions.passed >= 20, admissions.passed
     print(
-        f"\nrenewal Job {job}: serial {ageing.serial:x} (expiring) -> {renewed.serial:x}; "
+        f"\nrenewal Job {job}: serial {renewal.serial_of(ageing):x} (expiring) -> {renewal.serial_of(renewed):x}; "
         f"{len(pods)} webhook pods served it {served_after:.0f}s after the Job; "
         f"{admissions.passed} admissions through the webhook meanwhile, none failed"
     )

@@ -15,9 +15,9 @@ from . import renewal
 SERVICE, NAMESPACE = renewal.WEBHOOK_SERVICE, renewal.NAMESPACE
 
 
-def judged(bundle: renewal.Bundle) -> str | None:
-    names, ips = certificate_sans(x509.load_pem_x509_certificate(bundle.cert_pem))
-    return reuse_problem(CertBundle(bundle.ca_pem, bundle.cert_pem, bundle.key_pem), names, ips)
+def judged(bundle: CertBundle) -> str | None:
+    names, ips = certificate_sans(x509.load_pem_x509_certificate(bundle.tls_cert_pem))
+    return reuse_problem(bundle, names, ips)
 
 
 def test_the_ageing_certificate_is_renewed_only_because_it_expires_soon():
@@ -25,7 +25,7 @@ def test_the_ageing_certificate_is_renewed_only_because_it_expires_soon():
     ageing = renewal.expiring_bundle(installed.tls_cert_pem)
 
     assert (judged(ageing) or "").startswith("it expires soon"), judged(ageing)
-    names = certificate_sans(x509.load_pem_x509_certificate(ageing.cert_pem))
+    names = certificate_sans(x509.load_pem_x509_certificate(ageing.tls_cert_pem))
     assert names == certificate_sans(x509.load_pem_x509_certificate(installed.tls_cert_pem))
 
 
