@@ -55,9 +55,13 @@ def make_certs(out_dir: Path) -> Certs:
 class WebhookProcess(ManagedProcess):
     """`gpu-scheduler webhook` serving TLS on 127.0.0.1, where the host's kube-apiserver reaches it."""
 
-    def __init__(self, certs: Certs, log_path: Path, scheduler_name: str = SCHEDULER_NAME) -> None:
+    def __init__(
+        self, certs: Certs, log_path: Path, scheduler_name: str = SCHEDULER_NAME, kubeconfig: str | None = None
+    ) -> None:
+        """With `kubeconfig` it reads nodes (--read-nodes), as the chart's webhook does by default."""
         self.port = free_port()
         self.certs = certs
+        reads_nodes = ["--read-nodes", "true", "--kubeconfig", kubeconfig] if kubeconfig else []
         super().__init__(
             "webhook",
             [
@@ -77,6 +81,7 @@ class WebhookProcess(ManagedProcess):
                 scheduler_name,
                 "--log-format",
                 "text",
+                *reads_nodes,
             ],
             log_path,
         )

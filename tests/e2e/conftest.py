@@ -99,13 +99,13 @@ def e2e_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="package")
-def webhook(api_client, e2e_dir):
+def webhook(api_client, kubeconfig, e2e_dir):
     """The webhook, registered and answering; None when the installed one is used."""
     if USE_INSTALLED:
         yield None
         return
     certs = make_certs(e2e_dir / "certs")
-    process = _track(WebhookProcess(certs, e2e_dir / "webhook.log"))
+    process = _track(WebhookProcess(certs, e2e_dir / "webhook.log", kubeconfig=kubeconfig))
     name = f"gpu-scheduler-e2e-{RUN_ID}"
     try:
         process.start_and_wait()

@@ -63,7 +63,7 @@ def start(api_client, namespace: str) -> None:
     stop_processes()  # a second `make demo` starts afresh
     DEMO_DIR.mkdir(parents=True, exist_ok=True)
     certs = make_certs(DEMO_DIR / "certs")
-    webhook = WebhookProcess(certs, DEMO_DIR / "webhook.log")
+    webhook = WebhookProcess(certs, DEMO_DIR / "webhook.log", kubeconfig=kubeconfig())
     scheduler = SchedulerProcess(kubeconfig(), DEMO_DIR / "scheduler.log")
     for process in (webhook, scheduler):
         process.start()

@@ -14,6 +14,7 @@ from gpu_scheduler.webhook.admission import (
     mutate,
     validate,
 )
+from gpu_scheduler.webhook.nodes import NodeFacts, NodeReadError
 
 SCHEDULER = "gpu-scheduler"
 MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
@@ -237,14 +238,77 @@ def test_a_pod_created_on_another_node_than_its_map_line_names_is_refused_naming
     assert decision.fields["nodeName"] == "node1"
 
 
-def test_a_pod_created_on_a_node_its_map_line_may_name_by_alias_is_admitted_with_a_warning_naming_both():
-    # The webhook knows no nodes: node3 may be kind-worker's alias label, or another node.
+def test_without_node_access_a_pod_created_on_a_node_its_line_may_name_by_alias_gets_a_warning_naming_both():
+    # node3 may be kind-worker's alias label, or another node: only reading the node can tell.
     decision = mutate(pinned("kind-worker", "node3"), SCHEDULER)
     assert decision.result == PATCHED
     assert decision.review["response"]["warnings"] == [
         "pod ml/train-2: spec.nodeName kind-worker is not node3, the node of line 1 of its map; "
-        "unless node3 is kind-worker's alias label, it gets another node's devices (0,1,2)"
+        "unless node3 is kind-worker's alias label, it gets another node's devices (0,1,2); "
+        "not checked: the webhook may not read nodes"
     ]
+
+
+class Nodes:
+    """The webhook's NodeReader as admission uses it, over a fixed set of nodes
+    (the reader itself runs against kube-apiserver in test_webhook_node_reader_cluster)."""
+
+    alias_label = "gpu-node-name"
+
+    def __init__(self, aliases, error=None):
+        self.aliases, self.error, self.asked = aliases, error, []
+
+    def node(self, name):
+        self.asked.append(name)
+        if self.error:
+            raise NodeReadError(self.error)
+        if name not in self.aliases:
+            return None
+        return NodeFacts(name, self.aliases[name])
+
+
+def test_a_pod_created_on_the_node_whose_alias_its_line_names_is_admitted_without_a_warning():
+    nodes = Nodes({"kind-worker": "node3"})
+    decision = mutate(pinned("kind-worker", "node3"), SCHEDULER, nodes)
+    assert decision.result == PATCHED
+    assert "warnings" not in decision.review["response"]
+    assert nodes.asked == ["kind-worker"]
+
+
+@pytest.mark.parametrize(
+    ("aliases", "why"),
+    [
+        ({"kind-worker": "node1"}, "kind-worker's gpu-node-name label is node1"),
+        ({"kind-worker": None}, "kind-worker has no gpu-node-name label"),
+        ({}, "no node kind-worker exists"),
+    ],
+)
+def test_a_pod_created_on_a_node_whose_alias_is_not_its_lines_node_is_refused_naming_both(aliases, why):
+    # Issue 16, point 10: it was admitted with a warning and ran with node3's devices.
+    decision = mutate(pinned("kind-worker", "node3"), SCHEDULER, Nodes(aliases))
+    assert decision.result == DENIED
+    message = decision.review["response"]["status"]["message"]
+    assert message == (
+        "pod ml/train-2: spec.nodeName is kind-worker but line 1 of its gpu-scheduling-map names node node3 "
+        f"(and {why}), so it would run on kind-worker with CUDA_VISIBLE_DEVICES=0,1,2, devices of node3; "
+        "leave spec.nodeName out (gpu-scheduler binds the pod to its line's node) or make the two agree"
+    )
+
+
+def test_a_node_that_cannot_be_read_gets_a_warning_not_a_failed_admission():
+    nodes = Nodes({}, error="could not read node kind-worker: GET /api/v1/nodes/kind-worker: HTTP 403: forbidden")
+    decision = mutate(pinned("kind-worker", "node3"), SCHEDULER, nodes)
+    assert decision.result == PATCHED
+    (warning,) = decision.review["response"]["warnings"]
+    assert warning.endswith(
+        "not checked: could not read node kind-worker: GET /api/v1/nodes/kind-worker: HTTP 403: forbidden"
+    )
+
+
+def test_a_line_node_too_long_for_an_alias_is_refused_without_reading_the_node():
+    nodes = Nodes({"node1": LONG_NODE})
+    assert mutate(pinned("node1", LONG_NODE), SCHEDULER, nodes).result == DENIED
+    assert nodes.asked == []
 
 
 @pytest.mark.parametrize("node_name", ["node3", LONG_NODE, None])

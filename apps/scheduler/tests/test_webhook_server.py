@@ -274,8 +274,8 @@ def test_health_and_readiness(server):
 
 
 def test_a_pod_created_on_another_node_than_its_map_line_is_refused_over_tls_naming_both(server):
-    # Issue 16, point 10. The webhook knows no nodes, so only a line's node too long to be
-    # an alias label value is certainly another node; a shorter one gets a warning. (Placed
+    # Issue 16, point 10. This webhook may not read nodes, so only a line's node too long to
+    # be an alias label value is certainly another node; a shorter one gets a warning. (Placed
     # after the tests that read the log's last "mutate patched" line: this one logs another.)
     long_node = "gpu-worker-03.rack-17.frankfurt-2.training-cluster.example.internal"
     review = golden("mutate-statefulset-pod")
@@ -292,7 +292,8 @@ def test_a_pod_created_on_another_node_than_its_map_line_is_refused_over_tls_nam
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
     assert answer["warnings"] == [
         "pod ml/train-2: spec.nodeName node1 is not node3, the node of line 1 of its map; "
-        "unless node3 is node1's alias label, it gets another node's devices (0,1)"
+        "unless node3 is node1's alias label, it gets another node's devices (0,1); "
+        "not checked: the webhook may not read nodes"
     ]
 
 

@@ -2,7 +2,8 @@
 
 `mutate` gives a pod of our scheduler the placement its map names: the
 CUDA_VISIBLE_DEVICES env in every container and the placement annotation; it
-refuses a pod created on a node (spec.nodeName) other than its map line's.
+refuses a pod created on a node (spec.nodeName) other than its map line's
+(reading that node's alias label when it may read nodes).
 `validate` rejects a workload whose map does not parse, so the mistake shows
 at `kubectl apply` instead of as pods that never start.
 
@@ -31,6 +32,7 @@ from ..placement import (
     placement_for,
     pod_key,
 )
+from .nodes import NodeReader, NodeReadError
 from .patch import (
     CONTAINER_LISTS,
     new_ephemeral_containers_patch,
@@ -204,9 +206,12 @@ def _map_errors(err: InvalidMapError) -> str:
 # -- /mutate ---------------------------------------------------------------
 
 
-def mutate(review: object, scheduler_name: str) -> Decision:
+def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None) -> Decision:
     """Give a new pod of `scheduler_name` its placement, or deny it with the reason;
-    give a debug container added to a running pod of ours the devices of its pod."""
+    give a debug container added to a running pod of ours the devices of its pod.
+
+    `nodes` reads a node's alias label; without it a pod created on a node
+    that may be its map line's alias is allowed with a warning."""
     request = read_review(review)
     if _request_kind(request) != ("", "Pod"):
         raise BadRequest(f"/mutate handles Pods, got {_request_kind(request)[1][:60]!r}; fix the webhook's rules")
@@ -240,41 +245,59 @@ def mutate(review: object, scheduler_name: str) -> Decision:
         # No scheduler runs for a pod created with spec.nodeName: only here can
         # anything say that its containers get the devices of another node.
         fields["nodeName"] = node_name
-        if _surely_another_node(entry):
-            return _deny(request, _created_on_another_node(fields["pod"], node_name, entry), fields)
-        warnings.append(_created_on_maybe_another_node(fields["pod"], node_name, entry))
+        refusal, warning = _judge_node_name(fields["pod"], node_name, entry, nodes)
+        if refusal:
+            return _deny(request, refusal, fields)
+        if warning:
+            warnings.append(warning)
     overflow = annotation_overflow(pod, entry)
     if overflow:
         return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
     return _patched(request, placement_patch(pod, entry), fields, warnings)
 
 
-def _surely_another_node(entry: MapEntry) -> bool:
-    """Whether the line's node, which is not spec.nodeName, is certainly another node.
+def _judge_node_name(
+    who: str, node_name: str, entry: MapEntry, nodes: NodeReader | None
+) -> tuple[str | None, str | None]:
+    """(refusal, warning) for a pod created on `node_name`, which is not its line's node.
 
-    The webhook knows no nodes (it has no access to the API), so it cannot
-    resolve an alias as the scheduler does (scheduling/nodes.py): a line's node
-    that could be an alias label value may be the alias of spec.nodeName, and
-    only a warning says it may not be; one too long for a label value can only
-    be a node's name, so it names another node for certain.
+    The line may still name that node by its alias label value, as the
+    scheduler resolves it (scheduling/nodes.py). A node too long for a label
+    value can only be a node's name, so it is another node for certain;
+    otherwise the node's label says, when the webhook may read nodes. A node
+    that cannot be read gets a warning, never a failed admission.
     """
-    return not may_be_alias(entry.node)
+    if not may_be_alias(entry.node):
+        return _created_on_another_node(who, node_name, entry, "and it is too long to be an alias"), None
+    if nodes is None:
+        return None, _created_on_maybe_another_node(who, node_name, entry, "the webhook may not read nodes")
+    try:
+        node = nodes.node(node_name)
+    except NodeReadError as err:
+        return None, _created_on_maybe_another_node(who, node_name, entry, str(err))
+    if node is None:
+        return _created_on_another_node(who, node_name, entry, f"and no node {node_name} exists"), None
+    if node.alias == entry.node:
+        return None, None
+    label = nodes.alias_label
+    why = f"and {node_name}'s {label} label is {node.alias}" if node.alias else f"and {node_name} has no {label} label"
+    return _created_on_another_node(who, node_name, entry, why), None
 
 
-def _created_on_another_node(who: str, node_name: str, entry: MapEntry) -> str:
+def _created_on_another_node(who: str, node_name: str, entry: MapEntry, why: str) -> str:
     return (
         f"pod {who}: spec.nodeName is {node_name} but line {entry.line} of its {MAP_ANNOTATION} names node "
-        f"{entry.node}, so it would run on {node_name} with {CUDA_ENV}={entry.cuda_visible_devices}, "
+        f"{entry.node} ({why}), so it would run on {node_name} with {CUDA_ENV}={entry.cuda_visible_devices}, "
         f"devices of {entry.node}; leave spec.nodeName out (gpu-scheduler binds the pod to its line's node) "
         "or make the two agree"
     )
 
 
-def _created_on_maybe_another_node(who: str, node_name: str, entry: MapEntry) -> str:
+def _created_on_maybe_another_node(who: str, node_name: str, entry: MapEntry, why: str) -> str:
     return (
         f"pod {who}: spec.nodeName {node_name} is not {entry.node}, the node of line {entry.line} of its map; "
         f"unless {entry.node} is {node_name}'s alias label, it gets another node's devices "
-        f"({entry.cuda_visible_devices})"
+        f"({entry.cuda_visible_devices}); not checked: {why}"
     )
 
 

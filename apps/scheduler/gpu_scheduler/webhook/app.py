@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -12,6 +13,7 @@ from werkzeug.exceptions import HTTPException
 
 from . import admission
 from .metrics import CONTENT_TYPE, WebhookMetrics
+from .nodes import NodeReader
 
 # The API server refuses request bodies over 3 MiB, so no real AdmissionReview
 # is larger; anything bigger is turned away before it is read.
@@ -45,9 +47,12 @@ def parse_body(data: bytes) -> object:
         raise admission.BadRequest(f"the body is not JSON ({err})") from None
 
 
-def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], object]) -> Flask:
+def create_app(
+    scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], object], nodes: NodeReader | None = None
+) -> Flask:
     """The WSGI app. `ready()` tells /readyz whether a good serving certificate is loaded
-    (truthy) and, as text, until when it is valid."""
+    (truthy) and, as text, until when it is valid; `nodes`, when given, reads the
+    node a pod is created on (admission.mutate)."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
@@ -102,7 +107,7 @@ def create_app(scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[],
 
     @app.post("/mutate")
     def mutate() -> Response:
-        return admit("mutate", admission.mutate)
+        return admit("mutate", functools.partial(admission.mutate, nodes=nodes))
 
     @app.post("/validate")
     def validate() -> Response:

@@ -6,7 +6,7 @@ import argparse
 import logging
 import tempfile
 
-from ..config import env, env_help, positive_int
+from ..config import boolean, env, env_help, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=env("SCHEDULER_NAME", "gpu-scheduler"),
         help=env_help("schedulerName of the pods to handle", "SCHEDULER_NAME"),
     )
+    parser.add_argument(
+        "--read-nodes",
+        type=boolean,
+        default=boolean(env("WEBHOOK_READ_NODES", "false")),
+        help=env_help(
+            "read the node a pod is created on (spec.nodeName) to refuse it when its map line names another "
+            "node (true|false); needs get on nodes (the chart's webhook.readNodes). Without it such a pod "
+            "only gets a warning",
+            "WEBHOOK_READ_NODES",
+        ),
+    )
+    parser.add_argument(
+        "--alias-label",
+        default=env("ALIAS_LABEL", "gpu-node-name"),
+        help=env_help("node label whose value a map may use instead of the node name", "ALIAS_LABEL"),
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG", None),
+        help=env_help("kubeconfig for --read-nodes; in-cluster credentials when unset", "KUBECONFIG"),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,8 +119,32 @@ def run(args: argparse.Namespace) -> int:
         args.threads,
     )
 
+    configuration = None  # API credentials for --read-nodes
+    if args.read_nodes:
+        from kubernetes.config.config_exception import ConfigException
+
+        from ..kube.client import load_configuration
+
+        try:
+            configuration = load_configuration(args.kubeconfig)
+        except (ConfigException, OSError, ValueError) as err:
+            log.error(
+                "webhook: --read-nodes needs API credentials: %s; mount the service account token "
+                "(the chart does with webhook.readNodes) or pass --kubeconfig",
+                err,
+            )
+            return 1
+
     def app_factory():
-        return create_app(args.scheduler_name, WebhookMetrics(tls.not_after), ready=tls.status)
+        # Each worker its own client (connection pool), made after the fork.
+        reader = None
+        if configuration is not None:
+            from ..kube.client import USER_AGENT, KubeClient
+            from .nodes import NodeReader
+
+            client = KubeClient(configuration, pool_size=4, user_agent=USER_AGENT + "-webhook")
+            reader = NodeReader(client, args.alias_label)
+        return create_app(args.scheduler_name, WebhookMetrics(tls.not_after), ready=tls.status, nodes=reader)
 
     WebhookServer(options, tls, app_factory).run()
     return 0

@@ -1,0 +1,74 @@
+"""What the webhook reads of a node: its alias label, by a GET of that one node.
+
+Only a pod created with spec.nodeName set, whose map line names another node,
+needs it (no scheduler runs for such a pod, so only admission can say that its
+containers would get another node's devices). Those pods are rare, so a GET
+with a short cache costs less than a node informer in every gunicorn worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from ..kube.client import ApiError, KubeClient
+
+# A node's alias label rarely changes; a few seconds of staleness only delays
+# when a relabelled node's pods are judged by the new label.
+CACHE_SECONDS = 10.0
+# Well inside the webhook's own timeoutSeconds (chart default 10), so that an
+# apiserver too slow to answer gets a warning, not a failed admission.
+READ_TIMEOUT_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """A node as admission sees it: None for a node that does not exist."""
+
+    name: str
+    alias: str | None
+
+
+class NodeReadError(Exception):
+    """The node could not be read (no answer, forbidden, ...): nothing is known of it."""
+
+
+class NodeReader:
+    """GET /api/v1/nodes/<name>, cached per name for CACHE_SECONDS; thread-safe."""
+
+    def __init__(self, client: KubeClient, alias_label: str, clock=time.monotonic) -> None:
+        self._client = client
+        self._alias_label = alias_label
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, NodeFacts | None]] = {}
+
+    @property
+    def alias_label(self) -> str:
+        return self._alias_label
+
+    def node(self, name: str) -> NodeFacts | None:
+        """The node called `name`, or None when there is none; NodeReadError when unknown."""
+        now = self._clock()
+        with self._lock:
+            cached = self._cache.get(name)
+        if cached and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        facts = self._read(name)
+        with self._lock:
+            self._cache[name] = (now, facts)
+        return facts
+
+    def _read(self, name: str) -> NodeFacts | None:
+        path = f"/api/v1/nodes/{quote(name, safe='')}"
+        try:
+            node = self._client.call("GET", path, timeout=READ_TIMEOUT_SECONDS)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise NodeReadError(f"could not read node {name}: {err}") from None
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        alias = labels.get(self._alias_label)
+        return NodeFacts(name, alias if isinstance(alias, str) else None)
