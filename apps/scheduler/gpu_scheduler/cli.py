@@ -21,9 +21,17 @@ SUBCOMMANDS = {
     ),
     "certs": ("gpu_scheduler.certs.command", "create the webhook's CA and serving certificate (files or a Secret)"),
     "map": ("gpu_scheduler.mapcli", "validate a gpu-scheduling-map or generate one for a cluster"),
+    "gpus": (
+        "gpu_scheduler.gpuscli",
+        "show each node's GPUs (from its published inventory) and the live pods holding them",
+    ),
     "smoke-test": (
         "gpu_scheduler.smoketest",
         "prove an installed release works: a probe pod admitted with CUDA_VISIBLE_DEVICES and bound by its map",
+    ),
+    "agent": (
+        "gpu_scheduler.agent.command",
+        "publish this node's GPUs (NVML) on its Node object for the scheduler and `gpu-scheduler gpus`",
     ),
 }
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from gpu_scheduler.kube.client import KubeClient, load_configuration
-from gpu_scheduler.scheduler.runner import ASSIGNED_SELECTOR
+from gpu_scheduler.kube.objects import ASSIGNED_SELECTOR
 from kubernetes import client
 
 pytestmark = pytest.mark.cluster

@@ -239,6 +239,10 @@ def held_devices(pod: Mapping) -> tuple[str, ...]:
         return ()
 
 
+# The pods that take a node's resources: on a node and not finished (kube-scheduler's selector).
+ASSIGNED_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
 def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
     """A pod on a node, of any scheduler: what it takes of the node; for this scheduler's
     pods, also the GPUs it holds."""

@@ -28,7 +28,7 @@ from gpu_scheduler.kube.binder import BIND_TIMEOUT_SECONDS, BindOutcome, BindRes
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
 from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
-from gpu_scheduler.kube.objects import assigned_pod, node_info, pod_key, trim_pending_pod
+from gpu_scheduler.kube.objects import ASSIGNED_SELECTOR, assigned_pod, node_info, pod_key, trim_pending_pod
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
 from gpu_scheduler.scheduling import AssignedPod, Decision, NodeInfo, SharingPolicy
 
@@ -42,7 +42,6 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 IDLE_POLL_SECONDS = 0.5
 # kube-scheduler's field selector for the pods its cache keeps: on a node and not finished.
 # A pod that finishes leaves the selector, which the watch reports as DELETED.
-ASSIGNED_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class Scheduler:
         self._leading = False
         self._stopping = False
         self._in_flight = 0
+        self._inventory_problems: dict[str, str] = {}  # node -> why its inventory was unreadable, as logged
 
         name = config.scheduler_name
         pending_path = f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace else "/api/v1/pods"
@@ -394,13 +394,30 @@ class Scheduler:
         self._update(self.state.assigned_delete, pod)
 
     def _nodes_replace(self, nodes: list[NodeInfo], _listed_at: float) -> None:
+        for node in nodes:
+            self._report_inventory(node)
         self._update(self.state.nodes_replace, nodes)
 
     def _node_upsert(self, node: NodeInfo) -> None:
+        self._report_inventory(node)
         self._update(self.state.node_upsert, node)
 
     def _node_delete(self, node: NodeInfo) -> None:
+        self._inventory_problems.pop(node.name, None)
         self._update(self.state.node_delete, node.name)
+
+    def _report_inventory(self, node: NodeInfo) -> None:
+        """Logs a node's unreadable GPU inventory once per problem (only the node watch's
+        thread calls this): the node is then scheduled as if it published none."""
+        problem = node.inventory_problem
+        if problem == self._inventory_problems.get(node.name):
+            return
+        if problem is None:
+            del self._inventory_problems[node.name]
+            log.info("node %s's GPU inventory is readable again", node.name)
+            return
+        self._inventory_problems[node.name] = problem
+        log.warning("%s; its GPUs are checked as if it published no inventory", problem)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class SchedulerState:
         names = {n.name for n in nodes}
         for name in self.cache.nodes.names():
             if name not in names:
-                self.cache.nodes.delete(name)
+                self.cache.delete_node(name)
         woke = False
         for node in nodes:
             woke = self.node_upsert(node) or woke
@@ -100,13 +100,13 @@ class SchedulerState:
         """A node appeared or changed: pods waiting on it (by name or alias) are tried again at
         once, since any change to what the filters read may let them on."""
         before = self.cache.nodes.get(node.name)
-        after = self.cache.nodes.upsert(node)
+        after = self.cache.upsert_node(node)
         if before == after:
             return False
         return self._wake(after.name, after.alias, before.alias if before else None)
 
     def node_delete(self, name: str) -> None:
-        self.cache.nodes.delete(name)
+        self.cache.delete_node(name)
 
     # -- attempts ------------------------------------------------------------------------------------
 

@@ -32,11 +32,11 @@ another pod. Pure and single-threaded; the runner calls it under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .ledger import GpuLedger
-from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex
+from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
 from .resources import EMPTY_USAGE, NodeUsage, Requests
 
 
@@ -109,6 +109,18 @@ class ClusterCache:
 
     def __len__(self) -> int:
         return len(self._pods)
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo | Mapping) -> NodeInfo:
+        """Stores the node; its published inventory re-keys the GPUs held on it (scheduling.ledger)."""
+        info = self.nodes.upsert(node)
+        self.ledger.set_inventory(info.name, info.inventory)
+        return info
+
+    def delete_node(self, name: str) -> NodeInfo | None:
+        self.ledger.set_inventory(name, None)
+        return self.nodes.delete(name)
 
     # -- the scheduler's own decisions --------------------------------------------------------
 

@@ -44,8 +44,15 @@ def _ordinal_beyond(device: str, count: int) -> bool:
 
 
 def gpu_reasons(devices: tuple[str, ...], node: NodeInfo) -> list[str]:
-    """Ordinals at or beyond the node's nvidia.com/gpu capacity, when the node advertises one.
-    UUIDs cannot be checked against anything the node object says and pass."""
+    """Devices the node does not have. Where it publishes its inventory, any device the
+    inventory cannot resolve (ordinal, GPU or MIG UUID), the node's GPUs listed; else
+    ordinals at or beyond its nvidia.com/gpu capacity, when it advertises one (UUIDs
+    cannot be checked against anything else the node object says and pass)."""
+    if node.inventory is not None:
+        unknown = [d for d in devices if node.inventory.resolve(d) is None]
+        if not unknown:
+            return []
+        return [f"node(s) had no GPU {', '.join(unknown)} (its GPUs: {node.inventory.describe()})"]
     if not node.gpus_advertised:
         return []
     beyond = [d for d in devices if d.isascii() and d.isdigit() and _ordinal_beyond(d, node.gpus)]

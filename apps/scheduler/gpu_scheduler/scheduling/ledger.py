@@ -5,11 +5,15 @@ the same name is another pod, and the old one's late DELETED event must not
 free the new one's GPUs. Devices are compared by placement.device_identity, so
 `0` and `00`, or a UUID in upper and lower case, are one GPU.
 
-GPU 0, that GPU's GPU-<uuid> and a MIG-<uuid> on it are one GPU too, and
-without an inventory of each node's GPUs the ledger cannot tell. So it also
-says which other pods hold devices on a node written another way
-(placement.device_spelling; spelling_conflicts): --gpu-sharing=deny refuses
-those as it refuses a held GPU, since they may be one.
+GPU 0, that GPU's GPU-<uuid> and a MIG-<uuid> on it are one GPU too. Where a
+node publishes its inventory (scheduling.inventory, written by `gpu-scheduler
+agent`), every device is resolved to the physical GPU it is: one key per GPU,
+and one per MIG device under its GPU, so a whole GPU conflicts with each of
+its MIG devices while two MIG devices of one GPU do not conflict. Without an
+inventory the ledger cannot tell, so it also says which other pods hold
+devices on the node written another way (placement.device_spelling;
+spelling_conflicts): --gpu-sharing=deny refuses those as it refuses a held
+GPU, since they may be one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import enum
 from collections.abc import Iterable
 
 from ..placement import device_identity, device_spelling
+from .inventory import Inventory
 
 
 class SharingPolicy(enum.Enum):
@@ -35,24 +40,73 @@ class SharingPolicy(enum.Enum):
 
 
 class GpuLedger:
-    """(node, device) pairs held by pods, by UID; each pod's name is kept for messages."""
+    """(node, GPU key) pairs held by pods, by UID; each pod's name is kept for messages.
+
+    A key is the device's identity where the node has no inventory, else the
+    physical GPU's UUID ("gpu-..."), or "<gpu uuid>/<mig uuid>" for a MIG device;
+    a device the inventory does not know keeps its identity.
+    """
 
     def __init__(self) -> None:
-        self._by_pod: dict[str, tuple[str, str, tuple[str, ...]]] = {}  # uid -> (pod key, node, device identities)
-        self._holders: dict[tuple[str, str], set[str]] = {}  # (node, device identity) -> uids
+        # uid -> (pod key, node, devices as written, one per identity)
+        self._by_pod: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._keys: dict[str, frozenset[str]] = {}  # uid -> the keys it holds
+        self._holders: dict[tuple[str, str], set[str]] = {}  # (node, key) -> uids
+        self._mig_keys: dict[tuple[str, str], set[str]] = {}  # (node, gpu key) -> its MIG keys held
         # node -> spelling -> uid -> the pod's first device written that way, as written
         self._spelled: dict[str, dict[str, dict[str, str]]] = {}
+        self._inventories: dict[str, Inventory] = {}  # node -> its published GPUs
+
+    # -- inventories ----------------------------------------------------------------------------
+
+    def set_inventory(self, node: str, inventory: Inventory | None) -> bool:
+        """The node's GPUs as it publishes them (None: unknown). The pods on the node are
+        held again under the new keys; returns whether anything changed."""
+        if self._inventories.get(node) == inventory:
+            return False
+        if inventory is None:
+            self._inventories.pop(node, None)
+        else:
+            self._inventories[node] = inventory
+        for uid, (key, held_node, devices) in list(self._by_pod.items()):
+            if held_node == node:
+                self.hold(uid, key, node, devices)
+        return True
+
+    def inventory(self, node: str) -> Inventory | None:
+        return self._inventories.get(node)
+
+    def _key(self, node: str, device: str) -> tuple[str, str | None]:
+        """(key, the key of its GPU when the device is a MIG device, else None)."""
+        inventory = self._inventories.get(node)
+        ref = inventory.resolve(device) if inventory is not None else None
+        if ref is None:
+            return device_identity(device), None
+        gpu = ref.gpu_uuid.lower()
+        if ref.mig_uuid is None:
+            return gpu, None
+        return f"{gpu}/{ref.mig_uuid.lower()}", gpu
+
+    # -- holding --------------------------------------------------------------------------------
 
     def hold(self, uid: str, pod_key: str, node: str, devices: Iterable[str]) -> None:
         """The pod holds these GPUs on this node (replacing what it held before)."""
         self.release(uid)
-        devices = tuple(devices)
-        identities = tuple(dict.fromkeys(device_identity(d) for d in devices))
-        if not identities:
+        unique: dict[str, str] = {}  # identity -> the device as first written
+        for device in devices:
+            unique.setdefault(device_identity(device), device)
+        devices = tuple(unique.values())
+        if not devices:
             return
-        self._by_pod[uid] = (pod_key, node, identities)
-        for device in identities:
-            self._holders.setdefault((node, device), set()).add(uid)
+        self._by_pod[uid] = (pod_key, node, devices)
+        keys = set()
+        for device in devices:
+            key, gpu = self._key(node, device)
+            keys.add(key)
+            self._holders.setdefault((node, key), set()).add(uid)
+            if gpu is not None:
+                self._mig_keys.setdefault((node, gpu), set()).add(key)
+        self._keys[uid] = frozenset(keys)
         spellings = self._spelled.setdefault(node, {})
         for device in devices:
             spellings.setdefault(device_spelling(device), {}).setdefault(uid, device)
@@ -62,15 +116,16 @@ class GpuLedger:
         held = self._by_pod.pop(uid, None)
         if held is None:
             return None
-        _, node, identities = held
-        for device in identities:
-            holders = self._holders.get((node, device))
+        _, node, devices = held
+        for key in self._keys.pop(uid):
+            holders = self._holders.get((node, key))
             if holders is not None:
                 holders.discard(uid)
                 if not holders:
-                    del self._holders[(node, device)]
+                    del self._holders[(node, key)]
+                    self._forget_mig_key(node, key)
         spellings = self._spelled.get(node, {})
-        for spelling in {device_spelling(device) for device in identities}:
+        for spelling in {device_spelling(device) for device in devices}:
             spelled = spellings.get(spelling)
             if spelled is not None:
                 spelled.pop(uid, None)
@@ -80,6 +135,16 @@ class GpuLedger:
             self._spelled.pop(node, None)
         return node
 
+    def _forget_mig_key(self, node: str, key: str) -> None:
+        gpu, slash, _ = key.partition("/")
+        if not slash:
+            return
+        keys = self._mig_keys.get((node, gpu))
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._mig_keys[(node, gpu)]
+
     def holds(self, uid: str) -> bool:
         return uid in self._by_pod
 
@@ -88,11 +153,17 @@ class GpuLedger:
         held = self._by_pod.get(uid)
         return held[1] if held else None
 
+    # -- conflicts ------------------------------------------------------------------------------
+
     def conflicts(self, uid: str, node: str, devices: Iterable[str]) -> list[tuple[str, str]]:
-        """(other pod's key, device as requested) for each device another pod holds on that node."""
+        """(other pod's key, device as requested) for each device another pod holds on that
+        node: the same GPU or MIG device, a MIG device of a GPU asked whole, or the whole GPU
+        of a MIG device asked."""
         found = []
         for device in devices:
-            holders = self._holders.get((node, device_identity(device)), ())
+            key, gpu = self._key(node, device)
+            overlapping = {key, gpu} if gpu is not None else {key, *self._mig_keys.get((node, key), ())}
+            holders = set().union(*(self._holders.get((node, k), ()) for k in overlapping if k))
             for other in sorted(self._by_pod[h][0] for h in holders if h != uid):
                 found.append((other, device))
         return found
@@ -100,7 +171,10 @@ class GpuLedger:
     def spelling_conflicts(self, uid: str, node: str, devices: Iterable[str]) -> list[tuple[str, str, str]]:
         """(other pod's key, a device it holds, a device asked) for each other pod that holds
         devices on that node written another way (placement.device_spelling) than devices
-        asked: they may be one GPU. One entry per pod and pair of spellings."""
+        asked: they may be one GPU. One entry per pod and pair of spellings. None on a node
+        that publishes its inventory: there every device is resolved to its GPU."""
+        if node in self._inventories:
+            return []
         asked: dict[str, str] = {}
         for device in devices:
             asked.setdefault(device_spelling(device), device)
@@ -113,7 +187,7 @@ class GpuLedger:
         return found
 
     def holders(self) -> dict[tuple[str, str], frozenset[str]]:
-        """(node, device identity) -> UIDs holding it: for invariant checks and debugging."""
+        """(node, GPU key) -> UIDs holding it: for invariant checks and debugging."""
         return {where: frozenset(uids) for where, uids in self._holders.items()}
 
     def held_per_node(self) -> dict[str, int]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..placement import PlacementError
+from .inventory import INVENTORY_ANNOTATION, Inventory, InventoryError
 
 DEFAULT_ALIAS_LABEL = "gpu-node-name"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -49,6 +50,10 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    # The GPUs `gpu-scheduler agent` publishes (None: none published, or unreadable, and
+    # then inventory_problem says why it could not be read).
+    inventory: Inventory | None = None
+    inventory_problem: str | None = None
 
     @classmethod
     def from_api(cls, node: Mapping, alias_label: str = DEFAULT_ALIAS_LABEL) -> NodeInfo:
@@ -67,6 +72,7 @@ class NodeInfo:
         except (TypeError, ValueError):
             gpus = 0
         labels = meta.get("labels") or {}
+        inventory, problem = _inventory(meta)
         taints = tuple(
             Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
             for t in spec.get("taints") or ()
@@ -82,7 +88,19 @@ class NodeInfo:
             gpus_advertised=GPU_RESOURCE in capacity,
             labels=dict(labels),
             taints=taints,
+            inventory=inventory,
+            inventory_problem=problem,
         )
+
+
+def _inventory(meta: Mapping) -> tuple[Inventory | None, str | None]:
+    text = (meta.get("annotations") or {}).get(INVENTORY_ANNOTATION)
+    if text is None:
+        return None, None
+    try:
+        return Inventory.from_annotation(text, f"node {meta.get('name', '')}'s annotation {INVENTORY_ANNOTATION}"), None
+    except InventoryError as err:
+        return None, str(err)
 
 
 class NodeIndex:

@@ -1,0 +1,184 @@
+"""`gpu-scheduler gpus`: who holds which GPU, per node, from the cluster's state.
+
+Read-only: one list of nodes and one of the pods on nodes, as the scheduler's
+caches read them. A pod holds the devices its containers were given at
+creation (kube.objects.held_devices), resolved to a node's physical GPUs by
+the node's published inventory exactly as the scheduler's ledger resolves
+them (Inventory.resolve). A node that publishes no inventory shows its held
+devices as written, since nothing can say which GPU they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+
+from .config import env, env_help
+from .scheduling.inventory import Inventory
+from .scheduling.nodes import DEFAULT_ALIAS_LABEL, NodeInfo
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help=env_help("kubeconfig file", "KUBECONFIG"))
+    parser.add_argument(
+        "--scheduler-name",
+        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        help=env_help("schedulerName whose pods hold GPUs", "SCHEDULER_NAME"),
+    )
+    parser.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
+    parser.add_argument("--output", "-o", choices=("text", "json"), default="text", help="output format")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    pod: str  # namespace/name
+    device: str  # as its map wrote it
+    since: str  # when it was bound (its PodScheduled condition), RFC 3339
+
+
+@dataclass(slots=True)
+class Slot:
+    """One GPU, or one MIG device of it, and the pods holding it."""
+
+    index: int | None
+    uuid: str
+    model: str = ""
+    profile: str = ""  # a MIG device's, e.g. "3g.20gb"
+    holders: list[Holder] = field(default_factory=list)
+    mig: list[Slot] = field(default_factory=list)
+
+    def document(self) -> dict:
+        out: dict = {"uuid": self.uuid, "heldBy": [_holder_document(h) for h in self.holders]}
+        if self.index is not None:
+            out = {"index": self.index, **out, "model": self.model, "mig": [m.document() for m in self.mig]}
+        else:
+            out["profile"] = self.profile
+        return out
+
+
+@dataclass(slots=True)
+class NodeGpus:
+    name: str
+    inventory: bool  # whether the node publishes one
+    gpus: list[Slot] = field(default_factory=list)
+    # devices held on the node that no GPU of its inventory is (or, without one, every held device)
+    unresolved: dict[str, list[Holder]] = field(default_factory=dict)
+    problem: str | None = None  # why its published inventory could not be read
+
+    def document(self) -> dict:
+        return {
+            "name": self.name,
+            "inventoryPublished": self.inventory,
+            "inventoryProblem": self.problem,
+            "gpus": [g.document() for g in self.gpus],
+            "unresolved": [
+                {"device": device, "heldBy": [_holder_document(h) for h in holders]}
+                for device, holders in sorted(self.unresolved.items())
+            ],
+        }
+
+
+def _holder_document(holder: Holder) -> dict:
+    return {"pod": holder.pod, "device": holder.device, "since": holder.since}
+
+
+def node_gpus(node: NodeInfo, holdings: list[tuple[str, tuple[str, ...], str]]) -> NodeGpus:
+    """One node's GPUs and holders; `holdings` are (pod key, devices, since) of the pods on it."""
+    report = NodeGpus(node.name, node.inventory is not None, problem=node.inventory_problem)
+    inventory: Inventory | None = node.inventory
+    slots: dict[str, Slot] = {}
+    if inventory is not None:
+        for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+            slot = Slot(gpu.index, gpu.uuid, gpu.model)
+            slots[gpu.uuid.lower()] = slot
+            for mig in gpu.mig_devices:
+                migslot = Slot(None, mig.uuid, profile=mig.profile)
+                slot.mig.append(migslot)
+                slots[mig.uuid.lower()] = migslot
+            report.gpus.append(slot)
+    for pod, devices, since in holdings:
+        for device in devices:
+            ref = inventory.resolve(device) if inventory is not None else None
+            holder = Holder(pod, device, since)
+            if ref is None:
+                report.unresolved.setdefault(device, []).append(holder)
+            else:
+                slots[(ref.mig_uuid or ref.gpu_uuid).lower()].holders.append(holder)
+    return report
+
+
+def _since(pod: dict) -> str:
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return condition.get("lastTransitionTime") or ""
+    return status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp") or ""
+
+
+def report(nodes: list[dict], pods: list[dict], scheduler_name: str) -> list[NodeGpus]:
+    """Every node's GPUs and their holders, from API objects (nodes and pods on nodes)."""
+    from .kube.objects import assigned_pod
+
+    on_node: dict[str, list[tuple[str, tuple[str, ...], str]]] = {}
+    for pod in pods:
+        held = assigned_pod(pod, scheduler_name)
+        if held.devices:
+            on_node.setdefault(held.node, []).append((held.key, held.devices, _since(pod)))
+    infos = sorted((NodeInfo.from_api(n, DEFAULT_ALIAS_LABEL) for n in nodes), key=lambda n: n.name)
+    return [node_gpus(info, sorted(on_node.get(info.name, []))) for info in infos]
+
+
+def render_text(reports: list[NodeGpus]) -> str:
+    rows = [("NODE", "GPU", "UUID", "MODEL / MIG", "HELD BY", "SINCE")]
+    for node in reports:
+        if node.problem:
+            rows.append((node.name, "-", "-", f"inventory unreadable: {node.problem}", "", ""))
+        elif not node.inventory:
+            rows.append((node.name, "-", "-", "no inventory published (gpu-scheduler agent)", "", ""))
+        for gpu in node.gpus:
+            rows.extend(_slot_rows(node.name, str(gpu.index), gpu.uuid, gpu.model, gpu.holders))
+            for mig in gpu.mig:
+                rows.extend(_slot_rows(node.name, f"{gpu.index}/mig", mig.uuid, f"MIG {mig.profile}", mig.holders))
+        for device, holders in sorted(node.unresolved.items()):
+            what = "not in its inventory" if node.inventory else "as written"
+            rows.extend(_slot_rows(node.name, device, "-", what, holders))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _slot_rows(node: str, gpu: str, uuid: str, what: str, holders: list[Holder]) -> list[tuple[str, ...]]:
+    if not holders:
+        return [(node, gpu, uuid, what, "(free)", "")]
+    return [(node, gpu, uuid, what, h.pod, h.since) for h in holders]
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubernetes.config.config_exception import ConfigException
+
+    from .kube.client import ApiError, new_client
+    from .kube.objects import ASSIGNED_SELECTOR
+
+    try:
+        client = new_client(args.kubeconfig or None, pool_size=2, qps=0, burst=1)
+        nodes = client.get("/api/v1/nodes")["items"]
+        pods = client.get("/api/v1/pods", {"fieldSelector": ASSIGNED_SELECTOR})["items"]
+    except (ConfigException, OSError, ValueError) as err:
+        print(f"gpu-scheduler gpus: cannot load the cluster configuration: {err}", file=sys.stderr)
+        return 1
+    except ApiError as err:
+        print(f"gpu-scheduler gpus: {err}", file=sys.stderr)
+        return 1
+    if args.node:
+        missing = sorted(set(args.node) - {n["metadata"]["name"] for n in nodes})
+        if missing:
+            print(f"gpu-scheduler gpus: no node {', '.join(missing)} in the cluster", file=sys.stderr)
+            return 1
+        nodes = [n for n in nodes if n["metadata"]["name"] in args.node]
+    reports = report(nodes, pods, args.scheduler_name)
+    if args.output == "json":
+        print(json.dumps({"nodes": [r.document() for r in reports]}, indent=2))
+    else:
+        print(render_text(reports))
+    return 0
