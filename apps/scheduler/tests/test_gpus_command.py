@@ -1,0 +1,86 @@
+"""`gpu-scheduler gpus` on API objects: holders per physical GPU, MIG devices under their GPU,
+devices no GPU of the inventory is, and nodes without an inventory."""
+
+from __future__ import annotations
+
+from gpu_scheduler.gpuscli import render_text, report
+from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Gpu, Inventory, MigDevice
+
+GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
+GPU1 = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
+MIG_A = "MIG-5e6f7a8b-0000-4000-8000-00000000000a"
+INVENTORY = Inventory(
+    "550.54.15",
+    (
+        Gpu(
+            0,
+            GPU0,
+            "00000000:07:00.0",
+            "NVIDIA A100-SXM4-40GB",
+            40960,
+            0,
+            True,
+            (MigDevice(MIG_A, "3g.20gb", 1, 0, 20096),),
+        ),
+        Gpu(1, GPU1, "00000000:0F:00.0", "NVIDIA A100-SXM4-40GB", 40960, 0),
+    ),
+)
+
+
+def node(name: str, inventory: Inventory | None) -> dict:
+    annotations = {INVENTORY_ANNOTATION: inventory.to_annotation()} if inventory else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "status": {}}
+
+
+def pod(name: str, node_name: str, devices: str, scheduler: str = "gpu-scheduler") -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": node_name,
+            "containers": [{"name": "main", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": devices}]}],
+        },
+        "status": {
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-26T08:00:00Z"}]
+        },
+    }
+
+
+def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
+    pods = [
+        pod("a-0", "node3", "0"),
+        pod("b-0", "node3", "GPU-" + GPU0[4:].upper()),
+        pod("c-0", "node3", MIG_A),
+    ]
+    pods.append(pod("other-0", "node3", "1", scheduler="default-scheduler"))  # not ours: holds nothing
+    pods.append(pod("lost-0", "node3", "GPU-ffffffff-0000-4000-8000-000000000000"))
+    (node3,) = report([node("node3", INVENTORY)], pods, "gpu-scheduler")
+    document = node3.document()
+    gpu0, gpu1 = document["gpus"]
+    assert [h["pod"] for h in gpu0["heldBy"]] == ["ml/a-0", "ml/b-0"]
+    assert gpu0["heldBy"][0]["since"] == "2026-11-26T08:00:00Z"
+    assert [h["pod"] for h in gpu0["mig"][0]["heldBy"]] == ["ml/c-0"]
+    assert gpu1["heldBy"] == []
+    assert document["unresolved"] == [
+        {
+            "device": "GPU-ffffffff-0000-4000-8000-000000000000",
+            "heldBy": [
+                {
+                    "pod": "ml/lost-0",
+                    "device": "GPU-ffffffff-0000-4000-8000-000000000000",
+                    "since": "2026-11-26T08:00:00Z",
+                }
+            ],
+        }
+    ]
+    text = render_text([node3])
+    rows = [line.split() for line in text.splitlines()]
+    assert any(row[:3] == ["node3", "1", GPU1] and row[-1] == "(free)" for row in rows), text
+    assert "not in its inventory" in text
+
+
+def test_a_node_without_an_inventory_shows_its_held_devices_as_written():
+    (node1,) = report([node("node1", None)], [pod("a-0", "node1", "0,1")], "gpu-scheduler")
+    assert node1.document()["inventoryPublished"] is False
+    assert sorted(node1.unresolved) == ["0", "1"]
+    assert "no inventory published" in render_text([node1])
