@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 
-from .config import env, env_help
+from .config import env, env_help, positive_int
 from .placement import InvalidMapError, parse_map_uncached
+from .scheduling.inventory import INVENTORY_ANNOTATION
+from .scheduling.map_plan import DEVICE_SPELLINGS, INDEX, UUID, NodePlan, plan_node, plan_ordinals
 from .scheduling.nodes import GPU_RESOURCE, NodeInfo
 
 
@@ -22,9 +24,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     validate.add_argument("file", nargs="?", default="-", help="file with the map's text, or - for stdin (default)")
     generate = actions.add_parser(
         "generate",
-        help="write a map for the nodes of the current cluster (one index per GPU node)",
-        description="Write a gpu-scheduling-map with one entry per node that has nvidia.com/gpu "
-        "capacity, in node-name order, giving each index all of its node's GPUs.",
+        help="write a map for the nodes of the current cluster (one index per GPU node, or per N GPUs)",
+        description="Write a gpu-scheduling-map for the cluster's GPU nodes, in node-name order. A node "
+        f"that publishes its GPUs ({INVENTORY_ANNOTATION}, gpu-scheduler agent) is mapped from them: its GPUs "
+        "best connected first (NVLink, then one PCIe switch, then one NUMA node), each MIG device on a line of "
+        "its own; another node by its nvidia.com/gpu capacity, as ordinals in order.",
+    )
+    generate.add_argument(
+        "--gpus-per-pod",
+        type=positive_int,
+        default=None,
+        help="GPUs per index (default: all of a node's GPUs in one index)",
+    )
+    generate.add_argument(
+        "--devices",
+        choices=DEVICE_SPELLINGS,
+        default=INDEX,
+        help="write GPUs by ordinal (index, default) or by UUID (uuid: only nodes that publish their GPUs)",
     )
     generate.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help=env_help("kubeconfig file", "KUBECONFIG"))
     generate.add_argument("--selector", "-l", default="", help="label selector restricting the nodes (e.g. pool=gpu)")
@@ -52,19 +68,36 @@ def _validate(path: str) -> int:
     return 0
 
 
-def render_generated_map(nodes: list[NodeInfo]) -> str:
-    """One line per GPU node, sorted by name; nodes without GPUs are listed in a comment."""
-    with_gpus = sorted((n for n in nodes if n.gpus > 0), key=lambda n: n.name)
-    lines = [f"# generated from {len(with_gpus)} nodes with {GPU_RESOURCE} capacity"]
-    without = sorted(n.name for n in nodes if n.gpus <= 0)
+def render_generated_map(nodes: list[NodeInfo], gpus_per_pod: int | None = None, devices: str = INDEX) -> str:
+    """Lines for each GPU node, sorted by name; what was left out is said in comments."""
+    with_gpus = sorted((n for n in nodes if n.gpus > 0 or n.inventory is not None), key=lambda n: n.name)
+    lines = [f"# generated from {len(with_gpus)} nodes with {GPU_RESOURCE} capacity or a published inventory"]
+    without = sorted(n.name for n in nodes if n not in with_gpus)
     if without:
         lines.append(f"# skipped, no GPUs: {', '.join(without)}")
-    for index, node in enumerate(with_gpus):
-        lines.append(f"{index}={node.name}:{','.join(str(d) for d in range(node.gpus))}")
+    index = 0
+    for node in with_gpus:
+        plan = _plan(node, gpus_per_pod, devices)
+        lines.extend(f"# {node.name}: {note}" for note in plan.notes)
+        for group in plan.groups:
+            lines.append(f"{index}={node.name}:{','.join(group)}")
+            index += 1
     return "\n".join(lines) + "\n"
 
 
-def _generate(kubeconfig: str, selector: str) -> int:
+def _plan(node: NodeInfo, gpus_per_pod: int | None, devices: str) -> NodePlan:
+    if node.inventory is not None:
+        return plan_node(node.inventory, gpus_per_pod, devices)
+    why = node.inventory_problem or "it publishes no inventory (gpu-scheduler agent)"
+    if devices == UUID:
+        return NodePlan((), (f"skipped: GPU UUIDs unknown, {why}",))
+    plan = plan_ordinals(node.gpus, gpus_per_pod)
+    if gpus_per_pod:
+        return NodePlan(plan.groups, (f"ordinals in order, links unknown: {why}", *plan.notes))
+    return plan
+
+
+def _generate(kubeconfig: str, selector: str, gpus_per_pod: int | None, devices: str) -> int:
     from kubernetes import client, config  # imported here: `map validate` must not need it
 
     if kubeconfig:
@@ -76,14 +109,14 @@ def _generate(kubeconfig: str, selector: str) -> int:
             config.load_kube_config()
     nodes = client.CoreV1Api().list_node(label_selector=selector).to_dict()["items"]
     infos = [NodeInfo.from_api(n) for n in nodes]
-    if not any(n.gpus > 0 for n in infos):
-        print(f"no node has {GPU_RESOURCE} capacity; nothing to map", file=sys.stderr)
+    if not any(n.gpus > 0 or n.inventory is not None for n in infos):
+        print(f"no node has {GPU_RESOURCE} capacity or a published inventory; nothing to map", file=sys.stderr)
         return 1
-    sys.stdout.write(render_generated_map(infos))
+    sys.stdout.write(render_generated_map(infos, gpus_per_pod, devices))
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.map_command == "validate":
         return _validate(args.file)
-    return _generate(args.kubeconfig, args.selector)
+    return _generate(args.kubeconfig, args.selector, args.gpus_per_pod, args.devices)
