@@ -84,6 +84,13 @@ def test_the_agent_publishes_the_nodes_gpus_and_the_scheduler_keys_them_by_physi
     assert f"GPU {gpu0} by {ns}/by-ordinal-0" in event["message"], event["message"]
     assert "maybe" not in event["message"]
 
+    # The scheduler's own metric says the same: both pods hold that one GPU, by its UUID.
+    _, scheduler = product
+    if scheduler is not None:
+        for pod in ("by-ordinal-0", "by-uuid-0"):
+            labels = {"node": node, "gpu": gpu0.lower(), "pod": f"{ns}/{pod}"}
+            assert scheduler.metric("gpu_scheduler_gpu_holder", **labels) == 1.0, pod
+
     # A GPU the node does not have: refused before binding, with the node's GPUs listed.
     missing = "GPU-ffffffff-0000-4000-8000-000000000000"
     create(api_client, ns, [bare_pod("missing-0", f"0={node}:{missing}\n")])

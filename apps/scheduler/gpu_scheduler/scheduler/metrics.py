@@ -42,12 +42,14 @@ class _StateCollector(Collector):
         self,
         queue_counts: Callable[[], dict[str, int]],
         gpus_held: Callable[[], dict[str, int]],
+        gpu_holders: Callable[[], list[tuple[str, str, str]]],
         events_dropped: Callable[[], int],
         relists: Callable[[], dict[tuple[str, str], int]],
         watch_silences: Callable[[], dict[str, float]],
     ) -> None:
         self._queue_counts = queue_counts
         self._gpus_held = gpus_held
+        self._gpu_holders = gpu_holders
         self._events_dropped = events_dropped
         self._relists = relists
         self._watch_silences = watch_silences
@@ -65,6 +67,15 @@ class _StateCollector(Collector):
         for node, count in sorted(self._gpus_held().items()):
             held.add_metric([node], count)
         yield held
+        holders = GaugeMetricFamily(
+            "gpu_scheduler_gpu_holder",
+            "1 for each GPU and live pod holding it (gpu: the GPU's UUID, or MIG UUID under it, where the "
+            "node publishes its inventory; else the device as the map wrote it).",
+            labels=["node", "gpu", "pod"],
+        )
+        for node, gpu, pod in self._gpu_holders():
+            holders.add_metric([node, gpu, pod], 1)
+        yield holders
         yield CounterMetricFamily(
             "gpu_scheduler_events_dropped",
             "Events not sent for want of room: the event queue, or the room for retries, was full "
@@ -165,11 +176,13 @@ class SchedulerMetrics:
         self,
         queue_counts: Callable[[], dict[str, int]],
         gpus_held: Callable[[], dict[str, int]],
+        gpu_holders: Callable[[], list[tuple[str, str, str]]],
         events_dropped: Callable[[], int],
         relists: Callable[[], dict[tuple[str, str], int]],
         watch_silences: Callable[[], dict[str, float]],
     ) -> None:
-        self.registry.register(_StateCollector(queue_counts, gpus_held, events_dropped, relists, watch_silences))
+        collector = _StateCollector(queue_counts, gpus_held, gpu_holders, events_dropped, relists, watch_silences)
+        self.registry.register(collector)
 
     def watch_reports(
         self, events: Callable[[], dict[str, int]], conditions: Callable[[], dict[str, int]] | None = None

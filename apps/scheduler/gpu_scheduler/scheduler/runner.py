@@ -121,6 +121,7 @@ class Scheduler:
         metrics.watch_state(
             self.queue_counts,
             self.gpus_held,
+            self.gpu_holders,
             lambda: recorder.dropped,
             lambda: {(i.name, reason): i.relists[reason] for i in self.informers for reason in RELIST_REASONS},
             self.watch_silences,
@@ -183,6 +184,10 @@ class Scheduler:
     def gpus_held(self) -> dict[str, int]:
         with self._lock:
             return self.state.cache.ledger.held_per_node()
+
+    def gpu_holders(self) -> list[tuple[str, str, str]]:
+        with self._lock:
+            return self.state.cache.ledger.held()
 
     def watch_silences(self) -> dict[str, float]:
         """Seconds since each cache's last list, event or bookmark (those that have listed)."""

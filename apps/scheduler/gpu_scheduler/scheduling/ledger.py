@@ -190,6 +190,10 @@ class GpuLedger:
         """(node, GPU key) -> UIDs holding it: for invariant checks and debugging."""
         return {where: frozenset(uids) for where, uids in self._holders.items()}
 
+    def held(self) -> list[tuple[str, str, str]]:
+        """(node, GPU key, holding pod's key) for every GPU held, sorted: who holds what."""
+        return sorted((node, key, self._by_pod[uid][0]) for (node, key), uids in self._holders.items() for uid in uids)
+
     def held_per_node(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for node, _device in self._holders:
