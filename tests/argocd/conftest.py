@@ -70,6 +70,8 @@ CLUSTER_KINDS = {
     "ClusterRoleBinding": "clusterrolebindings.rbac.authorization.k8s.io",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations.admissionregistration.k8s.io",
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings.admissionregistration.k8s.io",
 }
 # A cold run builds Argo CD from source (7-18 min on 2 cores) and its images.
 INSTALL_TIMEOUT = 3600
@@ -401,6 +403,9 @@ def our_cluster_objects() -> tuple[tuple[str, str], ...]:
                 NAMESPACES[app],
                 "--set",
                 f"image.registry={RELEASE_REGISTRY}",
+                # As Argo CD renders for a cluster that serves it (KinD's 1.30+).
+                "--api-versions",
+                "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
             ]
         )
         assert rendered.returncode == 0, tail(rendered)

@@ -88,14 +88,19 @@ class Rendered:
         return found[0]
 
     def pod_owners(self) -> list[dict]:
-        """Every object that makes pods: Deployments, StatefulSets, Jobs, CronJobs, and bare
-        Pods (the `helm test` hook)."""
-        return self.of_kind("Deployment", "StatefulSet", "Job", "CronJob", "Pod")
+        """Every object that makes pods: Deployments, StatefulSets, DaemonSets, Jobs, CronJobs,
+        and bare Pods (the `helm test` hook)."""
+        return self.of_kind("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
 
 
 @functools.cache
-def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) -> Rendered:
+def _render(
+    chart: Path, release: str, namespace: str, sets: tuple[str, ...], api_versions: tuple[str, ...] = ()
+) -> Rendered:
     argv = [HELM, "template", release, chart, "--namespace", namespace]
+    # What an API server would serve (.Capabilities.APIVersions); helm template knows none by kind.
+    for api_version in api_versions:
+        argv += ["--api-versions", api_version]
     # First, so that a test's own image.registry (a later --set) wins.
     for assignment in (REGISTRY_SET, *sets):
         argv += ["--set", assignment]
@@ -106,17 +111,18 @@ def _render(chart: Path, release: str, namespace: str, sets: tuple[str, ...]) ->
 
 @pytest.fixture(scope="session")
 def render(helm):
-    """render(chart, *--set assignments, release=..., namespace=...) -> Rendered (cached),
-    with image.registry=TEST_REGISTRY unless the assignments set another."""
+    """render(chart, *--set assignments, release=..., namespace=..., api_versions=...) -> Rendered
+    (cached), with image.registry=TEST_REGISTRY unless the assignments set another."""
 
     def render(
         chart: Path = SCHEDULER_CHART,
         *sets: str,
         release: str | None = None,
         namespace: str | None = None,
+        api_versions: tuple[str, ...] = (),
     ) -> Rendered:
         default_namespace = CHECK_NAMESPACE if chart == CHECK_CHART else SCHEDULER_NAMESPACE
-        return _render(chart, release or chart.name, namespace or default_namespace, tuple(sets))
+        return _render(chart, release or chart.name, namespace or default_namespace, tuple(sets), tuple(api_versions))
 
     return render
 

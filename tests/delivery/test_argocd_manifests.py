@@ -39,7 +39,11 @@ CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
+# Argo CD renders with the cluster's API versions: the agent's node restriction needs this one.
+CLUSTER_API_VERSIONS = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
 EVERY_MODE = [
     (SCHEDULER_CHART, ("certs.mode=job", "metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true")),
     (SCHEDULER_CHART, ("certs.mode=cert-manager",)),
@@ -70,7 +74,12 @@ def argocd_runs(doc: dict) -> bool:
 
 
 def rendered_kinds(render) -> set[tuple[str, str]]:
-    return {group_kind(doc) for chart, sets in EVERY_MODE for doc in render(chart, *sets).docs if argocd_runs(doc)}
+    return {
+        group_kind(doc)
+        for chart, sets in EVERY_MODE
+        for doc in render(chart, *sets, api_versions=CLUSTER_API_VERSIONS).docs
+        if argocd_runs(doc)
+    }
 
 
 @pytest.mark.delivery

@@ -87,6 +87,8 @@ def test_existing_service_accounts_are_bound_and_used_not_created(render):
         "webhook.serviceAccount.name=platform-webhook",
         "certs.serviceAccount.create=false",
         "certs.serviceAccount.name=platform-certs",
+        "agent.serviceAccount.create=false",
+        "agent.serviceAccount.name=platform-agent",
     )
 
     created = {doc["metadata"]["name"] for doc in rendered.of_kind("ServiceAccount")}
@@ -104,9 +106,16 @@ def test_existing_service_accounts_are_bound_and_used_not_created(render):
     for kind in ("RoleBinding", "ClusterRoleBinding"):
         for name in ("gpu-scheduler-certs", "gpu-scheduler-certs-renewal"):
             assert subjects_of(rendered, kind, name) == [("platform-certs", SCHEDULER_NAMESPACE)]
+    assert subjects_of(rendered, "ClusterRoleBinding", WEBHOOK) == [("platform-webhook", SCHEDULER_NAMESPACE)]
+    agent = pod_spec(rendered.one("DaemonSet", "gpu-scheduler-agent"))
+    assert agent["serviceAccountName"] == "platform-agent"
+    assert agent["automountServiceAccountToken"] is True
+    assert subjects_of(rendered, "ClusterRoleBinding", "gpu-scheduler-agent") == [
+        ("platform-agent", SCHEDULER_NAMESPACE)
+    ]
 
 
-@pytest.mark.parametrize("component", ["scheduler", "webhook", "certs"])
+@pytest.mark.parametrize("component", ["scheduler", "webhook", "certs", "agent"])
 def test_an_existing_service_account_must_be_named(helm, component):
     result = run(
         [helm, "template", "gpu-scheduler", SCHEDULER_CHART, "--set", REGISTRY_SET]

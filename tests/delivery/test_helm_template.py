@@ -97,6 +97,14 @@ EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-smoke-test"): [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     ],
+    # webhook.readNodes: one named Node (a map's alias label).
+    ("ClusterRole", "gpu-scheduler-webhook"): [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    ],
+    # The inventory agent: GET its Node, PATCH what it publishes (agent/runner.py).
+    ("ClusterRole", "gpu-scheduler-agent"): [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    ],
 }
 # The renewal CronJob's standing identity may do exactly what the hook Jobs may.
 EXPECTED_RBAC[("Role", "gpu-scheduler-certs-renewal")] = EXPECTED_RBAC[("Role", "gpu-scheduler-certs")]
@@ -129,6 +137,8 @@ def test_each_service_account_is_bound_only_to_its_own_role(render):
     certs = [("ServiceAccount", "gpu-scheduler-certs", SCHEDULER_NAMESPACE)]
     renewal = [("ServiceAccount", "gpu-scheduler-certs-renewal", SCHEDULER_NAMESPACE)]
     smoke_test = [("ServiceAccount", "gpu-scheduler-smoke-test", SCHEDULER_NAMESPACE)]
+    webhook = [("ServiceAccount", "gpu-scheduler-webhook", SCHEDULER_NAMESPACE)]
+    agent = [("ServiceAccount", "gpu-scheduler-agent", SCHEDULER_NAMESPACE)]
     assert bindings == {
         ("ClusterRoleBinding", "gpu-scheduler-scheduler"): (
             "gpu-scheduler-scheduler",
@@ -144,11 +154,14 @@ def test_each_service_account_is_bound_only_to_its_own_role(render):
         ("ClusterRoleBinding", "gpu-scheduler-certs-renewal"): ("gpu-scheduler-certs-renewal", renewal),
         ("RoleBinding", "gpu-scheduler-smoke-test"): ("gpu-scheduler-smoke-test", smoke_test),
         ("ClusterRoleBinding", "gpu-scheduler-smoke-test"): ("gpu-scheduler-smoke-test", smoke_test),
+        ("ClusterRoleBinding", "gpu-scheduler-webhook"): ("gpu-scheduler-webhook", webhook),
+        ("ClusterRoleBinding", "gpu-scheduler-agent"): ("gpu-scheduler-agent", agent),
     }
 
 
 def test_webhook_pods_get_no_api_credentials(render):
-    rendered = render(SCHEDULER_CHART)
+    # With webhook.readNodes (the default) it reads Nodes: tests/delivery/test_chart_agent.py.
+    rendered = render(SCHEDULER_CHART, "webhook.readNodes=false")
     deployment = rendered.one("Deployment", "gpu-scheduler-webhook")
     account = rendered.one("ServiceAccount", "gpu-scheduler-webhook")
 
@@ -660,6 +673,7 @@ def test_every_object_carries_the_recommended_labels(render):
             "certs",
             "quota",
             "smoke-test",
+            "agent",
         }
 
 

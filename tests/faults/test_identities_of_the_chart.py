@@ -9,8 +9,10 @@ by `kubectl auth can-i --as=...` and, attempted for real with the token, answere
 
 tests/delivery/test_helm_install.py already runs the certificate Jobs' commands with their
 token and checks with `can-i` what that account may not do; here the same account's
-forbidden actions are attempted for real. The webhook's account has no RBAC and no token at
-all (automountServiceAccountToken: false; tests/delivery/test_helm_template.py). Read-only
+forbidden actions are attempted for real. The webhook's account may only get single nodes
+(webhook.readNodes): its real NodeReader reads a node's alias with the account's token, and
+everything else is refused; with readNodes=false it has no RBAC and no token at all
+(tests/delivery/test_helm_template.py). Read-only
 root file systems and non-root users are the chart's golden tests
 (tests/delivery/test_pod_security.py).
 """
@@ -428,3 +430,23 @@ def test_private_keys_are_owner_only_and_never_printed(kubeconfig, release, cert
     assert "PRIVATE KEY" not in created.stdout + created.stderr
     secret = client.CoreV1Api(api_client).read_namespaced_secret(f"{release.name}-webhook-tls", release.namespace)
     assert set(secret.data) == {"tls.crt", "tls.key", "ca.crt"}
+
+
+def test_the_webhook_account_reads_a_node_and_nothing_else(kubeconfig, release, api_client, tmp_path):
+    """The webhook's NodeReader (webhook.readNodes, the chart's default) with a token of the
+    chart's webhook ServiceAccount: a node and its alias label are read, a missing node is
+    None, and listing nodes or reading anything else is refused."""
+    from gpu_scheduler.kube.client import ApiError, KubeClient, load_configuration
+    from gpu_scheduler.webhook.nodes import NodeFacts, NodeReader
+
+    identity = token_kubeconfig(kubeconfig, release, "webhook", tmp_path / "kubeconfig")
+    kube = KubeClient(load_configuration(str(identity)), pool_size=2)
+    reader = NodeReader(kube, "gpu-node-name")
+    name = client.CoreV1Api(api_client).list_node().items[0].metadata.name
+    labels = client.CoreV1Api(api_client).read_node(name).metadata.labels or {}
+    assert reader.node(name) == NodeFacts(name, labels.get("gpu-node-name"))
+    assert reader.node(f"no-such-node-{uuid.uuid4().hex[:6]}") is None
+    for path in ("/api/v1/nodes", f"/api/v1/namespaces/{release.namespace}/pods", "/api/v1/namespaces"):
+        with pytest.raises(ApiError) as refused:
+            kube.call("GET", path)
+        assert refused.value.status == 403, path

@@ -60,6 +60,7 @@ before anything is created, saying what to set.
 {{- define "gpu-scheduler.schedulerName" -}}{{ include "gpu-scheduler.fullname" . }}-scheduler{{- end -}}
 {{- define "gpu-scheduler.webhookName" -}}{{ include "gpu-scheduler.fullname" . }}-webhook{{- end -}}
 {{- define "gpu-scheduler.certsName" -}}{{ include "gpu-scheduler.fullname" . }}-certs{{- end -}}
+{{- define "gpu-scheduler.agentName" -}}{{ include "gpu-scheduler.fullname" . }}-agent{{- end -}}
 {{- define "gpu-scheduler.webhookConfigurationName" -}}{{ include "gpu-scheduler.fullname" . }}{{- end -}}
 {{- define "gpu-scheduler.tlsSecretName" -}}
 {{- if eq .Values.certs.mode "provided" -}}
@@ -81,6 +82,12 @@ namespace's "default" account would hand those rights to every pod there).
 {{- else -}}
 {{- required (printf "%s.serviceAccount.name is required when %s.serviceAccount.create is false: name the ServiceAccount its pods run as" .component .component) .serviceAccount.name -}}
 {{- end -}}
+{{- end -}}
+{{- define "gpu-scheduler.webhookServiceAccountName" -}}
+{{- include "gpu-scheduler.serviceAccountName" (dict "serviceAccount" .Values.webhook.serviceAccount "default" (include "gpu-scheduler.webhookName" .) "component" "webhook") -}}
+{{- end -}}
+{{- define "gpu-scheduler.agentServiceAccountName" -}}
+{{- include "gpu-scheduler.serviceAccountName" (dict "serviceAccount" .Values.agent.serviceAccount "default" (include "gpu-scheduler.agentName" .) "component" "agent") -}}
 {{- end -}}
 {{/* The certificate Jobs' account, and the renewal CronJob's: <name>-renewal when the chart creates both, the same one otherwise. */}}
 {{- define "gpu-scheduler.certsServiceAccountName" -}}
