@@ -6,7 +6,9 @@ One line per tick on stdout, e.g.
 
 On a GPU node with NVML (the `nvml` extra) the line ends with the GPUs NVML
 shows the container, in nvidia-smi's order (index:name:uuid@PCI bus id):
-what the map's ordinals refer to, whatever CUDA_VISIBLE_DEVICES says.
+what the map's ordinals refer to, whatever CUDA_VISIBLE_DEVICES says; and
+`meant=true` when every device of CUDA_VISIBLE_DEVICES (an ordinal, a GPU or a
+MIG UUID) is among them, else `meant=false` and the devices that are not.
 
 Diagnostics that are not ticks (NVML missing, a bad EXPECTED_PLACEMENT) go to
 stderr, so `--once` prints exactly one line on stdout for report generators.
@@ -88,7 +90,7 @@ def compare(observed: Observed, expected: Expected) -> str:
     return f"match=false {wanted}"
 
 
-def tick_line(observed: Observed, expected: Expected | None, gpus: str | None) -> str:
+def tick_line(observed: Observed, expected: Expected | None, gpus: list[Gpu] | None) -> str:
     parts = []
     if observed.pod:
         parts.append(f"pod={observed.pod}")
@@ -100,7 +102,10 @@ def tick_line(observed: Observed, expected: Expected | None, gpus: str | None) -
     if expected is not None:
         parts.append(compare(observed, expected))
     if gpus is not None:
-        parts.append(f"gpus={gpus}")
+        parts.append(f"gpus={describe_gpus(gpus)}")
+        if observed.devices is not None:
+            missing = not_meant(observed.devices, gpus)
+            parts.append(f"meant=false not_visible={','.join(missing)}" if missing else "meant=true")
     return " ".join(parts)
 
 
@@ -142,7 +147,8 @@ class GpuLister:
             return
         self._nvml = pynvml
 
-    def describe(self) -> str | None:
+    def list(self) -> list[Gpu] | None:
+        """The GPUs NVML shows, in its order; None without NVML."""
         if self._nvml is None:
             return None
         nvml = self._nvml
@@ -151,8 +157,54 @@ class GpuLister:
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             name, uuid = _text(nvml.nvmlDeviceGetName(handle)), _text(nvml.nvmlDeviceGetUUID(handle))
             bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
-            gpus.append(f"{i}:{name}:{uuid}@{bus}")
-        return ",".join(gpus) or "none"
+            gpus.append(Gpu(i, name, uuid, bus, tuple(self._mig_uuids(handle))))
+        return gpus
+
+    def _mig_uuids(self, handle) -> list[str]:
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            if current != 1:
+                return []
+            slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        except (nvml.NVMLError, AttributeError):  # no MIG on this GPU, or an nvidia-ml-py without it
+            return []
+        uuids = []
+        for slot in range(slots):
+            try:
+                uuids.append(_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))))
+            except nvml.NVMLError:  # an empty slot
+                continue
+        return uuids
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    mig_uuids: tuple[str, ...] = ()
+
+
+def describe_gpus(gpus: list[Gpu]) -> str:
+    return ",".join(f"{g.index}:{g.name}:{g.uuid}@{g.bus_id}" for g in gpus) or "none"
+
+
+def not_meant(devices: str | None, gpus: list[Gpu]) -> list[str]:
+    """The devices of CUDA_VISIBLE_DEVICES that are none of the GPUs (or their MIG devices)
+    NVML shows: an ordinal beyond them, or a UUID of a device this container does not have."""
+    if not devices:
+        return []
+    uuids = {g.uuid.lower() for g in gpus} | {m.lower() for g in gpus for m in g.mig_uuids}
+    missing = []
+    for device in (d.strip() for d in devices.split(",")):
+        if device.isdigit():
+            if int(device) >= len(gpus):
+                missing.append(device)
+        elif device.lower() not in uuids:
+            missing.append(device)
+    return missing
 
 
 def parse_args(argv):
@@ -212,7 +264,7 @@ def main(argv=None) -> int:
     gpus = GpuLister()
 
     while True:
-        ticks.info(tick_line(observe(os.environ), expected, gpus.describe()))
+        ticks.info(tick_line(observe(os.environ), expected, gpus.list()))
         if args.once or signal.sigtimedwait(stop_signals, args.interval) is not None:
             return 0
 

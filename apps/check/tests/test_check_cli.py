@@ -158,47 +158,43 @@ def test_gpu_list_or_a_single_nvml_notice():
         assert not any("gpus=" in line for line in lines)
 
 
-FAKE_NVML = """
-class NVMLError(Exception):
-    pass
-
-class _Pci:
-    def __init__(self, bus):
-        self.busId = bus
-
-_GPUS = [
-    ("NVIDIA A100-SXM4-80GB", "GPU-11111111-2222-3333-4444-555555555555", b"00000000:07:00.0"),
-    (b"NVIDIA A100-SXM4-80GB", b"GPU-66666666-7777-8888-9999-000000000000", "00000000:0B:00.0"),
-]
-
-def nvmlInit():
-    pass
-
-def nvmlDeviceGetCount():
-    return len(_GPUS)
-
-def nvmlDeviceGetHandleByIndex(index):
-    return _GPUS[index]
-
-def nvmlDeviceGetName(handle):
-    return handle[0]
-
-def nvmlDeviceGetUUID(handle):
-    return handle[1]
-
-def nvmlDeviceGetPciInfo(handle):
-    return _Pci(handle[2])
-"""
+REPO = Path(__file__).resolve().parents[3]
+LAYOUT = REPO / "tests" / "fake_nvml" / "layouts" / "node3.json"
 
 
-def test_gpus_are_listed_in_nvml_order_with_uuid_and_pci_bus_id(tmp_path):
-    """No GPU here: a stand-in pynvml with NVML's calls and both string types it may return."""
-    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
-    line, _ = run_once(NODE_NAME="node1", PYTHONPATH=str(tmp_path))
-    assert line.endswith(
-        " gpus=0:NVIDIA A100-SXM4-80GB:GPU-11111111-2222-3333-4444-555555555555@00000000:07:00.0,"
-        "1:NVIDIA A100-SXM4-80GB:GPU-66666666-7777-8888-9999-000000000000@00000000:0B:00.0"
-    ), line
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory) -> Path:
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml): the real pynvml reads its made-up GPUs."""
+    built = subprocess.run(
+        ["bash", str(REPO / "tests" / "fake_nvml" / "build.sh"), str(tmp_path_factory.mktemp("fake-nvml"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    return Path(built.stdout.strip()).parent
+
+
+def test_gpus_are_listed_in_nvml_order_with_uuid_and_pci_bus_id(fake_nvml):
+    layout = json.loads(LAYOUT.read_text())
+    nvml = {"LD_LIBRARY_PATH": str(fake_nvml), "FAKE_NVML_LAYOUT": str(LAYOUT)}
+    line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES="1", **nvml)
+    listed = ",".join(f"{i}:{g['name']}:{g['uuid']}@{g['pci_bus_id']}" for i, g in enumerate(layout["gpus"]))
+    assert line.endswith(f" gpus={listed} meant=true"), line
+
+
+def test_devices_the_container_does_not_have_are_not_the_ones_meant(fake_nvml):
+    layout = json.loads(LAYOUT.read_text())
+    nvml = {"LD_LIBRARY_PATH": str(fake_nvml), "FAKE_NVML_LAYOUT": str(LAYOUT)}
+    mig = layout["gpus"][0]["mig_devices"][0]["uuid"]
+    # A MIG device of GPU 0, by its UUID in upper-case hex: one of this container's.
+    line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES="MIG-" + mig[4:].upper(), **nvml)
+    assert line.endswith(" meant=true"), line
+    missing = "GPU-ffffffff-0000-4000-8000-000000000000"
+    line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES=f"{layout['gpus'][1]['uuid']},{missing}", **nvml)
+    assert line.endswith(f" meant=false not_visible={missing}"), line
+    line, _ = run_once(NODE_NAME="node3", CUDA_VISIBLE_DEVICES="0,2", **nvml)
+    assert line.endswith(" meant=false not_visible=2"), line
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
