@@ -223,10 +223,12 @@ def test_the_layouts_are_the_machines_the_cluster_tests_expect():
     assert column("node1", "name") == [a100] * 4
     assert column("node1", "pcie_switch") == ["sw0", "sw0", "sw1", "sw1"]
     assert column("node1", "numa_node") == [0, 0, 1, 1]
-    assert column("node2", "name") == [t4] * 2
+    # Four GPUs each, as the KinD workers advertise (scripts/kind.sh) and the task's map needs
+    # (node3:0,1,2, node4:3).
+    assert column("node2", "name") == [t4] * 4
     assert len(set(column("node2", "numa_node"))) == 2
-    assert column("node3", "name") == [a100] * 2
-    assert column("node3", "mig_mode", 0) == [1, 0]
+    assert column("node3", "name") == [a100] * 4
+    assert column("node3", "mig_mode", 0) == [1, 0, 0, 0]
     profiles = [mig["name"].rsplit(" ", 1)[1] for mig in layouts["node3"]["gpus"][0]["mig_devices"]]
     assert profiles == ["3g.20gb", "2g.10gb", "1g.5gb"]
     assert column("node4", "name") == [h100] * 4

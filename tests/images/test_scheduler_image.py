@@ -105,3 +105,48 @@ def test_webhook_serves_tls_from_a_mounted_certificate_read_only_as_uid_1000(ima
         write = docker("exec", container, "sh", "-c", "echo x > /opt/venv/probe")
         assert write.returncode != 0
         assert "Read-only file system" in write.stderr
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory):
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host, mounted into the image."""
+    import subprocess
+    from pathlib import Path
+
+    built = subprocess.run(
+        ["bash", str(REPO / "tests" / "fake_nvml" / "build.sh"), str(tmp_path_factory.mktemp("fake-nvml"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    return Path(built.stdout.strip()).parent
+
+
+@pytest.mark.parametrize("node", ["node3", "node4"])
+def test_the_agent_in_the_image_reads_the_gpus_through_nvml(images, fake_nvml, node):
+    """The image's nvidia-ml-py over ctypes, nvmlInit to nvmlShutdown, against the fake library
+    and a layout mounted read-only, as the chart's agent would get the driver's library."""
+    layouts = REPO / "tests" / "fake_nvml" / "layouts"
+    result = docker(
+        "run", "--rm", *HARDENED,
+        "-v", f"{fake_nvml}:/opt/fake-nvml:ro", "-v", f"{layouts}:/opt/layouts:ro",
+        "-e", "LD_LIBRARY_PATH=/opt/fake-nvml", "-e", f"FAKE_NVML_LAYOUT=/opt/layouts/{node}.json",
+        images.scheduler, "agent", "--print",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    published = json.loads(json.loads(result.stdout)["annotations"]["gpu-scheduler/gpus"])
+    layout = json.loads((layouts / f"{node}.json").read_text())
+    assert [g["uuid"] for g in published["gpus"]] == [g["uuid"] for g in layout["gpus"]]
+    assert [[m["uuid"] for m in g["mig"]["devices"]] for g in published["gpus"]] == [
+        [m["uuid"] for m in g.get("mig_devices", [])] for g in layout["gpus"]
+    ]
+    nvlinked = sorted(tuple(link["gpus"]) for link in published["links"] if link["nvlinks"])
+    assert nvlinked == ([(0, 1), (2, 3)] if node == "node4" else [])
+
+
+def test_the_agent_in_the_image_without_nvml_says_so_and_publishes_nothing(images):
+    result = docker("run", "--rm", *HARDENED, images.scheduler, "agent", "--print")
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "NVML is not available: libnvidia-ml.so.1 not found" in result.stderr

@@ -453,11 +453,11 @@ def read_lines_until(process: subprocess.Popen, done, timeout: float = 30) -> li
     raise AssertionError("the agent ended or stalled before the expected lines:\n" + "\n".join(lines))
 
 
-def test_the_node_name_is_required():
+def test_the_node_name_is_required_to_publish():
     env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
     result = subprocess.run([CLI, "agent", "--once"], env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
-    assert "the following arguments are required: --node-name" in result.stderr
+    assert result.returncode == 1
+    assert "--node-name (or NODE_NAME) is required: the name of the node this agent runs on" in result.stderr
 
 
 # --- NVML read from the fake libnvidia-ml.so.1 ------------------------------------------------------
@@ -702,12 +702,13 @@ def test_once_publishes_with_one_merge_patch_and_then_writes_nothing(fake_nvml, 
     assert Inventory.from_annotation(metadata["annotations"][INVENTORY_ANNOTATION], "node3") == expected
     assert metadata["labels"] == {
         "kubernetes.io/hostname": "node3",
-        COUNT_LABEL: "2",
+        COUNT_LABEL: str(len(expected.gpus)),
         MODEL_LABEL: "NVIDIA-A100-SXM4-40GB",
     }
-    assert "INFO    gpu_scheduler.agent: node node3 publishes 2 GPUs (NVIDIA A100-SXM4-40GB), 3 MIG devices" in (
-        first.stderr
+    published = (
+        f"INFO    gpu_scheduler.agent: node node3 publishes {len(expected.gpus)} GPUs (NVIDIA A100-SXM4-40GB), 3 MIG"
     )
+    assert published in (first.stderr)
 
     second = run_once(fake_nvml, layout, kubeconfig)
     assert second.returncode == 0, second.stderr
@@ -790,3 +791,19 @@ def wait_for(condition, timeout: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_print_shows_what_would_be_published_without_an_api_server(fake_nvml):
+    layout = FAKE_NVML / "layouts" / "node2.json"
+    env = {**agent_env(fake_nvml, layout), "KUBECONFIG": "/nonexistent"}
+    result = subprocess.run([CLI, "agent", "--print"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    inventory = Inventory.from_annotation(printed["annotations"][INVENTORY_ANNOTATION], "printed")
+    gpus = json.loads(layout.read_text())["gpus"]
+    assert [g.uuid for g in inventory.gpus] == [g["uuid"] for g in gpus]
+    assert printed["labels"] == {COUNT_LABEL: str(len(gpus)), MODEL_LABEL: "Tesla-T4"}
+
+    without = subprocess.run([CLI, "agent", "--print"], env=agent_env(fake_nvml.parent), capture_output=True, text=True)
+    assert without.returncode == 2 and without.stdout == ""
+    assert "NVML is not available" in without.stderr

@@ -26,13 +26,11 @@ STOP_GRACE_SECONDS = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    node_name = env("NODE_NAME", "")
     parser.add_argument(
         "--node-name",
-        default=node_name or None,
-        required=not node_name,
+        default=env("NODE_NAME", "") or None,
         help="the Node to publish on: this node's name, e.g. the downward API's spec.nodeName "
-        "(env NODE_NAME; required)",
+        "(env NODE_NAME; required unless --print)",
     )
     parser.add_argument(
         "--interval",
@@ -52,9 +50,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one cycle, then exit: {EXIT_PUBLISHED} published (or already published), "
         f"{EXIT_FAILED} on an error, {EXIT_NO_NVML} when NVML is not available",
     )
+    parser.add_argument(
+        "--print",
+        action="store_true",
+        help="print what would be published (the annotation's JSON and the labels) and exit, "
+        f"without contacting the API server: 0, or {EXIT_NO_NVML} when NVML is not available",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print:
+        return _print()
+    if not args.node_name:
+        log.error("--node-name (or NODE_NAME) is required: the name of the node this agent runs on")
+        return EXIT_FAILED
     # Imported here so that building the CLI parser stays fast (kubernetes takes a while).
     from ..kube.client import USER_AGENT, new_client
     from .nvml import read_inventory
@@ -90,3 +99,23 @@ def run(args: argparse.Namespace) -> int:
         log.info("stopped")
         return 0
     return exit_code[0] if exit_code else EXIT_FAILED
+
+
+def _print() -> int:
+    """What this node would publish, on stdout as JSON: {"annotations": {...}, "labels": {...}}."""
+    import json
+
+    from ..scheduling.inventory import INVENTORY_ANNOTATION
+    from .nvml import NvmlReadError, NvmlUnavailable, read_inventory
+
+    try:
+        inventory = read_inventory()
+    except NvmlUnavailable as err:
+        log.warning("NVML is not available: %s", err)
+        return EXIT_NO_NVML
+    except NvmlReadError as err:
+        log.error("%s", err)
+        return EXIT_FAILED
+    document = {"annotations": {INVENTORY_ANNOTATION: inventory.to_annotation()}, "labels": inventory.labels()}
+    print(json.dumps(document, indent=2))
+    return EXIT_PUBLISHED
