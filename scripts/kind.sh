@@ -78,6 +78,10 @@ UP_TIMEOUT="${KIND_UP_TIMEOUT:-300}"
 OFFLINE_IMAGE_TITLE=gpu-scheduler-kind-node
 # The nvidia.com/gpu capacity `up` gives each worker (simulated: no device plugin).
 SIMULATED_GPUS_PER_WORKER=4
+# Workers with the fake NVML library (tests/fake_nvml) carry this label; the
+# chart's GPU agent runs on them (KIND_FAKE_GPUS=0: none).
+FAKE_NVML_LABEL=gpu-scheduler/fake-nvml
+FAKE_NVML_DIR=/opt/fake-nvml
 
 need_docker() {
   command -v docker >/dev/null 2>&1 ||
@@ -283,6 +287,70 @@ simulate_gpus() {
   done
 }
 
+# fake_gpus: where the GPU agent reads its node's GPUs on KinD. The fake
+# libnvidia-ml.so.1 (tests/fake_nvml, built with this machine's gcc) and the
+# layout named by each worker's alias (tests/fake_nvml/layouts/nodeN.json:
+# node3 with MIG on, node4 with two NVLink pairs, four GPUs each as
+# simulate_gpus advertises) are copied into the worker's FAKE_NVML_DIR, and
+# the worker is labelled FAKE_NVML_LABEL=true. Without gcc (or with
+# KIND_FAKE_GPUS=0) it says so and no worker gets them: the agent then runs
+# nowhere and the rest works as before. Idempotent; `up` again repairs them.
+fake_gpus() {
+  local library name alias ip container layout labelled=0
+  if [[ "${KIND_FAKE_GPUS:-1}" != 1 ]]; then
+    log "kind: no fake GPUs (KIND_FAKE_GPUS=${KIND_FAKE_GPUS}): the GPU agent runs nowhere"
+    return 0
+  fi
+  if ! library="$(bash "$REPO_ROOT/tests/fake_nvml/build.sh" "$STATE_DIR/fake-nvml")"; then
+    log "kind: no fake GPUs (the fake NVML library did not build, above): the GPU agent runs nowhere"
+    return 0
+  fi
+  declare -A by_ip=()
+  while read -r container ip; do
+    [[ -n "$ip" ]] && by_ip[$ip]="$container"
+  done < <(for container in $(kind_cmd get nodes --name "$CLUSTER"); do
+    docker inspect -f "$container {{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}" "$container"
+  done)
+  while read -r name alias ip; do
+    layout="$REPO_ROOT/tests/fake_nvml/layouts/$alias.json"
+    container="${by_ip[$ip]:-}"
+    [[ -f "$layout" && -n "$container" ]] || continue
+    docker exec "$container" mkdir -p "$FAKE_NVML_DIR"
+    # Written beside and renamed: an agent running from the old library keeps its mapping.
+    docker exec -i "$container" sh -c 'cat >"$1.tmp" && chmod 0755 "$1.tmp" && mv "$1.tmp" "$1"' - \
+      "$FAKE_NVML_DIR/libnvidia-ml.so.1" <"$library"
+    docker exec -i "$container" sh -c 'cat >"$1.tmp" && chmod 0644 "$1.tmp" && mv "$1.tmp" "$1"' - \
+      "$FAKE_NVML_DIR/layout.json" <"$layout"
+    node_kubectl label node "$name" --overwrite "$FAKE_NVML_LABEL=true" >/dev/null
+    labelled=$((labelled + 1))
+  done < <(node_kubectl get nodes -l gpu-node-name -o \
+    jsonpath='{range .items[*]}{.metadata.name} {.metadata.labels.gpu-node-name} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+  log "kind: fake GPUs (NVML library and layout in $FAKE_NVML_DIR) on $labelled workers"
+}
+
+# agent_values: the chart's GPU agent on the workers fake_gpus prepared, with
+# the library and layout mounted from the node (a values file: lists).
+agent_values() {
+  local file="$STATE_DIR/agent-values.yaml"
+  cat >"$file" <<EOF
+agent:
+  interval: 10
+  affinity:
+    nodeAffinity: null
+  nodeSelector:
+    $FAKE_NVML_LABEL: "true"
+  extraEnv:
+    - {name: LD_LIBRARY_PATH, value: $FAKE_NVML_DIR}
+    - {name: FAKE_NVML_LAYOUT, value: $FAKE_NVML_DIR/layout.json}
+  extraVolumes:
+    - name: fake-nvml
+      hostPath: {path: $FAKE_NVML_DIR, type: Directory}
+  extraVolumeMounts:
+    - {name: fake-nvml, mountPath: $FAKE_NVML_DIR, readOnly: true}
+EOF
+  echo "$file"
+}
+
 # install_pod_network: the identity each node's gpu-scheduler-cni service
 # uses to read Nodes (offline node image only; cluster/kind/pod-network.yaml),
 # as a kubeconfig in every node. Idempotent.
@@ -344,6 +412,7 @@ cmd_up() {
   wait_ready
   configure_registry
   simulate_gpus
+  fake_gpus
   write_kubeconfig
   log "kind: cluster $CLUSTER up in $((SECONDS - start))s; export KUBECONFIG=$KIND_KUBECONFIG"
   node_kubectl get nodes -o wide
@@ -545,7 +614,7 @@ install_scheduler() {
       --set-string "webhook.podAnnotations.gpu-scheduler/image-id=$id")
   fi
   helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" "${annotations[@]}" \
-    --set webhook.port="$KIND_WEBHOOK_PORT"
+    --set webhook.port="$KIND_WEBHOOK_PORT" --values "$(agent_values)"
   # What the hook Jobs left: the Secret they made and the caBundle they wrote.
   local secret ca_bundle
   secret="$(kubectl_ -n "$SCHEDULER_NAMESPACE" get secret "$SCHEDULER_RELEASE-webhook-tls" -o jsonpath='{.type}')" ||

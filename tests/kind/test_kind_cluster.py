@@ -3,7 +3,9 @@
 One cluster for the module (tests/kind/conftest.py), in order: the nodes the
 task's map names; the release `make e2e` installed (its webhook port, its certificate
 renewed for real by the chart's CronJob with no admission failing, its webhook moved to the
-host network and back); a pod placed on node3 by the real kube-scheduler whose
+host network and back); the chart's GPU agents publishing each worker's fake NVML layout,
+and the scheduler under deny keying those GPUs by physical GPU (issue 19); a pod placed on
+node3 by the real kube-scheduler whose
 container's output `kubectl logs` shows; a Service reached by its DNS name
 from a pod on another node (CoreDNS, kube-proxy, the pod network); `kind
 load docker-image` of an image built here; a worker restarted with `docker
@@ -334,6 +336,165 @@ def _quietly(probe):
             return False
 
     return wrapped
+
+
+# -- issue 19: the chart's GPU agent over the fake libnvidia-ml.so.1 that `make kind-up` put
+# into each worker with that worker's layout (tests/fake_nvml/layouts; scripts/kind.sh
+# fake_gpus), and what the installed scheduler makes of the published GPUs. Checked against
+# what the cluster says (Node annotations, bindings, Events), never our logs.
+
+GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
+LAYOUTS = REPO / "tests" / "fake_nvml" / "layouts"
+AGENT = f"{renewal.RELEASE}-agent"
+CHECK_IMAGE = "gpu-scheduler-check:dev"
+
+
+def layout(node: str) -> dict:
+    return json.loads((LAYOUTS / f"{node}.json").read_text())
+
+
+def published(kind: Kind, node: str) -> dict | None:
+    text = (kind.get("node", node)["metadata"].get("annotations") or {}).get("gpu-scheduler/gpus")
+    return json.loads(text) if text else None
+
+
+def agent_pods(kind: Kind) -> dict[str, str]:
+    """node -> the agent pod running there."""
+    daemonset = kind.get("-n", renewal.NAMESPACE, "daemonset", AGENT)
+    selector = ",".join(f"{k}={v}" for k, v in daemonset["spec"]["selector"]["matchLabels"].items())
+    pods = kind.get("-n", renewal.NAMESPACE, "pods", "-l", selector)["items"]
+    return {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
+
+
+@pytest.fixture(scope="module")
+def inventories(kind: Kind) -> dict[str, dict]:
+    """Each worker's published inventory, once its agent has published the worker's layout."""
+    kind.wait_for("an agent running on each of node1..node4", lambda: set(agent_pods(kind)) == set(WORKERS))
+
+    def all_published():
+        found = {node: published(kind, node) for node in WORKERS}
+        return found if all(found.values()) else None
+
+    return kind.wait_for("every worker's inventory published", all_published, timeout=120)
+
+
+def test_each_worker_publishes_the_gpus_of_its_layout(kind, inventories):
+    for node in WORKERS:
+        gpus = layout(node)["gpus"]
+        inventory = inventories[node]
+        assert [g["uuid"] for g in inventory["gpus"]] == [g["uuid"] for g in gpus], node
+        assert [g["pciBusId"] for g in inventory["gpus"]] == [g["pci_bus_id"] for g in gpus], node
+        assert [[m["uuid"] for m in g["mig"]["devices"]] for g in inventory["gpus"]] == [
+            [m["uuid"] for m in g.get("mig_devices", [])] for g in gpus
+        ], node
+        labels = kind.get("node", node)["metadata"]["labels"]
+        assert labels["gpu-scheduler/gpu-count"] == str(len(gpus)), node
+    nvlinked = sorted(tuple(link["gpus"]) for link in inventories["node4"]["links"] if link["nvlinks"])
+    assert nvlinked == [(0, 1), (2, 3)]
+    assert inventories["node3"]["gpus"][0]["mig"]["enabled"] is True
+
+
+def pinned_pod(name: str, node: str, devices: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={node}:{devices}\n"}},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }
+
+
+def set_sharing(kind: Kind, policy: str) -> None:
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", renewal.NAMESPACE]
+    done = run(
+        [*helm, "upgrade", renewal.RELEASE, REPO / "charts" / "gpu-scheduler", "--reuse-values"]
+        + ["--set", f"scheduler.gpuSharing={policy}", "--wait", "--timeout", "5m"],
+        timeout=400,
+    )
+    assert done.returncode == 0, tail(done)
+
+
+def failed_scheduling(kind: Kind, namespace: str, pod: str) -> list[str]:
+    events = kind.get("-n", namespace, "events", "--field-selector", f"involvedObject.name={pod}")["items"]
+    return [e.get("message") or e.get("note") or "" for e in events if e.get("reason") == "FailedScheduling"]
+
+
+def test_under_deny_one_gpu_is_one_gpu_in_any_spelling_and_gpus_shows_who_holds_it(kind, inventories):
+    node3 = layout("node3")["gpus"]
+    gpu1 = node3[1]["uuid"]
+    mig_a, mig_b = (m["uuid"] for m in node3[0]["mig_devices"][:2])
+    missing = "GPU-ffffffff-0000-4000-8000-000000000000"
+    namespace = kind.namespace(f"inventory-{uuid.uuid4().hex[:6]}")
+    set_sharing(kind, "deny")
+    try:
+        for name, devices in (("ordinal-0", "1"), ("slice-a-0", mig_a), ("slice-b-0", mig_b)):
+            kind.apply(pinned_pod(name, "node3", devices), namespace)
+        kind.wait_for(
+            "the pods on GPU 1 and on two MIG devices of GPU 0 bound",
+            lambda: all(
+                kind.get("-n", namespace, "pod", p)["spec"].get("nodeName")
+                for p in ("ordinal-0", "slice-a-0", "slice-b-0")
+            ),
+        )
+        # GPU 1 by its UUID, GPU 0 whole (its MIG devices are held), a GPU node3 does not have.
+        for name, devices in (("by-uuid-0", gpu1), ("whole-0", "0"), ("missing-0", missing)):
+            kind.apply(pinned_pod(name, "node3", devices), namespace)
+        held = kind.wait_for(
+            "FailedScheduling for the pod on GPU 1's UUID",
+            lambda: [m for m in failed_scheduling(kind, namespace, "by-uuid-0") if "already held" in m],
+        )
+        assert f"GPU {gpu1} by {namespace}/ordinal-0" in held[0], held
+        whole = kind.wait_for(
+            "FailedScheduling for the pod on the whole GPU 0",
+            lambda: [m for m in failed_scheduling(kind, namespace, "whole-0") if "already held" in m],
+        )
+        assert f"{namespace}/slice-a-0" in whole[0] and f"{namespace}/slice-b-0" in whole[0], whole
+        unknown = kind.wait_for(
+            "FailedScheduling for the pod on a GPU node3 does not have",
+            lambda: [m for m in failed_scheduling(kind, namespace, "missing-0") if "had no GPU" in m],
+        )
+        assert f"had no GPU {missing} (its GPUs: 0 {node3[0]['uuid']}" in unknown[0], unknown
+        for pod in ("by-uuid-0", "whole-0", "missing-0"):
+            assert not kind.get("-n", namespace, "pod", pod)["spec"].get("nodeName"), f"{pod} was bound"
+
+        shown = run([GPU_SCHEDULER, "gpus", "--kubeconfig", kind.kubeconfig, "--node", "node3", "-o", "json"])
+        assert shown.returncode == 0, tail(shown)
+        (report,) = json.loads(shown.stdout)["nodes"]
+        holders = {
+            g["uuid"]: sorted(h["pod"] for h in g["heldBy"] if h["pod"].startswith(namespace)) for g in report["gpus"]
+        }
+        slices = {
+            m["uuid"]: sorted(h["pod"] for h in m["heldBy"] if h["pod"].startswith(namespace))
+            for g in report["gpus"]
+            for m in g["mig"]
+        }
+        assert holders[gpu1] == [f"{namespace}/ordinal-0"]
+        assert holders[node3[0]["uuid"]] == []
+        assert slices[mig_a] == [f"{namespace}/slice-a-0"] and slices[mig_b] == [f"{namespace}/slice-b-0"]
+        print(
+            "\ngpu-scheduler gpus --node node3:\n"
+            + run([GPU_SCHEDULER, "gpus", "--kubeconfig", kind.kubeconfig, "--node", "node3"]).stdout
+        )
+    finally:
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+        set_sharing(kind, "warn")
+
+
+def test_an_agents_own_token_cannot_write_another_nodes_inventory(kind, inventories):
+    """From inside node1's agent pod, with its pod-bound token: publishing node1's GPUs on node2
+    is refused by the chart's ValidatingAdmissionPolicy, and node2 keeps its own inventory."""
+    pod = agent_pods(kind)["node1"]
+    before = published(kind, "node2")
+    result = kind.kubectl(
+        "-n", renewal.NAMESPACE, "exec", pod, "--", "gpu-scheduler", "agent", "--once", "--node-name", "node2"
+    )
+    assert result.returncode == 1, tail(result)
+    assert "may not change node node2" in result.stdout + result.stderr, tail(result)
+    assert published(kind, "node2") == before
+    assert [g["uuid"] for g in before["gpus"]] == [g["uuid"] for g in layout("node2")["gpus"]]
 
 
 def test_kind_load_puts_a_locally_built_image_into_every_node(kind, echo_image):
