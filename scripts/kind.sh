@@ -2,7 +2,10 @@
 # KinD workflow: one subcommand per make target.
 #   up       create the cluster from cluster/kind-config.yaml (idempotent): 1
 #            control plane + workers node1..node4; waits until every node is
-#            Ready and CoreDNS runs; kubeconfig in $KIND_KUBECONFIG
+#            Ready and CoreDNS runs; each worker advertises 4 nvidia.com/gpu and
+#            gets a fake NVML library with its own GPU layout for the chart's
+#            GPU agent (KIND_FAKE_GPUS=0: not; needs gcc); kubeconfig in
+#            $KIND_KUBECONFIG
 #   down     delete the cluster, its kubeconfig, and the docker network `kind`
 #            when `up` created it and nothing else uses it
 #   load     IMAGE...: kind load docker-image into every node
