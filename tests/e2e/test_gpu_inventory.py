@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fake_nvml import library
 
 from .cluster import create, get_json, kwok_node, wait_for_event, wait_for_node_ready, wait_for_pods
 from .components import GPU_SCHEDULER
@@ -20,20 +21,13 @@ from .workloads import bare_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.local_only]
 
-REPO = Path(__file__).resolve().parents[2]
-LAYOUT = REPO / "tests" / "fake_nvml" / "layouts" / "node3.json"
+LAYOUT = library.LAYOUTS / "node3.json"
 
 
 @pytest.fixture(scope="module")
 def fake_nvml(tmp_path_factory) -> Path:
-    built = subprocess.run(
-        ["bash", str(REPO / "tests" / "fake_nvml" / "build.sh"), str(tmp_path_factory.mktemp("fake-nvml"))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert built.returncode == 0, built.stderr
-    return Path(built.stdout.strip()).parent
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host."""
+    return library.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 def agent_once(fake_nvml: Path, kubeconfig: str, node: str) -> subprocess.CompletedProcess:

@@ -13,9 +13,11 @@ import base64
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 import requests
+from fake_nvml import library
 
 from .conftest import REPO, docker, running
 
@@ -108,26 +110,16 @@ def test_webhook_serves_tls_from_a_mounted_certificate_read_only_as_uid_1000(ima
 
 
 @pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory):
-    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host, mounted into the image."""
-    import subprocess
-    from pathlib import Path
-
-    built = subprocess.run(
-        ["bash", str(REPO / "tests" / "fake_nvml" / "build.sh"), str(tmp_path_factory.mktemp("fake-nvml"))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert built.returncode == 0, built.stderr
-    return Path(built.stdout.strip()).parent
+def fake_nvml(tmp_path_factory) -> Path:
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host."""
+    return library.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 @pytest.mark.parametrize("node", ["node3", "node4"])
 def test_the_agent_in_the_image_reads_the_gpus_through_nvml(images, fake_nvml, node):
     """The image's nvidia-ml-py over ctypes, nvmlInit to nvmlShutdown, against the fake library
     and a layout mounted read-only, as the chart's agent would get the driver's library."""
-    layouts = REPO / "tests" / "fake_nvml" / "layouts"
+    layouts = library.LAYOUTS
     result = docker(
         "run", "--rm", *HARDENED,
         "-v", f"{fake_nvml}:/opt/fake-nvml:ro", "-v", f"{layouts}:/opt/layouts:ro",

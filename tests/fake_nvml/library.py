@@ -1,0 +1,16 @@
+"""Build the fake libnvidia-ml.so.1 for a test that runs pynvml (or an image) against it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LAYOUTS = HERE / "layouts"
+
+
+def build(out_dir: Path) -> Path:
+    """build.sh into `out_dir`; returns the folder to put on LD_LIBRARY_PATH (or to mount)."""
+    built = subprocess.run(["bash", str(HERE / "build.sh"), str(out_dir)], capture_output=True, text=True, timeout=180)
+    assert built.returncode == 0, built.stderr
+    return Path(built.stdout.strip().splitlines()[-1]).parent
