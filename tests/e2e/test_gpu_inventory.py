@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import library
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from .cluster import create, get_json, kwok_node, wait_for_event, wait_for_node_ready, wait_for_pods
 from .components import GPU_SCHEDULER
@@ -85,11 +87,12 @@ def test_the_agent_publishes_the_nodes_gpus_and_the_scheduler_keys_them_by_physi
             labels = {"node": node, "gpu": gpu0.lower(), "pod": f"{ns}/{pod}"}
             assert scheduler.metric("gpu_scheduler_gpu_holder", **labels) == 1.0, pod
 
-    # A GPU the node does not have: refused before binding, with the node's GPUs listed.
+    # A GPU the node does not have: refused at admission (the webhook reads the node's GPUs),
+    # with the node's GPUs listed.
     missing = "GPU-ffffffff-0000-4000-8000-000000000000"
-    create(api_client, ns, [bare_pod("missing-0", f"0={node}:{missing}\n")])
-    event = wait_for_event(api_client, ns, "missing-0", "FailedScheduling", f"had no GPU {missing}", timeout=60)
-    assert f"0 {gpu0}" in event["message"], event["message"]
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(api_client).create_namespaced_pod(ns, bare_pod("missing-0", f"0={node}:{missing}\n"))
+    assert f"names GPU {missing} on node {node}, which has no such GPU (its GPUs: 0 {gpu0}" in refused.value.body
 
     # Who holds what, from the cluster's state.
     shown = subprocess.run(

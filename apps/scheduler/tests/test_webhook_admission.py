@@ -5,6 +5,7 @@ import copy
 import json
 
 import pytest
+from gpu_scheduler.scheduling.inventory import Gpu, Inventory
 from gpu_scheduler.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -255,8 +256,9 @@ class Nodes:
 
     alias_label = "gpu-node-name"
 
-    def __init__(self, aliases, error=None):
+    def __init__(self, aliases, error=None, inventories=None):
         self.aliases, self.error, self.asked = aliases, error, []
+        self.inventories = inventories or {}
 
     def node(self, name):
         self.asked.append(name)
@@ -264,7 +266,7 @@ class Nodes:
             raise NodeReadError(self.error)
         if name not in self.aliases:
             return None
-        return NodeFacts(name, self.aliases[name])
+        return NodeFacts(name, self.aliases[name], self.inventories.get(name))
 
 
 def test_a_pod_created_on_the_node_whose_alias_its_line_names_is_admitted_without_a_warning():
@@ -272,7 +274,8 @@ def test_a_pod_created_on_the_node_whose_alias_its_line_names_is_admitted_withou
     decision = mutate(pinned("kind-worker", "node3"), SCHEDULER, nodes)
     assert decision.result == PATCHED
     assert "warnings" not in decision.review["response"]
-    assert nodes.asked == ["kind-worker"]
+    # kind-worker for its alias; node3, the line's node, for its GPUs (none by that name).
+    assert nodes.asked == ["kind-worker", "node3"]
 
 
 @pytest.mark.parametrize(
@@ -303,6 +306,26 @@ def test_a_node_that_cannot_be_read_gets_a_warning_not_a_failed_admission():
     assert warning.endswith(
         "not checked: could not read node kind-worker: GET /api/v1/nodes/kind-worker: HTTP 403: forbidden"
     )
+
+
+GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
+NODE3_GPUS = Inventory("550.54.15", (Gpu(0, GPU0, "00000000:07:00.0", "NVIDIA A100-SXM4-40GB", 40960),))
+
+
+def test_a_device_the_lines_node_does_not_have_is_refused_listing_its_gpus():
+    # Issue 19, point 3: checked at admission where the node publishes its GPUs.
+    nodes = Nodes({"node3": "node3"}, inventories={"node3": NODE3_GPUS})
+    decision = mutate(pinned(None, "node3"), SCHEDULER, nodes)
+    assert decision.result == DENIED
+    assert decision.review["response"]["status"]["message"] == (
+        "pod ml/train-2: line 1 of its gpu-scheduling-map names GPU 1, 2 on node node3, which has no such GPU "
+        f"(its GPUs: 0 {GPU0} (NVIDIA A100-SXM4-40GB))"
+    )
+
+
+def test_devices_are_not_checked_where_the_node_publishes_no_inventory_or_cannot_be_read():
+    assert mutate(pinned(None, "node3"), SCHEDULER, Nodes({"node3": "node3"})).result == PATCHED
+    assert mutate(pinned(None, "node3"), SCHEDULER, Nodes({}, error="no answer")).result == PATCHED
 
 
 def test_a_line_node_too_long_for_an_alias_is_refused_without_reading_the_node():

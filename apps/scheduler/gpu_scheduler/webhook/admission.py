@@ -250,10 +250,34 @@ def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None)
             return _deny(request, refusal, fields)
         if warning:
             warnings.append(warning)
+    missing = _devices_not_on_node(fields["pod"], entry, nodes)
+    if missing:
+        return _deny(request, missing, fields)
     overflow = annotation_overflow(pod, entry)
     if overflow:
         return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
     return _patched(request, placement_patch(pod, entry), fields, warnings)
+
+
+def _devices_not_on_node(who: str, entry: MapEntry, nodes: NodeReader | None) -> str | None:
+    """Why the line's devices are not all on its node, when that node is found by name and
+    publishes its GPUs; else None. A line naming an alias, a node that cannot be read, or one
+    without an inventory is left to the scheduler, which checks before binding."""
+    if nodes is None:
+        return None
+    try:
+        node = nodes.node(entry.node)
+    except NodeReadError:
+        return None
+    if node is None or node.inventory is None:
+        return None
+    unknown = [d for d in entry.devices if node.inventory.resolve(d) is None]
+    if not unknown:
+        return None
+    return (
+        f"pod {who}: line {entry.line} of its {MAP_ANNOTATION} names GPU {', '.join(unknown)} on node {entry.node}, "
+        f"which has no such GPU (its GPUs: {node.inventory.describe()})"
+    )
 
 
 def _judge_node_name(

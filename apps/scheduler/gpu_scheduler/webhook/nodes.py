@@ -1,9 +1,12 @@
-"""What the webhook reads of a node: its alias label, by a GET of that one node.
+"""What the webhook reads of a node: its alias label and its published GPUs, by a GET of
+that one node.
 
-Only a pod created with spec.nodeName set, whose map line names another node,
-needs it (no scheduler runs for such a pod, so only admission can say that its
-containers would get another node's devices). Those pods are rare, so a GET
-with a short cache costs less than a node informer in every gunicorn worker.
+A pod created with spec.nodeName set, whose map line names another node, needs
+the alias (no scheduler runs for such a pod, so only admission can say that its
+containers would get another node's devices); a pod whose line names a node
+that publishes its GPUs (gpu-scheduler agent) has its devices checked against
+them. A GET per node with a short cache costs less than a node informer in
+every gunicorn worker.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from ..kube.client import ApiError, KubeClient
+from ..scheduling.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError
 
 # A node's alias label rarely changes; a few seconds of staleness only delays
 # when a relabelled node's pods are judged by the new label.
@@ -29,6 +33,7 @@ class NodeFacts:
 
     name: str
     alias: str | None
+    inventory: Inventory | None = None  # its published GPUs; None when none (or unreadable)
 
 
 class NodeReadError(Exception):
@@ -69,6 +74,17 @@ class NodeReader:
             if err.status == 404:
                 return None
             raise NodeReadError(f"could not read node {name}: {err}") from None
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        alias = labels.get(self._alias_label)
-        return NodeFacts(name, alias if isinstance(alias, str) else None)
+        metadata = node.get("metadata") or {}
+        alias = (metadata.get("labels") or {}).get(self._alias_label)
+        return NodeFacts(name, alias if isinstance(alias, str) else None, _inventory(name, metadata))
+
+
+def _inventory(name: str, metadata: dict) -> Inventory | None:
+    text = (metadata.get("annotations") or {}).get(INVENTORY_ANNOTATION)
+    if not isinstance(text, str):
+        return None
+    try:
+        return Inventory.from_annotation(text, f"node {name}'s annotation {INVENTORY_ANNOTATION}")
+    except InventoryError:
+        # The scheduler reports an unreadable inventory; admission checks nothing against it.
+        return None
