@@ -53,18 +53,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.fixture(autouse=True)
-def _skip_local_only(request: pytest.FixtureRequest) -> None:
-    if USE_INSTALLED and request.node.get_closest_marker("local_only"):
-        pytest.skip(
-            "E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
-            "which the installed cluster does not have; it runs in `make test`"
-        )
-    if not USE_INSTALLED and request.node.get_closest_marker("installed_only"):
-        pytest.skip(
-            "needs the charts installed with helm on a cluster that runs containers: "
-            "it runs in `make e2e` (KinD), and in the KinD stage of `make test`"
-        )
+LOCAL_ONLY = pytest.mark.skip(
+    reason="E2E_USE_INSTALLED=1: this test drives processes on this host or KWOK nodes, "
+    "which the installed cluster does not have; it runs in `make test`"
+)
+INSTALLED_ONLY = pytest.mark.skip(
+    reason="needs the charts installed with helm on a cluster that runs containers: "
+    "it runs in `make e2e` (KinD), and in the KinD stage of `make test`"
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # At collection, not in a fixture: a skipped test's module-scoped fixtures (KWOK nodes,
+    # say) must not run either.
+    for item in items:
+        if USE_INSTALLED and item.get_closest_marker("local_only"):
+            item.add_marker(LOCAL_ONLY)
+        if not USE_INSTALLED and item.get_closest_marker("installed_only"):
+            item.add_marker(INSTALLED_ONLY)
 
 
 @pytest.fixture(scope="session")
