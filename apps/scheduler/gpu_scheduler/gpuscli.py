@@ -127,7 +127,9 @@ def report(nodes: list[dict], pods: list[dict], scheduler_name: str) -> list[Nod
         if held.devices:
             on_node.setdefault(held.node, []).append((held.key, held.devices, _since(pod)))
     infos = sorted((NodeInfo.from_api(n, DEFAULT_ALIAS_LABEL) for n in nodes), key=lambda n: n.name)
-    return [node_gpus(info, sorted(on_node.get(info.name, []))) for info in infos]
+    # Nodes with nothing of GPUs (a control plane, CPU pools) would only be noise.
+    shown = [i for i in infos if i.inventory or i.inventory_problem or i.gpus_advertised or i.name in on_node]
+    return [node_gpus(info, sorted(on_node.get(info.name, []))) for info in shown]
 
 
 def render_text(reports: list[NodeGpus]) -> str:

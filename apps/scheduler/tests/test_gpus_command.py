@@ -84,3 +84,10 @@ def test_a_node_without_an_inventory_shows_its_held_devices_as_written():
     assert node1.document()["inventoryPublished"] is False
     assert sorted(node1.unresolved) == ["0", "1"]
     assert "no inventory published" in render_text([node1])
+
+
+def test_nodes_with_nothing_of_gpus_are_left_out():
+    control_plane = node("control-plane", None)
+    advertised = {**node("node2", None), "status": {"capacity": {"nvidia.com/gpu": "4"}}}
+    shown = report([control_plane, advertised, node("node3", INVENTORY)], [], "gpu-scheduler")
+    assert [n.name for n in shown] == ["node2", "node3"]
