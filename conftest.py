@@ -87,3 +87,19 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("files that appeared in the checkout's top folder during a test")
         for line in _APPEARED:
             terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """JUNIT_DIR (set by .gitlab-ci.yml): each pytest run writes its JUnit report there.
+
+    A CI job runs pytest several times (test-cluster: cluster, e2e and faults
+    in turn), so each run gets a file of its own, named after the job and the
+    process; an explicit --junitxml wins. Runs before pytest's junitxml plugin
+    reads the option.
+    """
+    directory = os.environ.get("JUNIT_DIR")
+    if directory and not config.option.xmlpath and not hasattr(config, "workerinput"):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        job = os.environ.get("CI_JOB_NAME", "pytest")
+        config.option.xmlpath = str(Path(directory) / f"{job}-{os.getpid()}.xml")

@@ -8,6 +8,8 @@
 #            $KIND_KUBECONFIG
 #   down     delete the cluster, its kubeconfig, and the docker network `kind`
 #            when `up` created it and nothing else uses it
+#   logs     DIR: kind export logs of the cluster into DIR (CI keeps them when
+#            the e2e fails)
 #   load     IMAGE...: kind load docker-image into every node
 #   load-missing  [--node CONTAINER] IMAGE...: into the workers (or that one)
 #            that do not hold that image ID yet (as install does with ours;
@@ -444,6 +446,19 @@ cmd_down() {
   log "kind: down in $((SECONDS - start))s"
 }
 
+# logs DIR: `kind export logs` of the cluster into DIR (every node's kubelet,
+# containerd and journal, every pod's container logs), kept by CI when the
+# e2e fails.
+cmd_logs() {
+  local dir="${1:?usage: $0 logs DIR}"
+  need_docker "kind export logs"
+  find_kind
+  cluster_exists || die "kind cluster $CLUSTER does not exist: no logs to export"
+  mkdir -p "$dir"
+  kind_cmd export logs "$dir" --name "$CLUSTER"
+  log "kind: the logs of cluster $CLUSTER are in $dir"
+}
+
 cmd_load() {
   (($#)) || die "usage: $0 load IMAGE..."
   need_docker "kind load"
@@ -706,6 +721,7 @@ cmd_report() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
+  logs) shift; cmd_logs "$@" ;;
   load) shift; cmd_load "$@" ;;
   load-missing) shift; cmd_load_missing "$@" ;;
   kubeconfig) cmd_kubeconfig ;;
@@ -713,5 +729,5 @@ case "${1:-}" in
   install) cmd_install "scripts/kind.sh install" ;;
   e2e) cmd_e2e ;;
   report) cmd_report ;;
-  *) die "usage: $0 up|down|load IMAGE...|load-missing [--node CONTAINER] IMAGE...|kubeconfig|running|install|e2e|report" ;;
+  *) die "usage: $0 up|down|logs DIR|load IMAGE...|load-missing [--node CONTAINER] IMAGE...|kubeconfig|running|install|e2e|report" ;;
 esac

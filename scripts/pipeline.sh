@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # `make pipeline`: .gitlab-ci.yml's jobs run by gitlab-ci-local on this
-# machine, against real parts of it, as a default-branch pipeline:
+# machine, against real parts of it, as the pipeline of a release tag
+# ($PIPELINE_TAG, default v<the version in Chart.yaml and the apps>) pushed
+# on HEAD:
 #   run   1. a registry (Debian's docker-registry) on port $PIPELINE_REGISTRY_PORT,
 #            empty, as the project's registry (CI_REGISTRY_IMAGE);
-#         2. the pipeline: lint, test-unit and test-cluster, build-image (pushes
-#            to that registry), e2e-kind (KinD cluster $KIND_CLUSTER whose nodes
-#            pull the images from that registry); the manual deploy waits;
+#         2. the pipeline: lint and release-check, test-unit and test-cluster,
+#            build-image (pushes :<commit> to that registry), e2e-kind (KinD
+#            cluster $KIND_CLUSTER whose nodes pull the images from that
+#            registry), then the release once every test job passed: promote
+#            (the tested digests as :vX.Y.Z and :X.Y.Z), publish-charts,
+#            gitlab-release; the manual deploy waits. A failed job stops here
+#            (exit 1), after every job that could run did;
 #         3. production, as an admin sets it up once: the e2e's helm release
 #            leaves the cluster (Argo CD will own the same objects), Argo CD
 #            is installed into it (scripts/argocd.sh install), a git server
 #            (git daemon on the cluster network's gateway) serves the commit
-#            under test with the charts naming this registry and the images'
-#            tag, and its AppProject is applied;
+#            under test with the charts naming this registry (their image tag
+#            stays the release's X.Y.Z), and its AppProject is applied;
 #         4. the deploy job, requested by hand (gitlab-ci-local --manual deploy),
 #            syncs both Applications through that Argo CD (--core).
 #         Then everything it started is stopped (down), unless PIPELINE_KEEP=1.
@@ -22,10 +28,12 @@
 # no job image can be pulled here; the tools they need are this machine's
 # (.cache/bin, .venv, Docker). Records for tests/pipeline: $PIPELINE_DIR
 # (pipeline.log and deploy.log: gitlab-ci-local's output; registry.log: the
-# registry's access log; commit: the short sha the pipeline ran at).
-# Env: KIND_CLUSTER (gpu-scheduler-pipeline), PIPELINE_REGISTRY_PORT (5001),
-#      PIPELINE_GIT_PORT (9419), PIPELINE_KEEP (0), LOCAL_APISERVER_PORT
-#      (passed to the test-cluster job).
+# registry's access log; commit: the short sha the pipeline ran at; tag).
+# The jobs' JUnit reports land in .cache/junit, a failed e2e's KinD logs in
+# .cache/kind-logs (both emptied first).
+# Env: KIND_CLUSTER (gpu-scheduler-pipeline), PIPELINE_TAG (v<version>),
+#      PIPELINE_REGISTRY_PORT (5001), PIPELINE_GIT_PORT (9419),
+#      PIPELINE_KEEP (0), LOCAL_APISERVER_PORT (passed to the test-cluster job).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -37,8 +45,16 @@ REGISTRY="127.0.0.1:$REGISTRY_PORT"
 REGISTRY_IMAGE="$REGISTRY/gpu-scheduler"
 PIPELINE_DIR="$CACHE_DIR/pipeline"
 GITLAB_CI_LOCAL="$CACHE_DIR/npm/node_modules/.bin/gitlab-ci-local"
-# The project's default branch: the pipeline is the one a merge to it runs.
+# The project's default branch, and the release tag the pipeline runs for.
 DEFAULT_BRANCH=main
+TAG="${PIPELINE_TAG:-v$(python3 "$REPO_ROOT/scripts/version.py")}"
+# GitLab's CI_COMMIT_REF_SLUG of the tag: lower case, [a-z0-9-], at most 63.
+TAG_SLUG="$(printf '%s' "$TAG" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' '-' | cut -c1-63 | sed 's/^-*//; s/-*$//')"
+# What both charts' image.registry says: release-check compares it with the
+# registry the pipeline pushes to. A user sets it to theirs before tagging
+# (docs/delivery.md); this run keeps the work tree's and names it, so that
+# release-check passes on the tree as it is.
+CHARTS_REGISTRY="$(sed -n 's/^  registry: *"\{0,1\}\([^" #]*\).*/\1/p' "$REPO_ROOT/charts/gpu-scheduler/values.yaml" | head -1)"
 export PATH="$BIN_DIR:$REPO_ROOT/.venv/bin:$PATH"
 
 kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
@@ -110,10 +126,16 @@ stop_pid() {
 PIPELINE_VARIABLES=(
   --variable "CI_REGISTRY=$REGISTRY"
   --variable "CI_REGISTRY_IMAGE=$REGISTRY_IMAGE"
-  # The pipeline a merge to the default branch runs (deploy is offered),
-  # whatever branch is checked out.
+  # The pipeline a pushed release tag runs, whatever branch is checked out:
+  # GitLab sets no CI_COMMIT_BRANCH then.
   --variable "CI_DEFAULT_BRANCH=$DEFAULT_BRANCH"
-  --variable "CI_COMMIT_BRANCH=$DEFAULT_BRANCH"
+  --variable "CI_COMMIT_BRANCH="
+  --variable "CI_COMMIT_TAG=$TAG"
+  --variable "CI_COMMIT_REF_NAME=$TAG"
+  --variable "CI_COMMIT_REF_SLUG=$TAG_SLUG"
+  --variable "RELEASE_REGISTRY=$CHARTS_REGISTRY"
+  # A registry without TLS (helm push needs to be told).
+  --variable "HELM_PUSH_FLAGS=--plain-http"
   # e2e-kind's cluster is this machine's production for the deploy job.
   --variable "KIND_CLUSTER=$KIND_CLUSTER"
   --variable "KIND_KEEP=1"
@@ -121,6 +143,15 @@ PIPELINE_VARIABLES=(
   # that no job's `make install` takes away what the next one needs.
   --variable "INSTALL_GROUPS=test lint bench"
 )
+# test-cluster keeps Go's caches in the project dir for the runner's cache;
+# here the machine's own (content-addressed, shared by every checkout) serve.
+if command -v go >/dev/null; then
+  PIPELINE_VARIABLES+=(
+    --variable "GOMODCACHE=$(go env GOMODCACHE)"
+    --variable "GOCACHE=$(go env GOCACHE)"
+    --variable "GOFLAGS=$(go env GOFLAGS)"
+  )
+fi
 # The deploy job's, besides those: Argo CD in that cluster in core mode (the
 # CLI talks to the Kubernetes API, kubeconfig namespace argocd), and the
 # ApplicationSet whose repoURL is this machine's git server.
@@ -168,14 +199,15 @@ serve_repository() {
   git clone --quiet --no-checkout "$REPO_ROOT" "$work"
   git -C "$work" checkout --quiet -B deploy "$(git -C "$REPO_ROOT" rev-parse HEAD)"
   local chart values
+  # The image tag stays empty: the charts pull their appVersion, the X.Y.Z
+  # that promote gave the tested digests.
   for chart in gpu-scheduler gpu-scheduler-check; do
     values="$work/charts/$chart/values.yaml"
-    [[ "$(grep -c '^  registry: ' "$values")" == 1 && "$(grep -c '^  tag: ""$' "$values")" == 1 ]] ||
-      die "$values: expected one image registry line and one empty image tag line to set"
-    sed -i -e "s|^  registry: .*|  registry: $REGISTRY_IMAGE|" -e "s|^  tag: \"\"$|  tag: \"$sha\"|" "$values"
+    [[ "$(grep -c '^  registry: ' "$values")" == 1 ]] || die "$values: expected one image registry line to set"
+    sed -i -e "s|^  registry: .*|  registry: $REGISTRY_IMAGE|" "$values"
   done
   git -C "$work" -c user.name="gpu-scheduler pipeline" -c user.email=pipeline@gpu-scheduler.invalid \
-    commit --quiet --all --message "release $sha from $REGISTRY_IMAGE (make pipeline)"
+    commit --quiet --all --message "release $TAG ($sha) from $REGISTRY_IMAGE (make pipeline)"
   git clone --quiet --bare "$work" "$served/gpu-scheduler.git"
   local address
   address="$(gateway)" || die "the docker network kind has no IPv4 gateway"
@@ -276,18 +308,20 @@ cmd_run() {
   "$REPO_ROOT/scripts/docker-engine.sh" ensure
   mkdir -p "$PIPELINE_DIR"
   # A new pipeline: no job log or state of an earlier one is left to read.
-  rm -rf "$PIPELINE_DIR"/{pipeline,deploy}.log "$PIPELINE_DIR/gitlab-ci-local"
+  rm -rf "$PIPELINE_DIR"/{pipeline,deploy}.log "$PIPELINE_DIR/gitlab-ci-local" "$CACHE_DIR/junit" "$CACHE_DIR/kind-logs"
   if [[ "${PIPELINE_KEEP:-0}" != 1 ]]; then
     trap 'status=$?; cmd_down; exit $status' EXIT
   fi
   # gitlab-ci-local's CI_COMMIT_SHORT_SHA: the first 8 hex digits of HEAD.
   sha="$(git -C "$REPO_ROOT" rev-parse HEAD | cut -c1-8)"
   echo "$sha" >"$PIPELINE_DIR/commit"
+  echo "$TAG" >"$PIPELINE_DIR/tag"
   start_registry
-  log "pipeline: gitlab-ci-local $("$GITLAB_CI_LOCAL" --version): the default-branch pipeline at $sha (lint, test, build, e2e; deploy is manual)"
+  log "pipeline: gitlab-ci-local $("$GITLAB_CI_LOCAL" --version): the pipeline of tag $TAG at $sha (lint, test, build, e2e, release; deploy is manual)"
   gitlab_ci_local "$PIPELINE_DIR/pipeline.log" || die "the pipeline failed ($PIPELINE_DIR/pipeline.log, above)"
-  passed "$PIPELINE_DIR/pipeline.log" lint test-unit test-cluster build-image e2e-kind
-  log "pipeline: lint, test, build and e2e passed in $((SECONDS - start))s; preparing production for the manual deploy"
+  passed "$PIPELINE_DIR/pipeline.log" lint release-check test-unit test-cluster build-image e2e-kind \
+    promote publish-charts gitlab-release
+  log "pipeline: lint, test, build, e2e and the release of $TAG passed in $((SECONDS - start))s; preparing production for the manual deploy"
   prepare_production "$sha"
   log "pipeline: deploy, requested by hand (--manual deploy)"
   gitlab_ci_local "$PIPELINE_DIR/deploy.log" "${DEPLOY_VARIABLES[@]}" --manual deploy deploy || die "the deploy job failed ($PIPELINE_DIR/deploy.log, above)"

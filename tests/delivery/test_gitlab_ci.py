@@ -26,8 +26,14 @@ JOBS = {name: job for name, job in CI.items() if isinstance(job, dict) and "stag
 PINNED = re.compile(r"^[^:@]+(:v?\d+\.\d+\.\d+[-\w.]*)$")
 
 
+def bases_of(job: dict) -> list[dict]:
+    """The hidden jobs `job` extends, in order."""
+    extends = job.get("extends", [])
+    return [CI[name] for name in ([extends] if isinstance(extends, str) else extends)]
+
+
 def image_of(job: dict) -> str:
-    image = job.get("image") or CI[job["extends"]]["image"]
+    image = job.get("image") or next(base["image"] for base in bases_of(job) if "image" in base)
     return image["name"] if isinstance(image, dict) else image
 
 
@@ -46,8 +52,12 @@ def run_pipeline(tool, *args: str, timeout: float = 300):
     )
 
 
-def test_stages_run_lint_test_build_e2e_deploy():
-    assert CI["stages"] == ["lint", "test", "build", "e2e", "deploy"]
+# The jobs whose failure must stop a release.
+TEST_JOBS = ["lint", "test-unit", "test-cluster", "e2e-kind"]
+
+
+def test_stages_run_lint_test_build_e2e_release_deploy():
+    assert CI["stages"] == ["lint", "test", "build", "e2e", "release", "deploy"]
     assert {job["stage"] for job in JOBS.values()} == set(CI["stages"])
 
 
@@ -83,34 +93,80 @@ def test_images_are_built_by_images_sh_with_the_jobs_own_docker_engine_not_kanik
     assert build["variables"]["DOCKER_CONFIG"] == "$CI_PROJECT_DIR/.cache/docker-config"
 
 
-def test_both_images_are_pushed_with_the_commit_and_branch_tags():
-    script = " ".join(JOBS["build-image"]["script"])
-
-    assert 'TAGS="$CI_COMMIT_SHORT_SHA $CI_COMMIT_REF_SLUG"' in script
-    assert "for image in gpu-scheduler gpu-scheduler-check; do for tag in $TAGS; do" in script
-    assert 'docker push --quiet "$CI_REGISTRY_IMAGE/$image:$tag" || exit 1;' in script
-
-
-def test_a_release_tag_pushes_images_as_the_tag_and_the_charts_app_version():
+def test_build_image_pushes_the_commit_tag_only():
     build = JOBS["build-image"]
     script = " ".join(build["script"])
 
-    # The :X.Y.Z tag comes from scripts/version.py (images.sh labels the images with
-    # the same version); release-check has refused any other tag first.
+    # release-check refuses a wrong release tag before anything is built.
     assert {"job": "release-check", "optional": True} in build["needs"]
-    assert 'if [ -n "$CI_COMMIT_TAG" ]; then TAGS="$TAGS $CI_COMMIT_TAG $(python3 scripts/version.py)"; fi' in script
+    assert (
+        "for image in gpu-scheduler gpu-scheduler-check; do "
+        'docker push --quiet "$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA" || exit 1; done'
+    ) in script
+    # No other tag is made or pushed here: not the branch's, not a release's.
+    assert "docker tag" not in script and "CI_COMMIT_REF_SLUG" not in script and "CI_COMMIT_TAG" not in script
     assert "wheelhouse" not in JOBS
 
 
-def test_release_jobs_run_on_tags_only_and_charts_are_published_after_the_e2e():
-    for name in ("release-check", "publish-charts"):
+def needs_of(job: dict) -> set[str]:
+    return {need if isinstance(need, str) else need["job"] for need in job.get("needs", [])}
+
+
+def test_a_release_needs_every_test_job_and_promotes_the_tested_digests():
+    promote = JOBS["promote"]
+
+    assert needs_of(promote) == {"release-check", "build-image", *TEST_JOBS}
+    # Not optional: a test job that did not pass (or did not run) stops it.
+    assert all(isinstance(need, str) for need in promote["needs"]), promote["needs"]
+    assert promote["script"] == ["scripts/promote.sh"]
+    script = (REPO / "scripts" / "promote.sh").read_text()
+    assert 'crane tag "$CI_REGISTRY_IMAGE/$image@$digest" "$tag"' in script
+    assert 'for tag in "$CI_COMMIT_TAG" "$VERSION"; do' in script
+    assert "docker push" not in script and "docker build" not in script
+    # Every job that makes a release waits for promote.
+    assert needs_of(JOBS["publish-charts"]) == {"promote"}
+    assert needs_of(JOBS["gitlab-release"]) == {"promote", "publish-charts"}
+
+
+def test_release_jobs_run_on_tags_only():
+    for name in ("release-check", "promote", "publish-charts", "gitlab-release"):
         assert JOBS[name]["rules"] == [{"if": "$CI_COMMIT_TAG"}], name
+        assert name == "release-check" or JOBS[name]["stage"] == "release", name
     publish = JOBS["publish-charts"]
     script = " ".join(publish["script"])
 
-    assert publish["needs"] == ["release-check", "e2e-kind"]
     assert "helm package charts/gpu-scheduler charts/gpu-scheduler-check" in script
-    assert 'helm push "$chart" "oci://$CI_REGISTRY_IMAGE/charts"' in script
+    assert 'helm push $HELM_PUSH_FLAGS "$chart" "oci://$CI_REGISTRY_IMAGE/charts"' in script
+    release = JOBS["gitlab-release"]["release"]
+    assert release["tag_name"] == "$CI_COMMIT_TAG"
+    assert "$CI_COMMIT_SHORT_SHA" in release["description"]
+
+
+def test_test_jobs_keep_their_junit_reports_whatever_their_outcome():
+    assert CI["variables"]["JUNIT_DIR"] == "$CI_PROJECT_DIR/.cache/junit"
+    for name in ("test-unit", "test-cluster", "e2e-kind"):
+        job = JOBS[name]
+        artifacts = job.get("artifacts") or next(base["artifacts"] for base in bases_of(job) if "artifacts" in base)
+        assert artifacts["when"] == "always", name
+        assert artifacts["reports"]["junit"] == ".cache/junit/*.xml", name
+
+
+def test_a_failed_e2e_keeps_the_kind_clusters_logs():
+    e2e = JOBS["e2e-kind"]
+
+    assert e2e["after_script"][0] == (
+        'if [ "$CI_JOB_STATUS" = failed ]; then scripts/kind.sh logs .cache/kind-logs || true; fi'
+    )
+    assert ".cache/kind-logs/" in e2e["artifacts"]["paths"]
+
+
+def test_test_cluster_keeps_gos_module_and_build_caches():
+    job = JOBS["test-cluster"]
+
+    assert job["variables"]["GOMODCACHE"] == "$CI_PROJECT_DIR/.cache/go/mod"
+    assert job["variables"]["GOCACHE"] == "$CI_PROJECT_DIR/.cache/go/build"
+    go_cache = [cache for cache in job["cache"] if ".cache/go/" in cache["paths"]]
+    assert go_cache and go_cache[0]["key"]["files"] == ["cluster/local/go.sum"], job["cache"]
 
 
 def test_e2e_runs_kind_on_the_pushed_images():
@@ -134,7 +190,7 @@ def test_e2e_nodes_pull_the_pushed_images_from_the_registry_and_nothing_is_built
     assert e2e["variables"]["KIND_REGISTRY_USER"] == "$CI_REGISTRY_USER"
     assert e2e["variables"]["KIND_REGISTRY_PASSWORD"] == "$CI_REGISTRY_PASSWORD"
     # The cluster goes at the end, unless make pipeline keeps it for its deploy job.
-    assert e2e["after_script"] == ['if [ "$KIND_KEEP" != 1 ]; then make kind-down || true; fi']
+    assert e2e["after_script"][-1] == 'if [ "$KIND_KEEP" != 1 ]; then make kind-down || true; fi'
 
 
 def test_pipeline_runs_the_cluster_and_fault_tests_on_the_local_control_plane():
@@ -176,13 +232,16 @@ def test_e2e_job_runs_for_merge_requests_the_default_branch_and_tags_and_by_hand
     assert "e2e-kind" in JOBS["deploy"]["needs"]
 
 
-def test_deploy_is_manual_on_the_default_branch_and_syncs_scheduler_before_check():
+def test_deploy_is_manual_on_the_default_branch_and_tags_and_syncs_scheduler_before_check():
     deploy = JOBS["deploy"]
 
-    # allow_failure: a default-branch pipeline nobody deploys is passed, not blocked.
+    # allow_failure: a pipeline nobody deploys is passed, not blocked.
     assert deploy["rules"] == [
-        {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual", "allow_failure": True}
+        {"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual", "allow_failure": True},
+        {"if": "$CI_COMMIT_TAG", "when": "manual", "allow_failure": True},
     ]
+    # A tag's deploy waits for its release.
+    assert {"job": "publish-charts", "optional": True} in deploy["needs"]
     script = deploy["script"]
     syncs = [i for i, line in enumerate(script) if line.startswith("argocd app sync")]
     assert [script[i].split()[3] for i in syncs] == ["gpu-scheduler", "gpu-scheduler-check"]
@@ -211,6 +270,18 @@ def test_gitlab_ci_local_lists_every_job_of_a_default_branch_pipeline(gitlab_ci_
     # stage, when, allow_failure: the manual deploy does not block the pipeline.
     assert rows["deploy"][:3] == ["deploy", "manual", "true"], result.stdout
     assert rows["e2e-kind"][:3] == ["e2e", "on_success", "false"], result.stdout
+    assert not {"release-check", "promote", "publish-charts", "gitlab-release"} & set(rows), result.stdout
+
+
+def test_gitlab_ci_local_lists_the_release_jobs_of_a_tag_pipeline(gitlab_ci_local):
+    tag = ("--variable", "CI_COMMIT_TAG=v9.9.9", "--variable", "CI_COMMIT_BRANCH=")
+    result = run_pipeline(gitlab_ci_local, "--list", *tag)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:] if line.strip()}
+    for job in ("promote", "publish-charts", "gitlab-release"):
+        assert rows[job][:3] == ["release", "on_success", "false"], result.stdout
+    assert rows["deploy"][:3] == ["deploy", "manual", "true"], result.stdout
 
 
 def release_check(tool, tag: str, registry: str):

@@ -1,22 +1,26 @@
-"""`make pipeline` run once for the `pipeline` tests, and the real records they read.
+"""`make pipeline` (a release tag's pipeline) run for the `pipeline` tests, and the real records they read.
 
-The fixture runs scripts/pipeline.sh with PIPELINE_KEEP=1, so that what the
+Two runs, one after the other: test_blocked_release.py's, with a test forced
+to fail in the e2e-kind job, then test_pipeline.py's, which must pass. Each
+fixture runs scripts/pipeline.sh with PIPELINE_KEEP=1, so that what the
 pipeline made is still there to ask: the registry (its HTTP API and its
 access log), the KinD cluster (the nodes' containerd, the pods, Argo CD's
-Applications) and gitlab-ci-local's output. It runs `scripts/pipeline.sh
-down` at the end, whatever happened. PIPELINE_TEST_REUSE=1 reads a pipeline
-left by `make pipeline PIPELINE_KEEP=1` instead of running one (for working
-on these tests; it is never set by make or CI) and leaves it running.
+Applications), gitlab-ci-local's output, the JUnit reports and KinD's logs.
+It runs `scripts/pipeline.sh down` at the end, whatever happened.
+PIPELINE_TEST_REUSE=1 reads a pipeline left by `make pipeline
+PIPELINE_KEEP=1` instead of running one (for working on these tests; it is
+never set by make or CI) and leaves it running.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import urllib.request
+import xml.etree.ElementTree as ElementTree
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +40,21 @@ IMAGES = ("gpu-scheduler", "gpu-scheduler-check")
 PIPELINE_TIMEOUT = 5400
 
 
+JUNIT_DIR = CACHE / "junit"
+KIND_LOGS = CACHE / "kind-logs"
+
+
 @dataclass(frozen=True)
 class Pipeline:
+    returncode: int  # scripts/pipeline.sh run's
     commit: str  # CI_COMMIT_SHORT_SHA: the first 8 hex digits of HEAD
-    ref_slug: str  # CI_COMMIT_REF_SLUG of this checkout
-    log: str  # gitlab-ci-local's output of the pipeline (lint .. e2e)
-    deploy_log: str  # and of the manual deploy job
+    tag: str  # CI_COMMIT_TAG: v<version>
+    log: str  # gitlab-ci-local's output of the pipeline (lint .. release)
+    deploy_log: str  # and of the manual deploy job ("" when it did not run)
+
+    @property
+    def version(self) -> str:
+        return self.tag.removeprefix("v")
 
     def kubectl(self, *args: str) -> str:
         result = run([KUBECTL, "--kubeconfig", KUBECONFIG, *args], timeout=60)
@@ -58,14 +71,9 @@ class Pipeline:
             return dict(response.headers), (json.loads(body) if body else {})
 
 
-def ref_slug() -> str:
-    """GitLab's CI_COMMIT_REF_SLUG of the current branch (lower case, [a-z0-9-], at most 63)."""
-    branch = run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=REPO).stdout.strip()
-    return re.sub(r"[^a-z0-9]", "-", branch.lower())[:63].strip("-")
-
-
-@pytest.fixture(scope="session")
-def pipeline() -> Pipeline:
+@contextmanager
+def pipeline_run():
+    """scripts/pipeline.sh run, then the Pipeline it left to read; `down` afterwards, whatever happened."""
     env = {**os.environ, "PIPELINE_KEEP": "1", "KIND_CLUSTER": CLUSTER}
     reuse = os.environ.get("PIPELINE_TEST_REUSE") == "1"
     # Under CI=true scripts/pipeline.sh starts an engine itself (or fails).
@@ -75,21 +83,39 @@ def pipeline() -> Pipeline:
             "no Docker engine answers ('docker info'): make pipeline needs one for its images and KinD; "
             "install Docker (https://docs.docker.com/engine/install/) and run 'make test-pipeline' again"
         )
+    returncode = 0
     if not reuse:
         # Output straight to the terminal (pytest -s): a long run shows its progress.
-        result = subprocess.run(
+        returncode = subprocess.run(
             ["bash", REPO / "scripts" / "pipeline.sh", "run"], env=env, timeout=PIPELINE_TIMEOUT, check=False
-        )
+        ).returncode
     try:
-        if not reuse:
-            assert result.returncode == 0, f"scripts/pipeline.sh run failed (exit {result.returncode}); output above"
-        head = run(["git", "rev-parse", "HEAD"], cwd=REPO).stdout.strip()
+        deploy = PIPELINE_DIR / "deploy.log"
         yield Pipeline(
-            commit=head[:8],
-            ref_slug=ref_slug(),
+            returncode=returncode,
+            commit=(PIPELINE_DIR / "commit").read_text().strip(),
+            tag=(PIPELINE_DIR / "tag").read_text().strip(),
             log=(PIPELINE_DIR / "pipeline.log").read_text(),
-            deploy_log=(PIPELINE_DIR / "deploy.log").read_text(),
+            deploy_log=deploy.read_text() if deploy.exists() else "",
         )
     finally:
         if not reuse:
             subprocess.run(["bash", REPO / "scripts" / "pipeline.sh", "down"], env=env, timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def pipeline():
+    """The release pipeline of HEAD, which must pass, deploy included."""
+    with pipeline_run() as run_:
+        assert run_.returncode == 0, f"scripts/pipeline.sh run failed (exit {run_.returncode}); output above"
+        yield run_
+
+
+def junit_reports(job: str) -> list[dict[str, int]]:
+    """Each JUnit report that `job`'s pytest runs wrote: its tests, failures, errors and skipped counts."""
+    reports = []
+    for path in sorted(JUNIT_DIR.glob(f"{job}-*.xml")):
+        suite = ElementTree.parse(path).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        reports.append({key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")})
+    return reports

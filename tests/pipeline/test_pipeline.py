@@ -1,4 +1,4 @@
-"""`make pipeline`: .gitlab-ci.yml's jobs, run by gitlab-ci-local, against real parts of this machine.
+"""`make pipeline`: a release tag's pipeline (.gitlab-ci.yml by gitlab-ci-local) on real parts of this machine.
 
 Every claim is read from a record the pipeline's own scripts did not write:
 gitlab-ci-local's output and job logs, the registry's HTTP API and access
@@ -12,14 +12,33 @@ import re
 
 import pytest
 
-from .conftest import CLUSTER, IMAGES, PIPELINE_DIR, PIPELINE_TIMEOUT, REGISTRY, REGISTRY_IMAGE, run
+from .conftest import (
+    CLUSTER,
+    IMAGES,
+    PIPELINE_DIR,
+    PIPELINE_TIMEOUT,
+    REGISTRY,
+    REGISTRY_IMAGE,
+    junit_reports,
+    run,
+)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(PIPELINE_TIMEOUT + 600)]
 
-STAGES = ["lint", "test", "build", "e2e", "deploy"]
-# What a default-branch pipeline runs before its manual deploy (release-check
-# and publish-charts are for tags only).
-PIPELINE_JOBS = ["lint", "test-unit", "test-cluster", "build-image", "e2e-kind"]
+STAGES = ["lint", "test", "build", "e2e", "release", "deploy"]
+# What a release tag's pipeline runs before its manual deploy.
+PIPELINE_JOBS = [
+    "lint",
+    "release-check",
+    "test-unit",
+    "test-cluster",
+    "build-image",
+    "e2e-kind",
+    "promote",
+    "publish-charts",
+    "gitlab-release",
+]
+TEST_JOBS_WITH_PYTEST = ["test-unit", "test-cluster", "e2e-kind"]
 MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 # gitlab-ci-local --timestamps: "[HH:MM:SS duration] job  starting shell (stage)".
 STARTED = re.compile(r"^\[[^\]]*\] (\S+)\s+starting (\S+) \((\w+)\)$", re.M)
@@ -45,7 +64,7 @@ def summary(log: str) -> dict[str, str]:
 def test_every_job_ran_in_the_shell_executor_and_passed_in_stage_order(pipeline):
     started = STARTED.findall(pipeline.log)
 
-    assert [job for job, _, _ in started] == PIPELINE_JOBS, started
+    assert sorted(job for job, _, _ in started) == sorted(PIPELINE_JOBS), started
     # No job image can be pulled here: the shell executor ran each one.
     assert {executor for _, executor, _ in started} == {"shell"}, started
     stages = [STAGES.index(stage) for _, _, stage in started]
@@ -68,13 +87,54 @@ def test_test_jobs_ran_the_unit_suite_and_the_cluster_and_fault_tests(pipeline):
     assert re.search(r"tests/e2e/test_\w+\.py \.", cluster), "no e2e test ran"
 
 
-def test_registry_holds_both_images_with_the_commit_and_branch_tags(pipeline):
+def line_of(log: str, job: str, event: str) -> int:
+    """Where gitlab-ci-local logged `job` "starting" or "finished in" (--timestamps lines)."""
+    found = re.search(rf"^\[[^\]]*\] {re.escape(job)}\s+{event}", log, re.M)
+    assert found, f"{job} never logged '{event}'"
+    return found.start()
+
+
+def test_the_release_started_after_every_test_job_passed(pipeline):
+    promote = line_of(pipeline.log, "promote", "starting")
+
+    for needed in ("lint", "release-check", "test-unit", "test-cluster", "build-image", "e2e-kind"):
+        assert line_of(pipeline.log, needed, "finished in") < promote, f"promote started before {needed} finished"
+    assert line_of(pipeline.log, "promote", "finished in") < line_of(pipeline.log, "publish-charts", "starting")
+    assert line_of(pipeline.log, "publish-charts", "finished in") < line_of(pipeline.log, "gitlab-release", "starting")
+
+
+def test_registry_holds_both_images_under_the_commit_tag_and_the_release_tags_of_one_digest(pipeline):
     _, catalog = pipeline.registry("/v2/_catalog")
 
-    assert sorted(catalog["repositories"]) == [f"gpu-scheduler/{image}" for image in IMAGES]
+    assert sorted(catalog["repositories"]) == sorted(
+        [f"gpu-scheduler/{image}" for image in IMAGES] + [f"gpu-scheduler/charts/{image}" for image in IMAGES]
+    )
     for image in IMAGES:
         _, tags = pipeline.registry(f"/v2/gpu-scheduler/{image}/tags/list")
-        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.ref_slug}), tags
+        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.tag, pipeline.version}), tags
+        tested = digest_of(pipeline, image)
+        for tag in (pipeline.tag, pipeline.version):
+            assert digest_of(pipeline, image, tag) == tested, f"{image}:{tag} is not the digest of :{pipeline.commit}"
+    assert f"promote: gpu-scheduler@{digest_of(pipeline, 'gpu-scheduler')} is :{pipeline.tag}" in pipeline.log
+
+
+def test_both_charts_are_published_at_the_release_version(pipeline):
+    for chart in IMAGES:
+        _, tags = pipeline.registry(f"/v2/gpu-scheduler/charts/{chart}/tags/list")
+        assert tags["tags"] == [pipeline.version], tags
+        _, manifest = pipeline.registry(
+            f"/v2/gpu-scheduler/charts/{chart}/manifests/{pipeline.version}",
+            accept="application/vnd.oci.image.manifest.v1+json",
+        )
+        assert manifest["config"]["mediaType"] == "application/vnd.cncf.helm.config.v1+json", manifest
+
+
+def test_every_test_job_left_a_junit_report_without_failures(pipeline):
+    for job in TEST_JOBS_WITH_PYTEST:
+        reports = junit_reports(job)
+        assert reports, f"{job}: no JUnit report in .cache/junit"
+        assert sum(report["tests"] for report in reports) > 0, f"{job}: {reports}"
+        assert all(report["failures"] == report["errors"] == 0 for report in reports), f"{job}: {reports}"
 
 
 def node_addresses() -> dict[str, str]:
@@ -84,10 +144,10 @@ def node_addresses() -> dict[str, str]:
     return {c["NetworkSettings"]["Networks"]["kind"]["IPAddress"]: c["Name"].lstrip("/") for c in inspected}
 
 
-def digest_of(pipeline, image: str) -> str:
-    """The registry's digest of `image`:<commit> (what the nodes must have fetched)."""
+def digest_of(pipeline, image: str, tag: str = "") -> str:
+    """The registry's digest of `image`:`tag` (default: the commit's tag, what every test job ran)."""
     headers, _ = pipeline.registry(
-        f"/v2/gpu-scheduler/{image}/manifests/{pipeline.commit}", method="HEAD", accept=MANIFEST_TYPES
+        f"/v2/gpu-scheduler/{image}/manifests/{tag or pipeline.commit}", method="HEAD", accept=MANIFEST_TYPES
     )
     return headers["Docker-Content-Digest"]
 
@@ -121,7 +181,7 @@ def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline
     assert "kind: loading" not in e2e and "docker build" not in e2e
 
 
-def test_deployed_pods_run_the_pushed_images_by_their_registry_digest(pipeline):
+def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
     pods = json.loads(pipeline.kubectl("get", "pods", "-A", "-o", "json"))["items"]
     digests = {f"{REGISTRY_IMAGE}/{image}": digest_of(pipeline, image) for image in IMAGES}
 
@@ -130,7 +190,8 @@ def test_deployed_pods_run_the_pushed_images_by_their_registry_digest(pipeline):
         for status in pod["status"].get("containerStatuses", []):
             repository, _, tag = status["image"].rpartition(":")
             if repository in digests:
-                assert tag == pipeline.commit, f"{pod['metadata']['name']}: {status['image']}"
+                # The charts' own default, their appVersion: the tag promote made.
+                assert tag == pipeline.version, f"{pod['metadata']['name']}: {status['image']}"
                 assert status["imageID"] == f"{repository}@{digests[repository]}", status
                 assert status["ready"], f"{pod['metadata']['name']} is not ready"
                 running.setdefault(repository, set()).add(pod["metadata"]["namespace"])
