@@ -5,11 +5,11 @@ PIPELINE_ENV := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(or $(PIPELINE_CLUST
 
 .PHONY: pipeline pipeline-down test-pipeline
 
-pipeline: install tools lint-tools ##dev .gitlab-ci.yml's jobs by gitlab-ci-local: lint, test, build (to a local registry), e2e (KinD pulls from it), deploy (Argo CD); stops all after (PIPELINE_KEEP=1 keeps it)
+pipeline: install tools lint-tools ##dev a release tag's pipeline by gitlab-ci-local: lint, test, build (to a local registry), e2e (KinD pulls from it), release (promote, charts), deploy (Argo CD); stops all after (PIPELINE_KEEP=1 keeps it)
 	$(PIPELINE_ENV) scripts/pipeline.sh run
 
 pipeline-down: ##dev stop what make pipeline left running (PIPELINE_KEEP=1): KinD cluster, git daemon, registry
 	$(PIPELINE_ENV) scripts/pipeline.sh down
 
-test-pipeline: install tools lint-tools ##dev make pipeline, then the checks of its records (registry, KinD nodes, Argo CD) in tests/pipeline
+test-pipeline: install tools lint-tools ##dev make pipeline twice (an e2e test forced to fail: no release; then passing), with the checks of their records in tests/pipeline
 	$(VENV)/bin/pytest -s -m pipeline tests/pipeline
