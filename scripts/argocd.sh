@@ -224,6 +224,11 @@ cmd_install() {
   local start=$SECONDS images argocd_image redis_image module
   need_docker "make argocd-install"
   need_cluster
+  # Which Argo CD, and why: this script's is the offline fallback. The
+  # release's install.yaml and its images (quay.io/argoproj/argocd,
+  # redis) are what users should run, pinned by digest; those digests are
+  # not recorded here yet, so no upstream path is tried (docs/delivery.md).
+  log "argocd: source: Argo CD $ARGOCD_VERSION built here from its Go modules (offline fallback; upstream: kubectl apply -n argocd -f https://raw.githubusercontent.com/argoproj/argo-cd/$ARGOCD_VERSION/manifests/install.yaml)"
   images="$(cmd_images)"
   argocd_image="$(sed -n 1p <<<"$images")"
   redis_image="$(sed -n 2p <<<"$images")"

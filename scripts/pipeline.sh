@@ -124,6 +124,10 @@ stop_pid() {
 # (CI_REGISTRY*, the branch) and the jobs' variables, as GitLab lets a
 # pipeline's variables outrank the YAML's.
 PIPELINE_VARIABLES=(
+  # Where the jobs run: this work tree. gitlab-ci-local's shell executor runs
+  # them here but names /builds/<group>/<project> otherwise, and the jobs'
+  # paths under $CI_PROJECT_DIR (JUnit reports, caches) would land there.
+  --variable "CI_PROJECT_DIR=$REPO_ROOT"
   --variable "CI_REGISTRY=$REGISTRY"
   --variable "CI_REGISTRY_IMAGE=$REGISTRY_IMAGE"
   # The pipeline a pushed release tag runs, whatever branch is checked out:

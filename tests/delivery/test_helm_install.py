@@ -98,6 +98,8 @@ def uninstall(release: Release, helm, kubectl) -> None:
 def release(kubeconfig, helm, kubectl):
     installed = installed_release(helm, kubeconfig)
     yield installed
+    # The local cluster is shared by every later test: nothing of this release stays.
+    uninstall(installed, helm, kubectl)
     uninstall(installed, helm, kubectl)
 
 

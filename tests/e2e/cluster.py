@@ -251,6 +251,24 @@ def delete_node(api_client, name: str) -> None:
             raise
 
 
+def token_kubeconfig(admin_kubeconfig: Path | str, token: str, path: Path, user: str) -> Path:
+    """A kubeconfig (mode 0600) for the admin's cluster that authenticates with `token` only, as `user`."""
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(document))
+    path.chmod(0o600)
+    return path
+
+
 def service_account_kubeconfig(
     kubectl: Path | str, admin_kubeconfig: Path | str, namespace: str, account: str, path: Path
 ) -> Path:
@@ -273,17 +291,4 @@ def service_account_kubeconfig(
         timeout=60,
     )
     assert token.returncode == 0, token.stderr
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": account, "user": {"token": token.stdout.strip()}}],
-        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
-        "current-context": account,
-    }
-    path.write_text(yaml.safe_dump(document))
-    path.chmod(0o600)
-    return path
+    return token_kubeconfig(admin_kubeconfig, token.stdout.strip(), path, account)

@@ -29,7 +29,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from .cluster import delete_node, get_json, kwok_node, wait_for_node_ready
+from .cluster import delete_node, get_json, kwok_node, token_kubeconfig, wait_for_node_ready
 from .isolation import delete_namespace
 from .waiting import NotYet, wait_for
 
@@ -86,20 +86,7 @@ def rendered_agent_objects(release: str, namespace: str) -> list[dict]:
 
 def token_client(admin_kubeconfig: str, token: str, path: Path) -> client.ApiClient:
     """An API client for the admin's cluster that authenticates with `token` only."""
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": "agent", "user": {"token": token}}],
-        "contexts": [{"name": "agent", "context": {"cluster": cluster["name"], "user": "agent"}}],
-        "current-context": "agent",
-    }
-    path.write_text(yaml.safe_dump(document))
-    path.chmod(0o600)
-    return config.new_client_from_config(config_file=str(path))
+    return config.new_client_from_config(config_file=str(token_kubeconfig(admin_kubeconfig, token, path, "agent")))
 
 
 def create_token(kubeconfig: str, namespace: str, account: str, *bound: str) -> str:

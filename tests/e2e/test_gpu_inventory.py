@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from fake_nvml import library
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -108,3 +109,45 @@ def test_the_agent_publishes_the_nodes_gpus_and_the_scheduler_keys_them_by_physi
     assert all(h["since"] for h in by_index[0]["heldBy"])
     assert by_index[1]["heldBy"] == []
     assert report["unresolved"] == []
+
+
+def test_map_generate_reads_the_published_inventory_from_the_api_server(api_client, kubeconfig, kwok_nodes, fake_nvml):
+    layout = json.loads(LAYOUT.read_text())
+    node = f"e2e-map-{uuid.uuid4().hex[:6]}"
+    kwok_nodes(kwok_node(node))
+    wait_for_node_ready(api_client, node, timeout=60)
+    published = agent_once(fake_nvml, kubeconfig, node)
+    assert published.returncode == 0, published.stderr
+
+    generated = subprocess.run(
+        [str(GPU_SCHEDULER), "map", "generate", "--kubeconfig", kubeconfig]
+        + ["--selector", f"kubernetes.io/hostname={node}", "--gpus-per-pod", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert generated.returncode == 0, generated.stderr
+    lines = [line for line in generated.stdout.splitlines() if not line.startswith("#")]
+    # node3's layout: GPU 1 sits under another PCIe switch than 2 and 3, GPU 0 runs MIG, so
+    # one pod gets GPUs 2 and 3 and each MIG device an index of its own (docs/gpu-inventory.md).
+    migs = [mig["uuid"] for mig in layout["gpus"][0]["mig_devices"]]
+    assert lines == [f"0={node}:2,3"] + [f"{i}={node}:{mig}" for i, mig in enumerate(migs, start=1)], generated.stdout
+
+
+def test_map_generate_says_what_failed_when_the_api_server_refuses(kubeconfig, tmp_path):
+    # The cluster's address without credentials: the API server answers 401 or 403.
+    anonymous = yaml.safe_load(Path(kubeconfig).read_text())
+    for user in anonymous["users"]:
+        user["user"] = {}
+    broken = tmp_path / "kubeconfig"
+    broken.write_text(yaml.safe_dump(anonymous))
+
+    generated = subprocess.run(
+        [str(GPU_SCHEDULER), "map", "generate", "--kubeconfig", str(broken)], capture_output=True, text=True, timeout=60
+    )
+
+    assert generated.returncode == 1
+    assert generated.stderr.startswith("gpu-scheduler map generate: "), generated.stderr
+    assert "Traceback" not in generated.stderr
+    assert "GET /api/v1/nodes" in generated.stderr and "HTTP 40" in generated.stderr, generated.stderr

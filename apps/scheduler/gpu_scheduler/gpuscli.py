@@ -157,21 +157,17 @@ def _slot_rows(node: str, gpu: str, uuid: str, what: str, holders: list[Holder])
 
 
 def run(args: argparse.Namespace) -> int:
-    from kubernetes.config.config_exception import ConfigException
-
-    from .kube.client import ApiError, new_client
+    from .kube.client import ClusterUnreadable, get_once
     from .kube.objects import ASSIGNED_SELECTOR
 
     try:
-        client = new_client(args.kubeconfig or None, pool_size=2, qps=0, burst=1)
-        nodes = client.get("/api/v1/nodes")["items"]
-        pods = client.get("/api/v1/pods", {"fieldSelector": ASSIGNED_SELECTOR})["items"]
-    except (ConfigException, OSError, ValueError) as err:
-        print(f"gpu-scheduler gpus: cannot load the cluster configuration: {err}", file=sys.stderr)
-        return 1
-    except ApiError as err:
+        node_list, pod_list = get_once(
+            args.kubeconfig or None, ("/api/v1/nodes", None), ("/api/v1/pods", {"fieldSelector": ASSIGNED_SELECTOR})
+        )
+    except ClusterUnreadable as err:
         print(f"gpu-scheduler gpus: {err}", file=sys.stderr)
         return 1
+    nodes, pods = node_list["items"], pod_list["items"]
     if args.node:
         missing = sorted(set(args.node) - {n["metadata"]["name"] for n in nodes})
         if missing:

@@ -98,17 +98,17 @@ def _plan(node: NodeInfo, gpus_per_pod: int | None, devices: str) -> NodePlan:
 
 
 def _generate(kubeconfig: str, selector: str, gpus_per_pod: int | None, devices: str) -> int:
-    from kubernetes import client, config  # imported here: `map validate` must not need it
+    # Imported here: `map validate` must not need the Kubernetes client.
+    from .kube.client import ClusterUnreadable, get_once
 
-    if kubeconfig:
-        config.load_kube_config(kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-    nodes = client.CoreV1Api().list_node(label_selector=selector).to_dict()["items"]
-    infos = [NodeInfo.from_api(n) for n in nodes]
+    try:
+        query = {"labelSelector": selector} if selector else None
+        (node_list,) = get_once(kubeconfig or None, ("/api/v1/nodes", query))
+    except ClusterUnreadable as err:
+        print(f"gpu-scheduler map generate: {err}", file=sys.stderr)
+        return 1
+    # The API's JSON as the scheduler reads it (camelCase keys, strings for times).
+    infos = [NodeInfo.from_api(n) for n in node_list["items"]]
     if not any(n.gpus > 0 or n.inventory is not None for n in infos):
         print(f"no node has {GPU_RESOURCE} capacity or a published inventory; nothing to map", file=sys.stderr)
         return 1

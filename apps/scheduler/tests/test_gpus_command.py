@@ -4,27 +4,8 @@ devices no GPU of the inventory is, and nodes without an inventory."""
 from __future__ import annotations
 
 from gpu_scheduler.gpuscli import render_text, report
-from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Gpu, Inventory, MigDevice
-
-GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
-GPU1 = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
-MIG_A = "MIG-5e6f7a8b-0000-4000-8000-00000000000a"
-INVENTORY = Inventory(
-    "550.54.15",
-    (
-        Gpu(
-            0,
-            GPU0,
-            "00000000:07:00.0",
-            "NVIDIA A100-SXM4-40GB",
-            40960,
-            0,
-            True,
-            (MigDevice(MIG_A, "3g.20gb", 1, 0, 20096),),
-        ),
-        Gpu(1, GPU1, "00000000:0F:00.0", "NVIDIA A100-SXM4-40GB", 40960, 0),
-    ),
-)
+from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
+from inventories import GPU0, GPU1, INVENTORY, MIG_A
 
 
 def node(name: str, inventory: Inventory | None) -> dict:
@@ -56,7 +37,7 @@ def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
     pods.append(pod("lost-0", "node3", "GPU-ffffffff-0000-4000-8000-000000000000"))
     (node3,) = report([node("node3", INVENTORY)], pods, "gpu-scheduler")
     document = node3.document()
-    gpu0, gpu1 = document["gpus"]
+    gpu0, gpu1, _ = document["gpus"]
     assert [h["pod"] for h in gpu0["heldBy"]] == ["ml/a-0", "ml/b-0"]
     assert gpu0["heldBy"][0]["since"] == "2026-11-26T08:00:00Z"
     assert [h["pod"] for h in gpu0["mig"][0]["heldBy"]] == ["ml/c-0"]

@@ -7,34 +7,10 @@ from dataclasses import replace
 
 import pytest
 from gpu_scheduler.scheduling import AssignedPod, ClusterCache, SharingPolicy, decide
-from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Gpu, Inventory, MigDevice
+from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
 from gpu_scheduler.scheduling.ledger import GpuLedger
 from gpu_scheduler.scheduling.nodes import NodeInfo
-
-GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
-GPU1 = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
-MIG_A = "MIG-5e6f7a8b-0000-4000-8000-00000000000a"
-MIG_B = "MIG-5e6f7a8b-0000-4000-8000-00000000000b"
-
-INVENTORY = Inventory(
-    driver_version="550.54.15",
-    gpus=(
-        Gpu(
-            0,
-            GPU0,
-            "00000000:07:00.0",
-            "NVIDIA A100-SXM4-40GB",
-            40960,
-            0,
-            mig_enabled=True,
-            mig_devices=(
-                MigDevice(MIG_A, "3g.20gb", 1, 0, 20096),
-                MigDevice(MIG_B, "2g.10gb", 2, 0, 9984),
-            ),
-        ),
-        Gpu(1, GPU1, "00000000:0F:00.0", "NVIDIA A100-SXM4-40GB", 40960, 0),
-    ),
-)
+from inventories import GPU0, GPU1, INVENTORY, MIG_A, MIG_B
 
 
 def ledger_with_inventory() -> GpuLedger:

@@ -304,3 +304,22 @@ def new_client(
     kubeconfig: str | None, *, pool_size: int, qps: float, burst: int, user_agent: str = USER_AGENT
 ) -> KubeClient:
     return KubeClient(load_configuration(kubeconfig), pool_size=pool_size, qps=qps, burst=burst, user_agent=user_agent)
+
+
+class ClusterUnreadable(Exception):
+    """A one-shot command could not read the cluster; the message says whether the configuration
+    or the request failed, and why."""
+
+
+def get_once(kubeconfig: str | None, *requests: tuple[str, dict[str, str] | None]) -> list[dict]:
+    """The JSON answers to a one-shot command's GETs (`gpus`, `map generate`), in order, over a
+    client of their own that is not rate limited. Raises ClusterUnreadable."""
+    try:
+        client = new_client(kubeconfig, pool_size=2, qps=0, burst=1)
+    except (ConfigException, OSError, ValueError) as err:
+        where = kubeconfig or "the in-cluster service account or ~/.kube/config"
+        raise ClusterUnreadable(f"cannot load the cluster configuration ({where}): {err}") from err
+    try:
+        return [client.get(path, query) for path, query in requests]
+    except ApiError as err:
+        raise ClusterUnreadable(str(err)) from err
