@@ -208,7 +208,9 @@ def apply_hook_rbac(release: Release, render, kubectl, directory: Path) -> dict:
         release=release.name,
         namespace=release.namespace,
     )
-    objects = [doc for doc in rendered.docs if "helm.sh/hook" in (doc["metadata"].get("annotations") or {})]
+    # The certificate hooks' objects; not the `helm test` hooks, which Helm creates only for `helm test`.
+    hooks = [(doc, (doc["metadata"].get("annotations") or {}).get("helm.sh/hook")) for doc in rendered.docs]
+    objects = [doc for doc, hook in hooks if hook and hook != "test"]
     path = directory / "rbac.yaml"
     path.write_text(yaml.safe_dump_all([doc for doc in objects if doc["kind"] != "Job"]))
     applied = run([*kubectl_argv(kubectl, release.kubeconfig), "apply", "-f", path])
