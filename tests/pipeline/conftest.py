@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.request
@@ -119,3 +120,21 @@ def junit_reports(job: str) -> list[dict[str, int]]:
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         reports.append({key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")})
     return reports
+
+
+def summary(log: str) -> dict[str, str]:
+    """gitlab-ci-local's closing lines: job -> PASS, FAIL, WARN, ..."""
+    # " PASS  [   43 s] build-image  " (--timestamps adds the job's time).
+    return dict((m[2], m[1]) for m in re.finditer(r"^ ([A-Z]+) +(?:\[[^\]]*\] +)?(\S+) *$", log, re.M))
+
+
+def logged_at(log: str, job: str, event: str) -> int | None:
+    """Where gitlab-ci-local logged `job` "starting" or "finished in" (--timestamps lines), or None."""
+    found = re.search(rf"^\[[^\]]*\] {re.escape(job)}\s+{event}", log, re.M)
+    return found.start() if found else None
+
+
+def line_of(log: str, job: str, event: str) -> int:
+    at = logged_at(log, job, event)
+    assert at is not None, f"{job} never logged '{event}'"
+    return at

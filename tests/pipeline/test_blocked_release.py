@@ -15,11 +15,19 @@ the files `kind export logs` wrote.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from .conftest import IMAGES, KIND_LOGS, PIPELINE_TIMEOUT, REPO, junit_reports, pipeline_run
+from .conftest import (
+    IMAGES,
+    JUNIT_DIR,
+    KIND_LOGS,
+    PIPELINE_TIMEOUT,
+    REPO,
+    junit_reports,
+    logged_at,
+    pipeline_run,
+    summary,
+)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(PIPELINE_TIMEOUT + 600)]
 
@@ -47,11 +55,6 @@ def blocked():
         FORCED.unlink(missing_ok=True)
 
 
-def summary(log: str) -> dict[str, str]:
-    """gitlab-ci-local's closing lines: job -> PASS, FAIL, ..."""
-    return dict((m[2], m[1]) for m in re.finditer(r"^ ([A-Z]+) +(?:\[[^\]]*\] +)?(\S+) *$", log, re.M))
-
-
 def test_the_pipeline_fails_on_the_e2e_job_and_runs_no_release_job(blocked):
     assert blocked.returncode != 0, "scripts/pipeline.sh run passed with a failing test"
     assert summary(blocked.log) == {
@@ -63,7 +66,7 @@ def test_the_pipeline_fails_on_the_e2e_job_and_runs_no_release_job(blocked):
         "e2e-kind": "FAIL",
     }, blocked.log[-3000:]
     for job in ("promote", "publish-charts", "gitlab-release"):
-        assert not re.search(rf"^\[[^\]]*\] {job}\s+starting", blocked.log, re.M), f"{job} ran"
+        assert logged_at(blocked.log, job, "starting") is None, f"{job} ran"
     assert blocked.deploy_log == ""
 
 
@@ -81,7 +84,7 @@ def test_the_e2e_jobs_junit_report_names_the_failure(blocked):
 
     assert reports, "e2e-kind left no JUnit report"
     assert sum(report["failures"] for report in reports) == 1, reports
-    text = "".join(path.read_text() for path in (REPO / ".cache" / "junit").glob("e2e-kind-*.xml"))
+    text = "".join(path.read_text() for path in JUNIT_DIR.glob("e2e-kind-*.xml"))
     assert "test_fails_on_purpose_so_that_this_tag_is_not_released" in text
 
 

@@ -20,7 +20,9 @@ from .conftest import (
     REGISTRY,
     REGISTRY_IMAGE,
     junit_reports,
+    line_of,
     run,
+    summary,
 )
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(PIPELINE_TIMEOUT + 600)]
@@ -55,12 +57,6 @@ def job_output(job: str) -> str:
     return (PIPELINE_DIR / "gitlab-ci-local" / "output" / f"{job}.log").read_text()
 
 
-def summary(log: str) -> dict[str, str]:
-    """gitlab-ci-local's closing lines: job -> PASS, FAIL, WARN, ..."""
-    # " PASS  [   43 s] build-image  " (--timestamps adds the job's time).
-    return dict((m[2], m[1]) for m in re.finditer(r"^ ([A-Z]+) +(?:\[[^\]]*\] +)?(\S+) *$", log, re.M))
-
-
 def test_every_job_ran_in_the_shell_executor_and_passed_in_stage_order(pipeline):
     started = STARTED.findall(pipeline.log)
 
@@ -85,13 +81,6 @@ def test_test_jobs_ran_the_unit_suite_and_the_cluster_and_fault_tests(pipeline):
     assert "test-cluster: local control plane" in cluster
     assert re.search(r"tests/faults/test_\w+\.py \.", cluster), "no fault test ran"
     assert re.search(r"tests/e2e/test_\w+\.py \.", cluster), "no e2e test ran"
-
-
-def line_of(log: str, job: str, event: str) -> int:
-    """Where gitlab-ci-local logged `job` "starting" or "finished in" (--timestamps lines)."""
-    found = re.search(rf"^\[[^\]]*\] {re.escape(job)}\s+{event}", log, re.M)
-    assert found, f"{job} never logged '{event}'"
-    return found.start()
 
 
 def test_the_release_started_after_every_test_job_passed(pipeline):
