@@ -8,7 +8,7 @@ ARGOCD_ENV  = CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 argocd: ##offline build the argocd binary (v3.5.7, version-stamped) into .cache/argocd, .cache/bin/argocd; cached
 	$(ARGOCD_ENV) scripts/argocd.sh binary
 
-argocd-images: ##offline docker build Argo CD's image (the binary, git, ssh, helm) and redis on the offline Debian base; cached
+argocd-images: ##offline docker build Argo CD's image (the binary, git, ssh, helm, kustomize) and redis on the offline Debian base; cached
 	$(ARGOCD_ENV) scripts/argocd.sh images
 
 argocd-install: tools ## Argo CD in the KinD cluster (namespace argocd, Progressive Syncs on); idempotent

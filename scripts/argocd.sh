@@ -4,7 +4,8 @@
 #   binary     build the argocd binary (cluster/argocd/go.mod) into
 #              .cache/argocd, version-stamped; cached by a hash of its inputs.
 #              Prints its path; .cache/bin/argocd points at it (the CLI).
-#   images     docker build the argocd image (that binary, git, ssh, helm) and
+#   images     docker build the argocd image (that binary, git, ssh, helm,
+#              kustomize) and
 #              a redis image (Debian's redis-server) on the offline Debian base;
 #              tagged by a hash of their inputs. Prints both references.
 #   install    images into the first worker of the KinD cluster (scripts/kind.sh
@@ -12,6 +13,8 @@
 #              cluster/argocd/install with every component on that node;
 #              waits until every component runs. Idempotent.
 #   uninstall  remove what install made (namespace argocd, CRDs, cluster RBAC)
+#   in-cluster LABEL=VALUE...  register the cluster Argo CD runs in, with
+#              these labels (the ApplicationSet picks clusters by label)
 #   e2e        the Argo CD tests (tests/argocd, marker argocd); their fixture
 #              runs install, builds and loads our images, serves this checkout
 #              with git daemon and applies argocd/; it removes the apps after
@@ -85,6 +88,24 @@ cmd_binary() {
   echo "$out"
 }
 
+# kustomize_binary: the kustomize Argo CD's repo-server runs for a kustomize
+# source (the root Application renders argocd/ with it), built from
+# cluster/argocd/kustomize/go.mod: the version whose kustomize/api Argo CD's
+# own go.mod uses. Cached by a hash of its inputs; prints its path.
+kustomize_binary() {
+  local module="$MODULE_DIR/kustomize" key out
+  key="$( (cat "$module/go.mod" "$module/go.sum"; go version; go env GOOS GOARCH) | sha256sum | cut -c1-12)"
+  out="$WORK_DIR/bin/kustomize-$key"
+  if [[ ! -x "$out" ]]; then
+    mkdir -p "$(dirname "$out")"
+    log "argocd: building kustomize ($(mod_version "$module/go.mod" sigs.k8s.io/kustomize/kustomize/v5)) from the Go module proxy"
+    (cd "$module" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kustomize/kustomize/v5)
+    mv "$out.tmp" "$out"
+    find "$WORK_DIR/bin" -maxdepth 1 -name 'kustomize-*' ! -path "$out" -delete
+  fi
+  echo "$out"
+}
+
 need_docker() {
   command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 ||
     die "'$1' needs a Docker engine that answers ('docker info' fails): start one (scripts/docker-engine.sh ensure)"
@@ -106,8 +127,9 @@ build_image() {
 
 cmd_images() {
   need_docker "make argocd-images"
-  local binary helm module debian mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" context tag
+  local binary kustomize helm module debian mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" context tag
   binary="$(cmd_binary)"
+  kustomize="$(kustomize_binary)"
   [[ -x "$BIN_DIR/helm" ]] || "$REPO_ROOT/scripts/fetch-tools.sh" >&2
   helm="$(readlink -f "$BIN_DIR/helm")"
   module="$(module_dir)"
@@ -118,12 +140,13 @@ cmd_images() {
   # Hard links where the file system allows: the binary is ~190 MB.
   cp -l "$binary" "$context/argocd" 2>/dev/null || cp "$binary" "$context/argocd"
   cp "$helm" "$context/helm"
+  cp "$kustomize" "$context/kustomize"
   cp "$module/hack/git-verify-wrapper.sh" "$module/hack/gpg-wrapper.sh" "$context/"
   chmod 0755 "$context"/*
   tag="$ARGOCD_VERSION-$(
     cd "$context"
     (docker image inspect -f '{{.Id}}' "$debian"; echo "$mirror"; cat "$MODULE_DIR/images/Dockerfile.argocd"
-      sha256sum argocd helm git-verify-wrapper.sh gpg-wrapper.sh) | sha256sum | cut -c1-12
+      sha256sum argocd helm kustomize git-verify-wrapper.sh gpg-wrapper.sh) | sha256sum | cut -c1-12
   )"
   build_image "$ARGOCD_IMAGE_REPOSITORY:$tag" "$MODULE_DIR/images/Dockerfile.argocd" "$context" \
     --build-arg BASE_IMAGE="$debian" --build-arg DEBIAN_MIRROR="$mirror" --build-arg VERSION="$ARGOCD_VERSION"
@@ -274,6 +297,37 @@ cmd_uninstall() {
   log "argocd: removed from $CLUSTER in $((SECONDS - start))s"
 }
 
+# in-cluster LABEL=VALUE...: register the cluster Argo CD runs in with these
+# labels, as docs/delivery.md shows users: a cluster Secret for
+# https://kubernetes.default.svc (Argo CD's in-cluster, which has no Secret
+# of its own to label). The ApplicationSet's clusters generators select
+# clusters by such labels. Replaces the labels of an earlier call.
+cmd_in_cluster() {
+  need_cluster
+  (($# > 0)) || die "usage: $0 in-cluster LABEL=VALUE... (e.g. gpu-scheduler/deploy=true)"
+  local labels="" label
+  for label in "$@"; do
+    [[ "$label" =~ ^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*$ ]] || die "in-cluster: '$label' is not a label KEY=VALUE"
+    labels+="    ${label%%=*}: \"${label#*=}\""$'\n'
+  done
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: cluster-in-cluster
+  namespace: $NAMESPACE
+  labels:
+    argocd.argoproj.io/secret-type: cluster
+$labels
+type: Opaque
+stringData:
+  name: in-cluster
+  server: https://kubernetes.default.svc
+  config: '{"tlsClientConfig":{"insecure":false}}'
+EOF
+  log "argocd: cluster in-cluster registered with labels $*"
+}
+
 # e2e: tests/argocd/conftest.py does the rest, in order: it refuses a helm
 # release of our charts (make e2e's would own the same objects), runs
 # `install` above, builds our images and loads them under the references the
@@ -292,6 +346,7 @@ case "${1:-}" in
   images) cmd_images ;;
   install) cmd_install ;;
   uninstall) cmd_uninstall ;;
+  in-cluster) shift && cmd_in_cluster "$@" ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 binary|images|install|uninstall|e2e" ;;
+  *) die "usage: $0 binary|images|install|uninstall|in-cluster|e2e" ;;
 esac

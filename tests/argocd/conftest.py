@@ -9,21 +9,27 @@ cluster answers they are skipped; under CI=true they fail.
 What the module fixture `deployment` does, in order:
   1. refuses when a helm release of our charts is installed (make e2e's);
   2. scripts/argocd.sh install: Argo CD in namespace argocd (stays after);
-  3. this checkout copied into a git repository of its own
+  3. registers the cluster Argo CD runs in as a user does, a cluster Secret
+     labelled gpu-scheduler/deploy=true and gpu-scheduler/check=true
+     (scripts/argocd.sh in-cluster);
+  4. this checkout copied into a git repository of its own
      (tests/argocd/gitserver.py): one commit, then a second that names a
      registry in both charts' values.yaml, as a release commit does (the
      charts refuse their placeholder);
-  4. our images (scripts/images.sh build) under the references the served
+  5. our images (scripts/images.sh build) under the references the served
      charts render by default (that registry and their appVersion), loaded
      into the workers: the charts deploy unchanged, as if pulled from the
      release's registry;
-  5. that repository served by `git daemon` on the cluster network's gateway;
-  6. `kubectl apply -k` of an overlay of argocd/ that sets the one value users
-     set, the ApplicationSet's repoURL (with its revision), to that server;
-  7. waits until RollingSync has synced both Applications.
-Afterwards it deletes the ApplicationSet, checks that Argo CD deleted what
-both Applications deployed, deletes the AppProject and our two namespaces,
-and checks nothing of ours is left in the cluster.
+  6. that repository served by `git daemon` on the cluster network's gateway,
+     and a third commit that sets the one value users set, the
+     ApplicationSet's repoURL, to that server;
+  7. `kubectl apply -k argocd/` of that commit, as the README says;
+  8. waits until RollingSync has synced both Applications, and the root
+     Application has synced argocd/.
+Afterwards it deletes the root Application and the ApplicationSet, checks
+that Argo CD deleted what both Applications deployed, deletes the
+AppProjects, the cluster Secret and our two namespaces, and checks nothing of
+ours is left in the cluster.
 """
 
 from __future__ import annotations
@@ -57,10 +63,20 @@ CHECK_IMAGE = os.environ.get("CHECK_IMAGE") or "gpu-scheduler-check:dev"
 ARGOCD_NAMESPACE = "argocd"
 APPSET = "gpu-scheduler"
 PROJECT = "gpu-scheduler"
-SCHEDULER_APP = "gpu-scheduler"
-CHECK_APP = "gpu-scheduler-check"
-NAMESPACES = {SCHEDULER_APP: "gpu-scheduler-system", CHECK_APP: "gpu-scheduler-check"}
-CHARTS = {SCHEDULER_APP: "charts/gpu-scheduler", CHECK_APP: "charts/gpu-scheduler-check"}
+# The root Application (argocd/root.yaml) and its AppProject.
+ROOT_APP = ROOT_PROJECT = "gpu-scheduler-gitops"
+# Argo CD's name of the cluster it runs in, and the cluster Secret that labels it.
+CLUSTER_NAME = "in-cluster"
+CLUSTER_SECRET = "cluster-in-cluster"
+CLUSTER_LABELS = ("gpu-scheduler/deploy=true", "gpu-scheduler/check=true")
+# The charts (also their helm release names) and the Applications made of them: <chart>-<cluster>.
+SCHEDULER, CHECK = "gpu-scheduler", "gpu-scheduler-check"
+SCHEDULER_APP, CHECK_APP = f"{SCHEDULER}-{CLUSTER_NAME}", f"{CHECK}-{CLUSTER_NAME}"
+APPS = {SCHEDULER: SCHEDULER_APP, CHECK: CHECK_APP}
+NAMESPACES = {SCHEDULER: "gpu-scheduler-system", CHECK: "gpu-scheduler-check"}
+CHARTS = {SCHEDULER: "charts/gpu-scheduler", CHECK: "charts/gpu-scheduler-check"}
+# The placeholder of argocd/applicationset.yaml that users replace with their project.
+PLACEHOLDER_REPO = "https://gitlab.com/your-group/gpu-scheduler.git"
 # What the served release commit names as both charts' image.registry. Never pulled from
 # (the images are tagged under it in the workers); .invalid can never resolve.
 RELEASE_REGISTRY = "registry.argocd-e2e.invalid/gpu-scheduler"
@@ -158,9 +174,11 @@ class Deployment:
     argocd: ArgoCD
     repo: ServedRepository
     repo_url: str
-    # The Applications and the ApplicationSet as they were once both were Synced and Healthy.
+    # The Applications and the ApplicationSet as they were once both were Synced and
+    # Healthy, and the root Application once it was.
     first: dict[str, dict]
     first_appset: dict
+    first_root: dict
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -186,7 +204,7 @@ def cluster_kubeconfig() -> Path:
 def refuse_helm_releases(kube: Kube) -> None:
     listed = run([HELM, "--kubeconfig", kube.kubeconfig, "list", "-A", "-a", "-o", "json"])
     assert listed.returncode == 0, tail(listed)
-    ours = [f"{r['name']} (namespace {r['namespace']})" for r in json.loads(listed.stdout) if r["name"] in NAMESPACES]
+    ours = [f"{r['name']} (namespace {r['namespace']})" for r in json.loads(listed.stdout) if r["name"] in CHARTS]
     if ours:
         pytest.fail(
             f"helm releases of ours are installed in {CLUSTER}: {', '.join(ours)}; these tests deploy the same "
@@ -276,7 +294,7 @@ def provide_images(work: Path) -> None:
     if os.environ.get("BUILD_IMAGES") != "0":
         script("images.sh", "build")
     script("kind.sh", "load-missing", SCHEDULER_IMAGE, CHECK_IMAGE, timeout=1200)
-    ours = {SCHEDULER_APP: SCHEDULER_IMAGE, CHECK_APP: CHECK_IMAGE}
+    ours = {SCHEDULER: SCHEDULER_IMAGE, CHECK: CHECK_IMAGE}
     aliases = sorted((ours[app], ref) for app, refs in chart_images(work).items() for ref in refs)
     for node in worker_containers():
         for image, ref in aliases:
@@ -295,49 +313,37 @@ def gateway_of(cluster: str) -> str:
     return gateways[0]
 
 
-def write_overlay(work: Path, repo_url: str, revision: str) -> Path:
-    """An overlay of argocd/ that sets the users' one value (their project and the revision it deploys).
+def name_the_project(repo: ServedRepository, repo_url: str) -> str:
+    """What a user commits before `kubectl apply -k argocd/`: their project as the
+    ApplicationSet's repoURL (kustomization.yaml copies it to the AppProjects and the
+    root Application). Committed and pushed; the new commit."""
+    appset = repo.work / "argocd" / "applicationset.yaml"
+    text = appset.read_text()
+    line = f"- repoURL: {PLACEHOLDER_REPO}"
+    assert line in text, f"{appset}: no source {line!r} to set"
+    appset.write_text(text.replace(line, f"- repoURL: {repo_url}", 1))
+    return repo.commit(f"argocd: deploy from {repo_url}")
 
-    Written beside the served copy's argocd/ (kustomize takes relative paths
-    only) and never committed. The AppProject's sourceRepos is patched too:
-    argocd/kustomization.yaml's replacement has already run in the base.
-    """
-    overlay = work / ".argocd-e2e"
-    overlay.mkdir(exist_ok=True)
-    release = "/spec/generators/0/matrix/generators/0/list/elements/0"
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": ["../argocd"],
-                "patches": [
-                    {
-                        "target": {"kind": "ApplicationSet", "name": APPSET},
-                        "patch": yaml.safe_dump(
-                            [
-                                {"op": "replace", "path": f"{release}/repoURL", "value": repo_url},
-                                {"op": "replace", "path": f"{release}/revision", "value": revision},
-                            ]
-                        ),
-                    },
-                    {
-                        "target": {"kind": "AppProject", "name": PROJECT},
-                        "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/sourceRepos/0", "value": repo_url}]),
-                    },
-                ],
-            },
-            sort_keys=False,
-        )
-    )
-    return overlay
+
+def root_synced(kube: Kube, revision: str) -> dict | None:
+    """The root Application once it is Synced and Healthy at `revision` with its last sync Succeeded."""
+    app = kube.applications().get(ROOT_APP, {})
+    status = app.get("status", {})
+    if (
+        status.get("sync", {}).get("status") == "Synced"
+        and status.get("sync", {}).get("revision") == revision
+        and status.get("health", {}).get("status") == "Healthy"
+        and status.get("operationState", {}).get("phase") == "Succeeded"
+    ):
+        return app
+    return None
 
 
 def rolled_out(kube: Kube, revision: str) -> tuple[dict, dict[str, dict]] | None:
     """(ApplicationSet, Applications by name) once RollingSync is done at `revision`; else None.
 
     Done: the ApplicationSet reports both steps Healthy, and each Application
-    is Synced and Healthy at `revision` with its last operation Succeeded and
+    is Synced and Healthy at `revision` (both its sources) with its last operation Succeeded and
     none requested. RollingSync may request a step's sync more than once
     (Argo CD v3.5.7 compares whole-second timestamps to see that a sync has
     started), always before it reports the step Healthy: reading the
@@ -354,7 +360,8 @@ def rolled_out(kube: Kube, revision: str) -> tuple[dict, dict[str, dict]] | None
         if (
             "operation" in app
             or status.get("sync", {}).get("status") != "Synced"
-            or status.get("sync", {}).get("revision") != revision
+            # Two sources (the chart, this cluster's values file): one commit each.
+            or status.get("sync", {}).get("revisions") != [revision, revision]
             or status.get("health", {}).get("status") != "Healthy"
             or status.get("operationState", {}).get("phase") != "Succeeded"
         ):
@@ -375,7 +382,8 @@ def describe(kube: Kube) -> str:
         )
     appset = kube.kubectl("get", "-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET, "-o", "json")
     if appset.returncode == 0:
-        lines.append(f"applicationset status: {json.loads(appset.stdout).get('status', {}).get('applicationStatus')}")
+        status = json.loads(appset.stdout).get("status", {})
+        lines.append(f"applicationset status: {status.get('applicationStatus')} conditions: {status.get('conditions')}")
     for namespace in NAMESPACES.values():
         pods = kube.kubectl("get", "pods", "-n", namespace, "-o", "wide")
         lines.append(pods.stdout + pods.stderr)
@@ -430,7 +438,10 @@ def leftovers(kube: Kube) -> list[str]:
     found = []
     for kind in ("applicationsets.argoproj.io", "applications.argoproj.io", "appprojects.argoproj.io"):
         listed = kube.kubectl("get", kind, "-n", ARGOCD_NAMESPACE, "-o", "name")
-        found += [line for line in listed.stdout.split() if line.split("/", 1)[1] in (APPSET, PROJECT, CHECK_APP)]
+        ours = (APPSET, PROJECT, ROOT_PROJECT, *APPS.values())
+        found += [line for line in listed.stdout.split() if line.split("/", 1)[1] in ours]
+    if kube.exists("-n", ARGOCD_NAMESPACE, "secret", CLUSTER_SECRET):
+        found.append(f"secret/{CLUSTER_SECRET}")
     found += [f"namespace/{ns}" for ns in NAMESPACES.values() if kube.exists("namespace", ns)]
     return found + present_cluster_objects(kube)
 
@@ -451,12 +462,16 @@ def deployed_objects(kube: Kube) -> list[str]:
 
 
 def delete_applicationset(kube: Kube) -> None:
-    """Delete the ApplicationSet and wait until it and both Applications are gone.
+    """Delete the root Application, then the ApplicationSet, and wait until it and both Applications are gone.
+
+    The root Application goes first, or it would apply the ApplicationSet
+    again; it has no finalizer, so what it applied stays until deleted here.
 
     Its finalizer deletes the Applications one step at a time (deletionOrder:
     Reverse); each Application's resources finalizer makes Argo CD delete
     what it deployed before the Application goes.
     """
+    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "applications.argoproj.io", ROOT_APP, "--ignore-not-found")
     kube.kubectl(
         "delete", "-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET, "--ignore-not-found", "--wait=false"
     )
@@ -474,9 +489,11 @@ def delete_applicationset(kube: Kube) -> None:
 
 
 def remove_everything_of_ours(kube: Kube) -> None:
-    """The ApplicationSet (with what Argo CD deployed), then the AppProject and our namespaces."""
+    """The ApplicationSet (with what Argo CD deployed), then the AppProjects, the cluster Secret and our namespaces."""
     delete_applicationset(kube)
-    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "appprojects.argoproj.io", PROJECT, "--ignore-not-found")
+    projects = ("appprojects.argoproj.io", PROJECT, ROOT_PROJECT)
+    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, *projects, "--ignore-not-found")
+    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "secret", CLUSTER_SECRET, "--ignore-not-found")
     kube.kubectl("delete", "namespace", *NAMESPACES.values(), "--ignore-not-found", "--timeout=300s", timeout=330)
 
 
@@ -506,6 +523,8 @@ def deployment(tmp_path_factory) -> Deployment:
         remove_cluster_objects_of_ours(kube)
         assert not leftovers(kube), f"could not remove objects of ours from {CLUSTER}: {leftovers(kube)}"
 
+    script("argocd.sh", "in-cluster", *CLUSTER_LABELS)
+
     root = tmp_path_factory.mktemp("argocd-e2e")
     repo = ServedRepository(root, REPO)
     name_the_release_registry(repo)
@@ -522,16 +541,23 @@ def deployment(tmp_path_factory) -> Deployment:
     argocd = ArgoCD(core_kubeconfig)
     try:
         started = time.monotonic()
-        kube.ok("apply", "-k", write_overlay(repo.work, repo_url, BRANCH))
+        applied = name_the_project(repo, repo_url)
+        kube.ok("apply", "-k", repo.work / "argocd")
         first_appset, first = wait_for(
-            "RollingSync to sync gpu-scheduler, then gpu-scheduler-check, both Healthy",
-            lambda: rolled_out(kube, repo.head()),
+            f"RollingSync to sync {SCHEDULER_APP}, then {CHECK_APP}, both Healthy",
+            lambda: rolled_out(kube, applied),
+            SYNC_TIMEOUT,
+            explain=lambda: describe(kube),
+        )
+        first_root = wait_for(
+            f"the root Application {ROOT_APP} Synced and Healthy at {applied[:12]}",
+            lambda: root_synced(kube, applied),
             SYNC_TIMEOUT,
             explain=lambda: describe(kube),
         )
         seconds["first rollout"] = time.monotonic() - started
         progress(f"both Applications Synced and Healthy ({seconds['first rollout']:.0f}s after kubectl apply -k)")
-        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
+        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, first_root, seconds)
     finally:
         # Deleting the ApplicationSet is how users remove both: Argo CD deletes
         # what it deployed. Whatever it left is reported, then removed anyway

@@ -74,7 +74,8 @@ class ServedRepository:
         git("add", "--all", cwd=self.work)
         git("commit", "--quiet", "--message", f"gpu-scheduler {head} (argocd-e2e)", cwd=self.work)
         self.served.mkdir()
-        git("init", "--quiet", "--bare", self.bare, cwd=self.served)
+        # Its HEAD names BRANCH: Argo CD's revision HEAD is the default branch.
+        git("init", "--quiet", "--bare", "--initial-branch", BRANCH, self.bare, cwd=self.served)
         git("remote", "add", "origin", self.bare, cwd=self.work)
         self.push()
 
@@ -82,13 +83,20 @@ class ServedRepository:
         return git("rev-parse", "HEAD", cwd=self.work).strip()
 
     def commit(self, message: str) -> str:
-        """Commit every change of the work tree and push it; the new commit's hash."""
-        git("commit", "--quiet", "--all", "--message", message, cwd=self.work)
+        """Commit every change of the work tree, new files too, and push it; the new commit's hash."""
+        git("add", "--all", cwd=self.work)
+        git("commit", "--quiet", "--message", message, cwd=self.work)
         self.push()
         return self.head()
 
     def push(self) -> None:
         git("push", "--quiet", "origin", f"HEAD:refs/heads/{BRANCH}", cwd=self.work)
+
+    def tag(self, name: str) -> str:
+        """Tag HEAD as a release is tagged and push the tag; the commit it names."""
+        git("tag", "--annotate", "--message", f"release {name}", name, cwd=self.work)
+        git("push", "--quiet", "origin", f"refs/tags/{name}", cwd=self.work)
+        return self.head()
 
 
 def free_port(address: str) -> int:

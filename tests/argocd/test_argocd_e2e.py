@@ -1,15 +1,16 @@
-"""`argocd app sync` really deploys both charts, in order, from git (issue 11, section 1).
+"""Argo CD deploys both charts, in order, from git: per cluster, and on a commit alone.
 
-Argo CD runs in the KinD cluster (built here from its Go modules); the
-ApplicationSet of argocd/ comes from `kubectl apply -k` with the users' one
-value set to a git server that serves this checkout (conftest.py). The
-oracles are the cluster's own records (object UIDs and resourceVersions, the
-job controller's events, the pods' specs and their containers' logs) and
-Argo CD's status of the Applications and the ApplicationSet; none is a log
-line of ours.
+Argo CD runs in the KinD cluster (built here from its Go modules); argocd/
+comes from `kubectl apply -k` of a commit that sets the users' one value to a
+git server serving this checkout (conftest.py). The cluster is picked by the
+labels of its cluster Secret, as a user's are. The oracles are the cluster's
+own records (object UIDs and resourceVersions, the job controller's events,
+the pods' specs and their containers' logs) and Argo CD's status of the
+Applications and the ApplicationSet; none is a log line of ours.
 
-The tests share one deployment and run in file order: the second sync and
-the change in git come after the checks of the first rollout.
+The tests share one deployment and run in file order: the second sync, the
+commits to git and the opt-out of the check come after the checks of the
+first rollout.
 """
 
 from __future__ import annotations
@@ -18,29 +19,43 @@ import base64
 import hashlib
 import json
 import re
+import time
 
 import pytest
 import yaml
 
 from .conftest import (
+    APPS,
     APPSET,
     ARGOCD_NAMESPACE,
+    CHECK,
     CHECK_APP,
+    CLUSTER_LABELS,
+    CLUSTER_NAME,
     INSTALL_TIMEOUT,
     NAMESPACES,
+    PROJECT,
+    ROOT_APP,
+    ROOT_PROJECT,
+    SCHEDULER,
     SCHEDULER_APP,
     SYNC_TIMEOUT,
     Kube,
+    deployed_objects,
     describe,
     our_cluster_objects,
     rolled_out,
+    root_synced,
+    script,
     wait_for,
 )
-from .gitserver import BRANCH
 
-pytestmark = [pytest.mark.argocd, pytest.mark.timeout(INSTALL_TIMEOUT + 3 * SYNC_TIMEOUT)]
+pytestmark = [pytest.mark.argocd, pytest.mark.timeout(INSTALL_TIMEOUT + 6 * SYNC_TIMEOUT)]
 
 CHECK_VALUES = "charts/gpu-scheduler-check/values.yaml"
+# This cluster's own values for the check chart, which the ApplicationSet adds when it exists.
+CLUSTER_CHECK_VALUES = f"clusters/{CLUSTER_NAME}/values-{CHECK}.yaml"
+APPLICATIONSET = "argocd/applicationset.yaml"
 TLS_SECRET = "gpu-scheduler-webhook-tls"
 WEBHOOK_CONFIGURATIONS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 ROLLING_SYNC = {"username": "applicationset-controller", "automated": True}
@@ -80,7 +95,7 @@ STATUSLESS = {
 def expected_placements(values_file) -> dict[str, tuple[str, str]]:
     """pod name -> (node, CUDA_VISIBLE_DEVICES), read from the check chart's map as served."""
     placements = {}
-    for line in yaml.safe_load(values_file.read_text())["schedulingMap"].splitlines():
+    for line in scheduling_map(values_file).splitlines():
         if line.strip() and not line.strip().startswith("#"):
             index, rest = line.strip().split("=", 1)
             node, devices = rest.split(":", 1)
@@ -88,14 +103,18 @@ def expected_placements(values_file) -> dict[str, tuple[str, str]]:
     return placements
 
 
+def scheduling_map(values_file) -> str:
+    return yaml.safe_load(values_file.read_text())["schedulingMap"]
+
+
 def check_pods(kube: Kube) -> dict[str, dict]:
-    pods = kube.items("-n", NAMESPACES[CHECK_APP], "pods", "-l", "app.kubernetes.io/name=gpu-scheduler-check")
+    pods = kube.items("-n", NAMESPACES[CHECK], "pods", "-l", "app.kubernetes.io/name=gpu-scheduler-check")
     return {pod["metadata"]["name"]: pod for pod in pods}
 
 
 def logged_placement(kube: Kube, pod: str) -> dict[str, str] | None:
     """The key=value fields of the check container's last report (its real stdout), or None before the first."""
-    logs = kube.kubectl("logs", "-n", NAMESPACES[CHECK_APP], pod, "-c", "check", "--tail=5")
+    logs = kube.kubectl("logs", "-n", NAMESPACES[CHECK], pod, "-c", "check", "--tail=5")
     reports = [line for line in logs.stdout.splitlines() if " pod=" in line]
     if logs.returncode != 0 or not reports:
         return None
@@ -170,7 +189,7 @@ def snapshot(kube: Kube) -> dict[str, dict]:
 
 def test_certificate_hooks_ran_under_argocd_and_the_webhook_trusts_their_ca(deployment):
     kube = deployment.kube
-    namespace = NAMESPACES[SCHEDULER_APP]
+    namespace = NAMESPACES[SCHEDULER]
     hooks = hooks_of(deployment.first[SCHEDULER_APP])
 
     # Argo CD ran the charts' Helm hooks as its own PreSync and PostSync hooks.
@@ -192,16 +211,26 @@ def test_certificate_hooks_ran_under_argocd_and_the_webhook_trusts_their_ca(depl
         assert bundles == {ca}, f"{kind} gpu-scheduler: caBundle is not the CA of Secret {TLS_SECRET}"
 
 
-def test_both_applications_are_synced_and_healthy_at_the_served_commit(deployment):
+def test_the_labelled_cluster_gets_both_applications_synced_and_healthy_at_the_served_commit(deployment):
     served = deployment.repo.head()
-    for name in (SCHEDULER_APP, CHECK_APP):
+    assert set(deployment.kube.applications()) == {SCHEDULER_APP, CHECK_APP, ROOT_APP}
+    for chart, name in APPS.items():
         app = deployment.first[name]
         owners = [(o["kind"], o["name"]) for o in app["metadata"]["ownerReferences"]]
         assert owners == [("ApplicationSet", APPSET)], owners
-        source = app["spec"]["source"]
-        assert (source["repoURL"], source["targetRevision"]) == (deployment.repo_url, BRANCH)
+        destination = {"server": "https://kubernetes.default.svc", "namespace": NAMESPACES[chart]}
+        assert app["spec"]["destination"] == destination
+        # The chart at the default branch, with this cluster's values file from the same commit.
+        charts, values = app["spec"]["sources"]
+        assert (charts["repoURL"], charts["targetRevision"], charts["path"]) == (
+            deployment.repo_url,
+            "HEAD",
+            f"charts/{chart}",
+        )
+        assert charts["helm"]["valueFiles"] == [f"$values/clusters/{CLUSTER_NAME}/values-{chart}.yaml"]
+        assert (values["repoURL"], values["targetRevision"], values["ref"]) == (deployment.repo_url, "HEAD", "values")
         status = app["status"]
-        assert (status["sync"]["status"], status["sync"]["revision"]) == ("Synced", served), name
+        assert (status["sync"]["status"], status["sync"]["revisions"]) == ("Synced", [served, served]), name
         assert status["health"]["status"] == "Healthy", name
         assert status["operationState"]["phase"] == "Succeeded", name
         # The documented CLI sees the same.
@@ -248,7 +277,8 @@ def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deplo
     # health change away from Missing is its sync creating the StatefulSet).
     scheduler_events = argocd_events(deployment.kube, scheduler)
     check_events = argocd_events(deployment.kube, check)
-    synced = [ns for ns, message in scheduler_events if message == f"Sync operation to {served} succeeded"]
+    # Two sources (the chart, this cluster's values file): Argo CD names both revisions.
+    synced = [ns for ns, message in scheduler_events if message == f"Sync operation to {served},{served} succeeded"]
     created = [
         ns for ns, message in check_events if re.fullmatch(r"Updated health status: \w* -> (?!Missing$)\w+", message)
     ]
@@ -285,7 +315,7 @@ def test_check_pods_run_where_the_map_says_with_their_devices(deployment):
 def test_a_second_sync_with_nothing_changed_changes_nothing(deployment):
     kube, argocd = deployment.kube, deployment.argocd
     before = snapshot(kube)
-    operations = {name: kube.application(name)["status"]["operationState"]["startedAt"] for name in NAMESPACES}
+    operations = {name: kube.application(name)["status"]["operationState"]["startedAt"] for name in APPS.values()}
 
     # The README's commands.
     argocd.ok("app", "sync", SCHEDULER_APP, "--timeout", str(SYNC_TIMEOUT))
@@ -293,7 +323,7 @@ def test_a_second_sync_with_nothing_changed_changes_nothing(deployment):
     argocd.ok("app", "sync", CHECK_APP, "--timeout", str(SYNC_TIMEOUT))
     argocd.ok("app", "wait", CHECK_APP, "--health", "--timeout", str(SYNC_TIMEOUT))
 
-    for name in NAMESPACES:
+    for name in APPS.values():
         app = kube.application(name)
         operation = app["status"]["operationState"]
         assert operation["startedAt"] != operations[name], f"{name}: no new sync"
@@ -314,42 +344,106 @@ def test_a_second_sync_with_nothing_changed_changes_nothing(deployment):
     assert not recreated, f"re-created by the second sync: {recreated}"
     assert not changed, f"changed by the second sync: {changed}"
     assert not rewritten, f"written again by the second sync: {rewritten}"
-    assert f"Secret/{NAMESPACES[SCHEDULER_APP]}/{TLS_SECRET}" in before
+    assert f"Secret/{NAMESPACES[SCHEDULER]}/{TLS_SECRET}" in before
 
 
-def test_a_map_change_in_git_rolls_out_through_argocd(deployment):
-    kube, argocd, repo = deployment.kube, deployment.argocd, deployment.repo
-    values = repo.work / CHECK_VALUES
-    text = values.read_text()
-    assert text.count("\n  4=node4:3\n") == 1, "the served map no longer has the line this test moves"
-    values.write_text(text.replace("\n  4=node4:3\n", "\n  4=node1:2\n"))
-    revision = repo.commit("check: pod 4 to node1, GPU 2")
+def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
+    """clusters/<cluster>/values-<chart>.yaml, committed and pushed: nothing else. Argo CD
+    notices the commit at its next poll (timeout.reconciliation, 20 s in our install)."""
+    kube, repo = deployment.kube, deployment.repo
+    chart_map = scheduling_map(repo.work / CHECK_VALUES)
+    assert chart_map.count("\n4=node4:3\n") == 1, "the chart's map no longer has the line this test moves"
+    values = repo.work / CLUSTER_CHECK_VALUES
+    assert not values.exists(), f"{CLUSTER_CHECK_VALUES} is in the checkout: this test writes it"
+    values.parent.mkdir(parents=True)
+    values.write_text(yaml.safe_dump({"schedulingMap": chart_map.replace("\n4=node4:3\n", "\n4=node1:2\n")}))
+    revision = repo.commit(f"{CLUSTER_NAME}: check pod 4 to node1, GPU 2")
     expected = expected_placements(values)
     assert expected["gpu-scheduler-check-4"] == ("node1", "2")
     old_pods = {name: pod["metadata"]["uid"] for name, pod in check_pods(kube).items()}
 
-    # What a GitLab webhook would do: Argo CD looks at git now rather than at its next poll.
-    for name in (SCHEDULER_APP, CHECK_APP):
-        argocd.ok("app", "get", name, "--refresh")
+    started = time.monotonic()
     wait_for(
-        f"both Applications Synced and Healthy at {revision[:12]}",
+        f"both Applications Synced and Healthy at {revision[:12]}, with no CLI",
         lambda: rolled_out(kube, revision),
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
+    deployment.seconds["commit to rollout"] = time.monotonic() - started
     check = kube.application(CHECK_APP)["status"]["operationState"]
     assert check["operation"]["initiatedBy"] == ROLLING_SYNC, "the change was not synced by RollingSync"
-    assert check["syncResult"]["revision"] == revision
+    assert check["syncResult"]["revisions"] == [revision, revision]
+    # The StatefulSet replaces its pods one by one once synced: a minute or two.
     wait_for(
-        "the check pods re-created on the new map",
+        "the check pods re-created on this cluster's map",
         lambda: (
             not placement_problems(kube, expected)
             and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
         ),
-        SYNC_TIMEOUT,
+        300,
         explain=lambda: "\n".join(placement_problems(kube, expected)),
     )
     assert check_pods(kube)["gpu-scheduler-check-4"]["spec"]["nodeName"] == "node1"
+
+
+def test_a_merged_commit_pinning_a_release_deploys_that_tag(deployment):
+    """The root Application applies argocd/ as merged: a revision bumped to a release tag
+    deploys the tag's commit, while the branch moves on."""
+    kube, repo = deployment.kube, deployment.repo
+    released = repo.tag("v0.1.0")
+    appset = repo.work / APPLICATIONSET
+    text = appset.read_text()
+    assert text.count("targetRevision: HEAD\n") == 2, f"{APPLICATIONSET}: not the two sources at HEAD"
+    # The first source's revision, as a user edits it; kustomization.yaml copies it to the second.
+    appset.write_text(text.replace("targetRevision: HEAD\n", "targetRevision: v0.1.0\n", 1))
+    bumped = repo.commit("deploy v0.1.0")
+    assert bumped != released
+
+    def pinned():
+        apps = rolled_out(kube, released)
+        if apps is None or not root_synced(kube, bumped):
+            return None
+        revisions = {name: [s["targetRevision"] for s in apps[1][name]["spec"]["sources"]] for name in APPS.values()}
+        return apps if set(map(tuple, revisions.values())) == {("v0.1.0", "v0.1.0")} else None
+
+    wait_for(
+        f"the root Application at {bumped[:12]} and both Applications at v0.1.0 ({released[:12]})",
+        pinned,
+        SYNC_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+    applied = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+    assert [s["targetRevision"] for s in applied["spec"]["template"]["spec"]["sources"]] == ["v0.1.0", "v0.1.0"]
+    root = kube.application(ROOT_APP)
+    assert root["status"]["operationState"]["operation"]["initiatedBy"].get("automated") is True
+    synced = {(r["kind"], r["name"]) for r in root["status"]["resources"]}
+    assert synced == {
+        ("AppProject", PROJECT),
+        ("AppProject", ROOT_PROJECT),
+        ("ApplicationSet", APPSET),
+        ("Application", ROOT_APP),
+    }
+
+
+def test_a_cluster_without_the_check_label_loses_the_check_only(deployment):
+    """The check is opt-in per cluster: its label removed, Argo CD deletes the check's
+    Application and what it deployed; the scheduler's stays."""
+    kube = deployment.kube
+    scheduler_uid = kube.application(SCHEDULER_APP)["metadata"]["uid"]
+    deploy_only = [label for label in CLUSTER_LABELS if not label.startswith("gpu-scheduler/check=")]
+    script("argocd.sh", "in-cluster", *deploy_only)
+
+    wait_for(
+        f"{CHECK_APP} and its pods deleted",
+        lambda: CHECK_APP not in kube.applications() and not check_pods(kube),
+        SYNC_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+    left = [name for name in deployed_objects(kube) if name.startswith(f"{NAMESPACES[CHECK]}/")]
+    assert not left, f"the check's objects outlived its Application: {left}"
+    scheduler = kube.application(SCHEDULER_APP)
+    assert scheduler["metadata"]["uid"] == scheduler_uid
+    assert scheduler["status"]["health"]["status"] == "Healthy"
 
 
 def test_argocd_runs_in_the_cluster_with_progressive_syncs(deployment):

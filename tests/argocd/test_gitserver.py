@@ -44,3 +44,20 @@ def test_a_file_named_with_bytes_that_are_not_utf8_is_served_as_it_is(tmp_path):
     with open(os.path.join(os.fsencode(served.work), ODD_NAME), "rb") as copied:
         assert copied.read() == b"new, not UTF-8 named\n"
     assert not (served.work / "ignored.txt").exists()
+
+
+def test_the_served_head_is_the_branch_and_tags_reach_the_server(tmp_path):
+    """Argo CD's revision HEAD is the served repository's default branch; a release is its tag."""
+    served = ServedRepository(tmp_path / "served-root", make_checkout(tmp_path))
+
+    def remote(ref):
+        listed = subprocess.run(["git", "ls-remote", served.bare, ref], capture_output=True, text=True, check=True)
+        return listed.stdout.split()[0] if listed.stdout else None
+
+    first = served.head()
+    assert remote("HEAD") == first
+    assert served.tag("v0.1.0") == first
+    (served.work / "tracked.txt").write_text("changed\n")
+    second = served.commit("two")
+    assert remote("HEAD") == second != first
+    assert remote("refs/tags/v0.1.0^{}") == first

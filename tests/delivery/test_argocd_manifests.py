@@ -1,4 +1,5 @@
-"""argocd/: the AppProject and the ApplicationSet that deploy both charts in order.
+"""argocd/: the AppProject and the ApplicationSet that deploy both charts in order on the
+clusters labelled for them, and the root Application that keeps argocd/ applied from git.
 
 Offline, the manifests are checked against the charts they deploy (every kind
 the charts render is allowed, nothing else cluster-wide). On the local
@@ -58,8 +59,10 @@ def manifest(name: str) -> dict:
 
 PROJECT = manifest("appproject.yaml")
 APPSET = manifest("applicationset.yaml")
-# A matrix: the release (repository and revision, once) times the two charts.
-(RELEASE, ELEMENTS) = (g["list"]["elements"] for g in APPSET["spec"]["generators"][0]["matrix"]["generators"])
+ROOT = {doc["kind"]: doc for doc in yaml.safe_load_all((ARGOCD / "root.yaml").read_text())}
+# One clusters generator per chart: the clusters it goes to (by label) and its parameters.
+GENERATORS = [g["clusters"] for g in APPSET["spec"]["generators"]]
+SOURCES = APPSET["spec"]["template"]["spec"]["sources"]
 
 
 def group_kind(doc: dict) -> tuple[str, str]:
@@ -104,45 +107,84 @@ def test_project_allows_every_namespaced_kind_of_every_chart_mode(render):
 @pytest.mark.delivery
 def test_project_is_limited_to_this_repository_and_our_two_namespaces():
     assert PROJECT["spec"]["sourceRepos"] == [REPO_URL]
-    assert {d["namespace"] for d in PROJECT["spec"]["destinations"]} == {
-        SCHEDULER_NAMESPACE,
-        CHECK_NAMESPACE,
+    # Any cluster Argo CD knows: which ones is the ApplicationSet's labels' choice.
+    assert {(d["server"], d["namespace"]) for d in PROJECT["spec"]["destinations"]} == {
+        ("*", SCHEDULER_NAMESPACE),
+        ("*", CHECK_NAMESPACE),
     }
 
 
 @pytest.mark.delivery
-def test_applicationset_generates_scheduler_then_check_from_our_charts():
-    assert [(e["name"], e["namespace"], e["stage"]) for e in ELEMENTS] == [
+def test_applicationset_generates_scheduler_then_check_per_labelled_cluster():
+    assert [(g["values"]["chart"], g["values"]["namespace"], g["values"]["stage"]) for g in GENERATORS] == [
         ("gpu-scheduler", SCHEDULER_NAMESPACE, "1"),
         ("gpu-scheduler-check", CHECK_NAMESPACE, "2"),
     ]
-    for element in ELEMENTS:
-        assert (REPO / element["chart"] / "Chart.yaml").is_file(), element
+    # The scheduler on every cluster labelled for it; the check only where also opted in.
+    assert [g["selector"] for g in GENERATORS] == [
+        {"matchLabels": {"gpu-scheduler/deploy": "true"}},
+        {"matchLabels": {"gpu-scheduler/deploy": "true", "gpu-scheduler/check": "true"}},
+    ]
+    for generator in GENERATORS:
+        assert (REPO / "charts" / generator["values"]["chart"] / "Chart.yaml").is_file(), generator
     template = APPSET["spec"]["template"]
-    assert template["metadata"]["labels"]["stage"] == "{{ .stage }}"
+    # One Application per chart and cluster.
+    assert template["metadata"]["name"] == "{{ .values.chart }}-{{ .nameNormalized }}"
+    assert template["metadata"]["labels"]["stage"] == "{{ .values.stage }}"
     # Deleting the ApplicationSet deletes what both Applications deployed, in reverse order.
     assert template["metadata"]["finalizers"] == ["resources-finalizer.argocd.argoproj.io"]
     assert APPSET["spec"]["strategy"]["deletionOrder"] == "Reverse"
     assert template["spec"]["project"] == PROJECT["metadata"]["name"]
-    assert template["spec"]["source"]["repoURL"] == "{{ .repoURL }}"
-    assert template["spec"]["source"]["targetRevision"] == "{{ .revision }}"
-    assert template["spec"]["source"]["path"] == "{{ .chart }}"
-    assert [release["repoURL"] for release in RELEASE] == [REPO_URL]
+    assert template["spec"]["destination"] == {"server": "{{ .server }}", "namespace": "{{ .values.namespace }}"}
 
 
 @pytest.mark.delivery
-def test_the_deployed_release_is_recorded_in_git_as_a_release_tag():
-    """Recreating the ApplicationSet deploys the same release: the revision is in git, the
-    charts at that tag name their images (nothing is set on the live Applications)."""
-    (release,) = RELEASE
+def test_each_chart_takes_its_clusters_values_file_from_the_same_commit():
+    charts, values = SOURCES
+    assert charts["path"] == "charts/{{ .values.chart }}"
+    assert charts["helm"]["releaseName"] == "{{ .values.chart }}"
+    assert charts["helm"]["valueFiles"] == ["$values/clusters/{{ .name }}/values-{{ .values.chart }}.yaml"]
+    # A cluster with no file of its own takes the chart's values.
+    assert charts["helm"]["ignoreMissingValueFiles"] is True
+    assert values == {"repoURL": charts["repoURL"], "targetRevision": charts["targetRevision"], "ref": "values"}
+    assert charts["repoURL"] == REPO_URL
+
+
+@pytest.mark.delivery
+def test_the_deployed_revision_is_recorded_in_git_the_default_branch_until_a_release_is_pinned():
+    """Recreating the ApplicationSet deploys the same thing: the revision is in git, the
+    charts at it name their images (nothing is set on the live Applications). HEAD (the
+    default branch) works before any tag exists; a pinned release is a tag vX.Y.Z."""
+    revision = SOURCES[0]["targetRevision"]
     version = run(["python3", REPO / "scripts" / "version.py"]).stdout.strip()
 
-    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", release["revision"])
-    assert match, f"revision {release['revision']!r} is not a release tag vX.Y.Z"
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", revision)
+    assert revision == "HEAD" or match, f"revision {revision!r} is neither HEAD nor a release tag vX.Y.Z"
     # A tag that can exist: never ahead of the version this commit declares.
-    assert tuple(map(int, match.groups())) <= tuple(map(int, version.split(".")))
-    assert not APPSET["spec"]["template"]["spec"]["source"].get("helm", {}).get("parameters")
+    assert not match or tuple(map(int, match.groups())) <= tuple(map(int, version.split(".")))
+    assert not SOURCES[0]["helm"].get("parameters")
     assert "ignoreApplicationDifferences" not in APPSET["spec"]
+
+
+@pytest.mark.delivery
+def test_the_root_application_keeps_argocd_applied_from_the_default_branch():
+    project, root = ROOT["AppProject"], ROOT["Application"]
+    source = root["spec"]["source"]
+    assert (source["repoURL"], source["targetRevision"], source["path"]) == (REPO_URL, "HEAD", "argocd")
+    assert root["spec"]["project"] == project["metadata"]["name"]
+    assert root["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+    # Deleting the root leaves what it applied: removing the gpu-scheduler is deleting the ApplicationSet.
+    assert "finalizers" not in root["metadata"]
+    # Its project writes Argo CD's own objects in Argo CD's namespace, nothing else.
+    assert project["spec"]["sourceRepos"] == [REPO_URL]
+    assert project["spec"]["destinations"] == [{"server": "https://kubernetes.default.svc", "namespace": "argocd"}]
+    assert {(r["group"], r["kind"]) for r in project["spec"]["namespaceResourceWhitelist"]} == {
+        ("argoproj.io", "AppProject"),
+        ("argoproj.io", "ApplicationSet"),
+        ("argoproj.io", "Application"),
+    }
+    assert not project["spec"].get("clusterResourceWhitelist")
+    assert root["spec"]["destination"] == project["spec"]["destinations"][0]
 
 
 @pytest.mark.delivery
@@ -173,37 +215,51 @@ def test_generated_applications_sync_with_prune_self_heal_and_keep_the_ca_bundle
     }
 
 
-def kustomize(kubectl, folder) -> dict[str, dict]:
-    """`kubectl kustomize FOLDER`: the objects users apply with `kubectl apply -k`, by kind."""
+def kustomize(kubectl, folder) -> dict[tuple[str, str], dict]:
+    """`kubectl kustomize FOLDER`: the objects users apply with `kubectl apply -k`, by (kind, name)."""
     built = run([kubectl, "kustomize", folder])
     assert built.returncode == 0, built.stderr
-    return {doc["kind"]: doc for doc in yaml.safe_load_all(built.stdout)}
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(built.stdout)}
 
 
 @pytest.mark.delivery
-def test_kustomization_applies_both_files_in_the_argocd_namespace(kubectl):
+def test_kustomization_applies_every_file_in_the_argocd_namespace(kubectl):
     objects = kustomize(kubectl, ARGOCD)
 
-    assert set(objects) == {"AppProject", "ApplicationSet"}
+    assert set(objects) == {
+        ("AppProject", "gpu-scheduler"),
+        ("ApplicationSet", "gpu-scheduler"),
+        ("AppProject", "gpu-scheduler-gitops"),
+        ("Application", "gpu-scheduler-gitops"),
+    }
     assert {doc["metadata"]["namespace"] for doc in objects.values()} == {"argocd"}
-    assert objects["ApplicationSet"]["spec"] == APPSET["spec"]
+    assert objects[("ApplicationSet", "gpu-scheduler")]["spec"] == APPSET["spec"]
+    assert objects[("Application", "gpu-scheduler-gitops")]["spec"] == ROOT["Application"]["spec"]
 
 
 @pytest.mark.delivery
-def test_the_project_allows_the_repository_the_applicationset_names(kubectl, tmp_path):
-    # One value for users: the release list's repoURL. A fork that changes
-    # only that line gets an AppProject that allows exactly its repository.
+def test_one_repository_and_revision_set_once_reach_every_place_that_names_them(kubectl, tmp_path):
+    # One value for users: the first source's repoURL (and beside it the
+    # revision). A fork that changes only those lines gets projects that allow
+    # exactly its repository, a root Application that watches it, and a
+    # values source at the same revision as the charts.
     fork = tmp_path / "argocd"
     shutil.copytree(ARGOCD, fork)
+    ours = "https://gitlab.example.com/team/gpu-scheduler.git"
     appset = yaml.safe_load((fork / "applicationset.yaml").read_text())
-    release = appset["spec"]["generators"][0]["matrix"]["generators"][0]["list"]["elements"][0]
-    release["repoURL"] = "https://gitlab.example.com/team/gpu-scheduler.git"
+    appset["spec"]["template"]["spec"]["sources"][0].update(repoURL=ours, targetRevision="v0.1.0")
     (fork / "applicationset.yaml").write_text(yaml.safe_dump(appset))
 
     objects = kustomize(kubectl, fork)
 
-    assert objects["AppProject"]["spec"]["sourceRepos"] == ["https://gitlab.example.com/team/gpu-scheduler.git"]
-    assert objects["AppProject"]["spec"]["destinations"] == PROJECT["spec"]["destinations"]
+    for project in ("gpu-scheduler", "gpu-scheduler-gitops"):
+        assert objects[("AppProject", project)]["spec"]["sourceRepos"] == [ours]
+    assert objects[("AppProject", "gpu-scheduler")]["spec"]["destinations"] == PROJECT["spec"]["destinations"]
+    assert objects[("Application", "gpu-scheduler-gitops")]["spec"]["source"]["repoURL"] == ours
+    # The root follows the default branch whatever release the charts are pinned to.
+    assert objects[("Application", "gpu-scheduler-gitops")]["spec"]["source"]["targetRevision"] == "HEAD"
+    sources = objects[("ApplicationSet", "gpu-scheduler")]["spec"]["template"]["spec"]["sources"]
+    assert [(s["repoURL"], s["targetRevision"]) for s in sources] == [(ours, "v0.1.0"), (ours, "v0.1.0")]
 
 
 def wait_established(base: list, crd: str, timeout: float = 60) -> None:

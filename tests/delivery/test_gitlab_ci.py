@@ -232,7 +232,7 @@ def test_e2e_job_runs_for_merge_requests_the_default_branch_and_tags_and_by_hand
     assert "e2e-kind" in JOBS["deploy"]["needs"]
 
 
-def test_deploy_is_manual_on_the_default_branch_and_tags_and_syncs_scheduler_before_check():
+def test_deploy_is_manual_on_the_default_branch_and_tags_and_waits_for_what_git_says():
     deploy = JOBS["deploy"]
 
     # allow_failure: a pipeline nobody deploys is passed, not blocked.
@@ -242,21 +242,17 @@ def test_deploy_is_manual_on_the_default_branch_and_tags_and_syncs_scheduler_bef
     ]
     # A tag's deploy waits for its release.
     assert {"job": "publish-charts", "optional": True} in deploy["needs"]
-    script = deploy["script"]
-    syncs = [i for i, line in enumerate(script) if line.startswith("argocd app sync")]
-    assert [script[i].split()[3] for i in syncs] == ["gpu-scheduler", "gpu-scheduler-check"]
-    # Each sync waits for the one RollingSync may have started, and is waited for;
-    # refused beside a repeated RollingSync sync, the job waits for that one.
-    for i in syncs:
-        app = script[i].split()[3]
-        wait = f"argocd app wait {app} --operation --sync --health --timeout 600"
-        assert script[i - 1] == wait
-        assert script[i] == f"argocd app sync {app} --timeout 600 || {wait}"
-        assert script[i + 1] == f"argocd app wait {app} --health --timeout 600"
-    # What runs is what git says: the ApplicationSet of this commit, no live overrides.
-    assert deploy["script"][0] == 'argocd appset create --upsert "$ARGOCD_APPLICATIONSET"'
-    assert deploy["variables"]["ARGOCD_APPLICATIONSET"] == "argocd/applicationset.yaml"
-    assert not [line for line in deploy["script"] if "app set" in line or "helm-set" in line]
+    script = "\n".join(deploy["script"])
+    # The only sync is of the root Application (argocd/root.yaml): argocd/ as git has it.
+    root = yaml.safe_load_all((REPO / "argocd" / "root.yaml").read_text())
+    assert deploy["variables"]["ARGOCD_ROOT_APP"] in {doc["metadata"]["name"] for doc in root}
+    assert re.findall(r"argocd app sync (\S+)", script) == ['"$ARGOCD_ROOT_APP"']
+    # Then every Application of ours, by label (one per chart and cluster), stage 1 before 2.
+    assert "for stage in 1 2; do" in script
+    assert 'argocd app wait -l "$selector" --sync --health' in script
+    assert 'selector="app.kubernetes.io/part-of=gpu-scheduler,stage=$stage"' in script
+    # Nothing from CI overrides git: no ApplicationSet pushed, no live parameter.
+    assert not [word for word in ("appset create", "app set", "helm-set") if word in script]
 
 
 def test_gitlab_ci_local_lists_every_job_of_a_default_branch_pipeline(gitlab_ci_local):

@@ -195,20 +195,25 @@ def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline)
     release = run(["git", "--git-dir", served, "rev-parse", "deploy"]).stdout.strip()
     applications = json.loads(pipeline.kubectl("-n", "argocd", "get", "applications.argoproj.io", "-o", "json"))
 
-    states = {
-        app["metadata"]["name"]: (
-            app["status"]["sync"]["status"],
+    def state(app):
+        sync = app["status"]["sync"]
+        return (
+            sync["status"],
             app["status"]["health"]["status"],
-            app["status"]["sync"]["revision"],
+            # The charts' Applications have two sources (chart, cluster values); the root one.
+            sync.get("revisions") or [sync.get("revision")],
             app["status"]["operationState"]["phase"],
         )
-        for app in applications["items"]
-    }
+
+    states = {app["metadata"]["name"]: state(app) for app in applications["items"]}
+    # One Application per chart on the one cluster labelled for both, and the root.
     assert states == {
-        "gpu-scheduler": ("Synced", "Healthy", release, "Succeeded"),
-        "gpu-scheduler-check": ("Synced", "Healthy", release, "Succeeded"),
+        "gpu-scheduler-in-cluster": ("Synced", "Healthy", [release, release], "Succeeded"),
+        "gpu-scheduler-check-in-cluster": ("Synced", "Healthy", [release, release], "Succeeded"),
+        "gpu-scheduler-gitops": ("Synced", "Healthy", [release], "Succeeded"),
     }, states
-    # The deploy job synced them with the CLI, in order.
-    assert pipeline.deploy_log.index("argocd app sync gpu-scheduler ") < pipeline.deploy_log.index(
-        "argocd app sync gpu-scheduler-check "
-    )
+    # The deploy job waited for the scheduler's stage before the check's.
+    log = pipeline.deploy_log
+    assert log.index("stage 1: argocd/gpu-scheduler-in-cluster") < log.index(
+        "stage 2: argocd/gpu-scheduler-check-in-cluster"
+    ), log
