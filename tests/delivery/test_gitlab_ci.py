@@ -249,7 +249,10 @@ def test_deploy_is_manual_on_the_default_branch_and_tags_and_waits_for_what_git_
     assert re.findall(r"argocd app sync (\S+)", script) == ['"$ARGOCD_ROOT_APP"']
     # Then every Application of ours, by label (one per chart and cluster), stage 1 before 2.
     assert "for stage in 1 2; do" in script
-    assert 'argocd app wait -l "$selector" --sync --health' in script
+    assert 'argocd app wait -l "$selector" --operation --sync --health' in script
+    # and none of ours is still syncing when it ends (RollingSync may sync a step twice).
+    last = "argocd app wait -l app.kubernetes.io/part-of=gpu-scheduler --operation --sync --health --timeout 900"
+    assert deploy["script"][-1] == last
     assert 'selector="app.kubernetes.io/part-of=gpu-scheduler,stage=$stage"' in script
     # Nothing from CI overrides git: no ApplicationSet pushed, no live parameter.
     assert not [word for word in ("appset create", "app set", "helm-set") if word in script]
