@@ -68,20 +68,28 @@ binary_path() {
   echo "$WORK_DIR/bin/argocd-$ARGOCD_VERSION-$key"
 }
 
+# cached_go_build OUT MODULE_DIR PACKAGE LDFLAGS: go build PACKAGE of the module
+# in MODULE_DIR to OUT, a path named <name>-<hash of the inputs> (written
+# whole or not at all), then deletes the older builds of that name: they are
+# only kept while nothing else points at them.
+cached_go_build() {
+  local out="$1" module="$2" package="$3" flags="$4" start=$SECONDS name prefix
+  name="$(basename "$out")" prefix="${name%%-*}"
+  mkdir -p "$(dirname "$out")"
+  # One -ldflags argument; go splits it, honouring the quotes of an -X whose value has spaces.
+  (cd "$module" && with_heartbeat "building $prefix" go build -trimpath -ldflags "$flags" -o "$out.tmp" "$package")
+  mv "$out.tmp" "$out"
+  find "$(dirname "$out")" -maxdepth 1 -name "$prefix-*" ! -path "$out" -delete
+  log "argocd: built $name in $((SECONDS - start))s"
+}
+
 cmd_binary() {
   command -v go >/dev/null || die "go not found: building Argo CD $ARGOCD_VERSION needs Go (cluster/argocd/go.mod says which)"
-  local out start=$SECONDS
+  local out
   out="$(binary_path)"
   if [[ ! -x "$out" ]]; then
-    mkdir -p "$(dirname "$out")"
     log "argocd: building $ARGOCD_VERSION from the Go module proxy (one binary for every component; cold: 7-18 min on 2 cores)"
-    # One -ldflags argument; go splits it, honouring the quotes of the -X
-    # whose value has spaces.
-    (cd "$MODULE_DIR" && with_heartbeat "building argocd" go build -trimpath -ldflags "$(ldflags)" -o "$out.tmp" "$ARGOCD_MODULE/cmd")
-    mv "$out.tmp" "$out"
-    # Older builds are only kept while nothing else points at them.
-    find "$WORK_DIR/bin" -maxdepth 1 -name 'argocd-*' ! -path "$out" -delete
-    log "argocd: built $(basename "$out") in $((SECONDS - start))s"
+    cached_go_build "$out" "$MODULE_DIR" "$ARGOCD_MODULE/cmd" "$(ldflags)"
   fi
   ln -sfn "$out" "$BIN_DIR/argocd"
   "$out" version --client --short >/dev/null || die "$out does not run"
@@ -97,11 +105,8 @@ kustomize_binary() {
   key="$( (cat "$module/go.mod" "$module/go.sum"; go version; go env GOOS GOARCH) | sha256sum | cut -c1-12)"
   out="$WORK_DIR/bin/kustomize-$key"
   if [[ ! -x "$out" ]]; then
-    mkdir -p "$(dirname "$out")"
     log "argocd: building kustomize ($(mod_version "$module/go.mod" sigs.k8s.io/kustomize/kustomize/v5)) from the Go module proxy"
-    (cd "$module" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kustomize/kustomize/v5)
-    mv "$out.tmp" "$out"
-    find "$WORK_DIR/bin" -maxdepth 1 -name 'kustomize-*' ! -path "$out" -delete
+    cached_go_build "$out" "$module" sigs.k8s.io/kustomize/kustomize/v5 "-s -w"
   fi
   echo "$out"
 }

@@ -217,9 +217,10 @@ serve_repository() {
   address="$(gateway)" || die "the docker network kind has no IPv4 gateway"
   url="git://$address:$GIT_PORT/gpu-scheduler.git"
   # The one value users set in argocd/ (docs/delivery.md): their project.
-  local appset="$work/argocd/applicationset.yaml" placeholder="https://gitlab.com/your-group/gpu-scheduler.git"
-  grep -q -- "- repoURL: $placeholder" "$appset" || die "$appset: no source repoURL $placeholder to set"
-  sed -i -e "0,\|- repoURL: $placeholder|s||- repoURL: $url|" "$appset"
+  # The first source's repoURL is that value, whatever it says today.
+  local appset="$work/argocd/applicationset.yaml"
+  grep -q -- "- repoURL: " "$appset" || die "$appset: no source repoURL to set"
+  sed -i -e "0,\|- repoURL: .*|s||- repoURL: $url|" "$appset"
   commit_all "$work" "argocd: deploy from $url (make pipeline)"
   git clone --quiet --bare "$work" "$served/gpu-scheduler.git"
   git daemon --reuseaddr --export-all --base-path="$served" --listen="$address" --port="$GIT_PORT" \

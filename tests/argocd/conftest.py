@@ -75,8 +75,6 @@ SCHEDULER_APP, CHECK_APP = f"{SCHEDULER}-{CLUSTER_NAME}", f"{CHECK}-{CLUSTER_NAM
 APPS = {SCHEDULER: SCHEDULER_APP, CHECK: CHECK_APP}
 NAMESPACES = {SCHEDULER: "gpu-scheduler-system", CHECK: "gpu-scheduler-check"}
 CHARTS = {SCHEDULER: "charts/gpu-scheduler", CHECK: "charts/gpu-scheduler-check"}
-# The placeholder of argocd/applicationset.yaml that users replace with their project.
-PLACEHOLDER_REPO = "https://gitlab.com/your-group/gpu-scheduler.git"
 # What the served release commit names as both charts' image.registry. Never pulled from
 # (the images are tagged under it in the workers); .invalid can never resolve.
 RELEASE_REGISTRY = "registry.argocd-e2e.invalid/gpu-scheduler"
@@ -174,11 +172,9 @@ class Deployment:
     argocd: ArgoCD
     repo: ServedRepository
     repo_url: str
-    # The Applications and the ApplicationSet as they were once both were Synced and
-    # Healthy, and the root Application once it was.
+    # The Applications and the ApplicationSet as they were once both were Synced and Healthy.
     first: dict[str, dict]
     first_appset: dict
-    first_root: dict
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -319,7 +315,9 @@ def name_the_project(repo: ServedRepository, repo_url: str) -> str:
     root Application). Committed and pushed; the new commit."""
     appset = repo.work / "argocd" / "applicationset.yaml"
     text = appset.read_text()
-    line = f"- repoURL: {PLACEHOLDER_REPO}"
+    # The value users replace, whatever it is today: the first source's repoURL.
+    placeholder = yaml.safe_load(text)["spec"]["template"]["spec"]["sources"][0]["repoURL"]
+    line = f"- repoURL: {placeholder}"
     assert line in text, f"{appset}: no source {line!r} to set"
     appset.write_text(text.replace(line, f"- repoURL: {repo_url}", 1))
     return repo.commit(f"argocd: deploy from {repo_url}")
@@ -549,7 +547,7 @@ def deployment(tmp_path_factory) -> Deployment:
             SYNC_TIMEOUT,
             explain=lambda: describe(kube),
         )
-        first_root = wait_for(
+        wait_for(
             f"the root Application {ROOT_APP} Synced and Healthy at {applied[:12]}",
             lambda: root_synced(kube, applied),
             SYNC_TIMEOUT,
@@ -557,7 +555,7 @@ def deployment(tmp_path_factory) -> Deployment:
         )
         seconds["first rollout"] = time.monotonic() - started
         progress(f"both Applications Synced and Healthy ({seconds['first rollout']:.0f}s after kubectl apply -k)")
-        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, first_root, seconds)
+        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
     finally:
         # Deleting the ApplicationSet is how users remove both: Argo CD deletes
         # what it deployed. Whatever it left is reported, then removed anyway

@@ -44,6 +44,7 @@ from .conftest import (
     deployed_objects,
     describe,
     our_cluster_objects,
+    progress,
     rolled_out,
     root_synced,
     script,
@@ -369,7 +370,8 @@ def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
-    deployment.seconds["commit to rollout"] = time.monotonic() - started
+    seconds = deployment.seconds["commit to rollout"] = time.monotonic() - started
+    progress(f"the committed values rolled out by RollingSync ({seconds:.0f}s after the commit)")
     check = kube.application(CHECK_APP)["status"]["operationState"]
     assert check["operation"]["initiatedBy"] == ROLLING_SYNC, "the change was not synced by RollingSync"
     assert check["syncResult"]["revisions"] == [revision, revision]
