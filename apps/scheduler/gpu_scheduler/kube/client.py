@@ -23,6 +23,8 @@ from kubernetes.client import Configuration
 from kubernetes.client.rest import RESTClientObject
 from kubernetes.config.config_exception import ConfigException
 
+from gpu_scheduler.kube.direct import DirectTransport, tls_context
+
 # Sent with every request; the apiserver logs and audits it. A process adds
 # its identity (the one it holds the leader Lease with), so an audit log says
 # which replica made each binding.
@@ -154,6 +156,8 @@ class KubeClient:
         # manager does what the proxy needs.
         self._apiserver = None if configuration.proxy else self._pool.connection_from_url(self._base)
         self._apiserver_path = (urllib3.util.parse_url(self._base).path or "").rstrip("/")
+        # Short requests skip urllib3 where its pool would only add CPU (kube/direct.py).
+        self._direct = None if self._apiserver is None else direct_transport(configuration)
         self._limiter = TokenBucket(qps, burst, time.monotonic())
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -171,6 +175,33 @@ class KubeClient:
 
     def _url(self, path: str, query: dict[str, str] | None) -> str:
         return self._base + path + ("?" + urlencode(query) if query else "")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None,
+        payload: bytes | None,
+        headers: dict[str, str],
+        left: float,
+    ) -> tuple[int, bytes]:
+        """One try of a short request, its answer read whole; urllib3's errors when none came."""
+        connect_timeout = min(CONNECT_TIMEOUT_SECONDS, left)
+        if self._direct is not None:
+            target = self._apiserver_path + path + ("?" + urlencode(query) if query else "")
+            return self._direct.request(method, target, payload, headers, connect_timeout, left)
+        # urllib3 retries nothing itself (retries=False): its retries would each get the whole timeout again.
+        response = self._open(
+            method,
+            path,
+            query,
+            body=payload,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=connect_timeout, read=left),
+            retries=False,
+            preload_content=True,
+        )
+        return response.status, response.data
 
     def _open(self, method: str, path: str, query: dict[str, str] | None, **kwargs) -> urllib3.BaseHTTPResponse:
         if self._apiserver is None:
@@ -206,22 +237,9 @@ class KubeClient:
             if left <= 0:
                 raise ApiError(method, path, 0, f"not sent: its {timeout:g} s were used up before")
             try:
-                # urllib3 retries nothing itself (retries=False): its retries would each
-                # get the whole timeout again.
-                response = self._open(
-                    method,
-                    path,
-                    query,
-                    body=payload,
-                    headers=headers,
-                    timeout=urllib3.Timeout(connect=min(CONNECT_TIMEOUT_SECONDS, left), read=left),
-                    retries=False,
-                    preload_content=True,
-                )
+                return self._send(method, path, query, payload, headers, left)
             except urllib3.exceptions.HTTPError as err:
                 retries = _next_try(retries, method, path, err)
-                continue
-            return response.status, response.data
 
     def call(self, method: str, path: str, **kwargs) -> dict:
         """A request whose non-2xx answer is an ApiError; returns the JSON body."""
@@ -298,6 +316,30 @@ class WatchStream:
         """Ends the iteration now, from any thread (a read blocked on a quiet stream returns)."""
         self.interrupted = True
         self._response.shutdown()
+
+
+def direct_transport(configuration: Configuration) -> DirectTransport | None:
+    """http.client connections with the TLS settings urllib3 would use, or None for the
+    settings only urllib3 honours (socket options, a hostname to assert other than the
+    server's name): those requests keep going through its pool."""
+    if configuration.socket_options is not None or getattr(configuration, "keep_alive", False):
+        return None
+    if isinstance(configuration.assert_hostname, str):
+        return None
+    url = urllib3.util.parse_url(configuration.host)
+    host = (url.host or "").strip("[]")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    context = None
+    if url.scheme == "https":
+        context = tls_context(
+            verify=bool(configuration.verify_ssl),
+            ca_file=configuration.ssl_ca_cert,
+            ca_data=getattr(configuration, "ca_cert_data", None),
+            cert_file=configuration.cert_file,
+            key_file=configuration.key_file,
+            check_hostname=configuration.assert_hostname is not False,
+        )
+    return DirectTransport(url.scheme, host, port, context, getattr(configuration, "tls_server_name", None) or host)
 
 
 def new_client(
