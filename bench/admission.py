@@ -24,15 +24,17 @@ Two workloads:
 The webhook's CPU (gunicorn master and workers, from /proc) is read around
 each run: CPU ms per request is a figure the machine's noise barely moves.
 
-Then the stack's floor (bench/stack_floor.py): the same gunicorn server with
-an app that does no admission, bare and in Flask, gets the repeated load at
-FLOOR_RATE, so the report shows how much of the webhook's CPU per request is
-gunicorn's and TLS's, Flask's, and ours.
+Then the stack's floor (bench/stack_floor.py): an app that does no admission,
+bare and in Flask, under the webhook's own gunicorn server, under gunicorn's
+gevent worker and under granian, gets the repeated load at FLOOR_RATE, so the
+report shows how much of the webhook's CPU per request is the server's and
+TLS's, Flask's, and ours, and what another server would save.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import subprocess
@@ -170,17 +172,21 @@ def check_floor(url: str, context, body: bytes) -> bool:
 
 
 def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
-    """Each stack_floor app under the webhook's gunicorn settings, at FLOOR_RATE for the admission seconds."""
+    """Each stack_floor app under each server (the webhook's own gunicorn first), at FLOOR_RATE
+    for the admission seconds."""
     settings, rows = bench.settings, []
-    for app in stack_floor.APPS:
+    for server, app in itertools.product(stack_floor.SERVERS, stack_floor.APPS):
+        name = f"{server}-{app}"
         port = free_port()
         url = f"https://127.0.0.1:{port}/mutate"
         process = Process(
-            f"stack-floor-{app}",
+            f"stack-floor-{name}",
             [
                 sys.executable,
                 "-m",
                 "bench.stack_floor",
+                "--server",
+                server,
                 "--app",
                 app,
                 "--tls-cert-file",
@@ -192,21 +198,26 @@ def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
                 "--workers",
                 str(bench.webhook.workers),
             ],
-            settings.out / "logs" / f"stack-floor-{app}.log",
+            settings.out / "logs" / f"stack-floor-{name}.log",
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         process.start()
         try:
             context = bench.webhook.tls_context()
             process.wait_ready(lambda url=url, context=context: check_floor(url, context, body), timeout=60)
-            targets = write_targets(out / f"floor-{app}.json", url, [body])
-            attack(bench, targets, *WARMUP, out / f"floor-{app}-warmup.bin")
+            targets = write_targets(out / f"floor-{name}.json", url, [body])
+            attack(bench, targets, *WARMUP, out / f"floor-{name}-warmup.bin")
             bench.phase(
-                f"admission, the stack's floor ({app}): {FLOOR_RATE} requests/s for {settings.admission_seconds:g}s"
+                f"admission, the stack's floor ({server}, {app}): {FLOOR_RATE} requests/s for "
+                f"{settings.admission_seconds:g}s"
             )
             cpu = CpuMeter({"floor": [process.pid]})
-            report = attack(bench, targets, FLOOR_RATE, settings.admission_seconds, out / f"floor-{app}.bin")
-            figures = {"app": app, **row(FLOOR_RATE, settings.admission_seconds, report, cpu.used()["floor"])}
+            report = attack(bench, targets, FLOOR_RATE, settings.admission_seconds, out / f"floor-{name}.bin")
+            figures = {
+                "server": server,
+                "app": app,
+                **row(FLOOR_RATE, settings.admission_seconds, report, cpu.used()["floor"]),
+            }
             bench.phase(
                 f"  p99 {figures['p99_ms']:.2f}ms, errors {figures['errors']}, "
                 f"CPU {figures['cpu_ms_per_request']:.3f} ms/request"

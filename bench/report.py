@@ -433,10 +433,21 @@ def admission_lines(adm: dict) -> list[str]:
     return lines + stack_floor_lines(adm)
 
 
-FLOOR_LABELS = {
-    "gunicorn": "gunicorn alone (our server settings, TLS, a bare WSGI app answering a fixed review)",
-    "flask": "gunicorn + Flask (the same answer from a Flask route)",
+FLOOR_SERVERS = {
+    "gthread": "the webhook's gunicorn (gthread, our settings)",
+    "gevent": "gunicorn's gevent worker (our settings otherwise)",
+    "granian": "granian (WSGI)",
 }
+FLOOR_APPS = {
+    "gunicorn": "a bare WSGI app answering a fixed review",
+    "flask": "the same answer from a Flask route",
+}
+
+
+def floor_label(row: dict) -> str:
+    # Rows of runs before the servers were compared side by side have no "server": gthread's.
+    server = row.get("server", "gthread")
+    return f"{FLOOR_SERVERS.get(server, server)}, TLS, {FLOOR_APPS.get(row['app'], row['app'])}"
 
 
 def stack_floor_lines(adm: dict) -> list[str]:
@@ -451,7 +462,7 @@ def stack_floor_lines(adm: dict) -> list[str]:
     )
     rows = [
         [
-            FLOOR_LABELS.get(f["app"], f["app"]),
+            floor_label(f),
             num(f["p99_ms"], 2, " ms"),
             str(f["errors"]),
             num(f["cpu_ms_per_request"], 3, " ms"),
@@ -469,8 +480,9 @@ def stack_floor_lines(adm: dict) -> list[str]:
         )
     return [
         "",
-        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the same gunicorn server with no admission "
-        "behind it, so the difference to the webhook's row is what our code costs per request.",
+        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the webhook's server, and the WSGI servers "
+        "it could run on, with no admission behind them: the difference between the webhook's row and the first "
+        "server's is what our code costs per request, the rows below it what another server would save.",
         "",
         *table(["server", "p99", "errors", "CPU per request"], rows),
     ]

@@ -1,15 +1,21 @@
-"""What the webhook's stack costs before our code runs: the same gunicorn without the admission.
+"""What the webhook's stack costs before our code runs: the same answer with no admission,
+under the webhook's server and under the other WSGI servers it could run on.
 
-    python -m bench.stack_floor --app {gunicorn,flask} --tls-cert-file F --tls-private-key-file F --port N
+    python -m bench.stack_floor --server {gthread,gevent,granian} --app {gunicorn,flask} \
+        --tls-cert-file F --tls-private-key-file F --port N
 
-Runs gpu-scheduler's own WebhookServer (its gunicorn settings: gthread, 2
-workers of 32 threads, keep-alive, TLS from the same certificate) around an
-app that reads the request body and answers a fixed "allowed" AdmissionReview:
-- gunicorn: a bare WSGI function, so the figure is gunicorn's and TLS's alone;
+The app reads the request body and answers a fixed "allowed" AdmissionReview:
+- gunicorn (the name is historical: a bare WSGI function): the server's and TLS's cost alone;
 - flask: the same answer from a Flask route, so the difference is Flask's.
+The servers, each with TLS from the same certificate and the webhook's worker count:
+- gthread: gpu-scheduler's own WebhookServer as deployed (gunicorn, gthread, 32 threads
+  a worker, keep-alive);
+- gevent: the same WebhookServer with gunicorn's gevent worker;
+- granian: granian's WSGI interface (a Rust HTTP and TLS stack calling the same app).
 The admission phase sends these the same load as the webhook, so the report
-can say which part of the webhook's CPU per request is the stack's floor and
-which part is ours (parsing, the map, the patch, logging, metrics).
+can say which part of the webhook's CPU per request is the stack's floor,
+which part is ours (parsing, the map, the patch, logging, metrics), and what
+another server would save.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from pathlib import Path
 
 from flask import Flask, Response, request
 from gpu_scheduler.webhook.server import ReloadingTLS, ServerOptions, WebhookServer
 
 APPS = ("gunicorn", "flask")
+SERVERS = ("gthread", "gevent", "granian")
 ANSWER = json.dumps(
     {
         "apiVersion": "admission.k8s.io/v1",
@@ -52,8 +60,45 @@ def flask_app() -> Flask:
     return app
 
 
+class GeventWebhookServer(WebhookServer):
+    """The webhook's gunicorn settings with gunicorn's gevent worker instead of gthread.
+
+    Without the webhook's certificate rotation: its ssl_context hook hands out contexts
+    built before gevent patches the ssl module, which gevent's server cannot wrap a socket
+    with (a TypeError on every connection). gunicorn's own factory builds one per worker
+    from the same files instead; a floor needs no rotation."""
+
+    def load_config(self) -> None:
+        super().load_config()
+        self.cfg.set("worker_class", "gevent")
+        self.cfg.set("ssl_context", lambda _config, default_ssl_context_factory: default_ssl_context_factory())
+
+
+def serve_granian(app: str, args: argparse.Namespace) -> None:
+    from granian import Granian
+    from granian.constants import Interfaces, SSLProtocols
+    from granian.log import LogLevels
+
+    # flask: flask_app is called in each worker (factory), as WebhookServer.load does.
+    target = "bench.stack_floor:bare_app" if app == "gunicorn" else "bench.stack_floor:flask_app"
+    Granian(
+        target,
+        address="127.0.0.1",
+        port=args.port,
+        interface=Interfaces.WSGI,
+        workers=args.workers,
+        blocking_threads=args.threads,
+        ssl_cert=Path(args.tls_cert_file),
+        ssl_key=Path(args.tls_private_key_file),  # PKCS#8, as gpu-scheduler's certs writes it
+        ssl_protocol_min=SSLProtocols.tls12,
+        log_level=LogLevels.warning,
+        factory=app == "flask",
+    ).serve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.stack_floor", description=__doc__.splitlines()[0])
+    parser.add_argument("--server", choices=SERVERS, default="gthread")
     parser.add_argument("--app", choices=APPS, required=True)
     parser.add_argument("--tls-cert-file", required=True)
     parser.add_argument("--tls-private-key-file", required=True)
@@ -61,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=32)
     args = parser.parse_args(argv)
+    if args.server == "granian":
+        serve_granian(args.app, args)
+        return 0
     options = ServerOptions(
         bind="127.0.0.1",
         port=args.port,
@@ -70,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics_dir=tempfile.mkdtemp(prefix="bench-stack-floor-"),
     )
     tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
-    WebhookServer(options, tls, (lambda: bare_app) if args.app == "gunicorn" else flask_app).run()
+    server = GeventWebhookServer if args.server == "gevent" else WebhookServer
+    server(options, tls, (lambda: bare_app) if args.app == "gunicorn" else flask_app).run()
     return 0
 
 

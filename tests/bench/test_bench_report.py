@@ -224,16 +224,27 @@ def test_the_stack_floor_is_shown_beside_the_webhook_at_the_same_rate():
     data = results()
     floor_row = dict(data["admission"]["workloads"][0]["rates"][0], cpu_ms_per_request=0.4)
     data["admission"]["stack_floor"] = [
-        dict(floor_row, app="gunicorn"),
-        dict(floor_row, app="flask", cpu_ms_per_request=0.6),
+        dict(floor_row, server="gthread", app="gunicorn"),
+        dict(floor_row, server="gthread", app="flask", cpu_ms_per_request=0.6),
+        dict(floor_row, server="granian", app="flask", cpu_ms_per_request=0.3),
     ]
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert "**The stack's floor** at 500/s" in markdown
-    assert "| gunicorn alone (our server settings" in markdown and "| 0.400 ms |" in markdown
-    assert "| gunicorn + Flask (the same answer from a Flask route) | 8.50 ms | 0 | 0.600 ms |" in markdown
+    gthread = "the webhook's gunicorn (gthread, our settings), TLS"
+    assert f"| {gthread}, a bare WSGI app answering a fixed review | 8.50 ms | 0 | 0.400 ms |" in markdown
+    assert f"| {gthread}, the same answer from a Flask route | 8.50 ms | 0 | 0.600 ms |" in markdown
+    assert "| granian (WSGI), TLS, the same answer from a Flask route | 8.50 ms | 0 | 0.300 ms |" in markdown
     assert (
         "| gpu-scheduler webhook (admission, logging, metrics), one map repeated | 8.50 ms | 0 | 1.000 ms |" in markdown
     )
+
+
+def test_a_kept_run_from_before_the_servers_were_compared_shows_its_floor_as_gthreads():
+    data = results()
+    floor_row = dict(data["admission"]["workloads"][0]["rates"][0], cpu_ms_per_request=0.4)
+    data["admission"]["stack_floor"] = [dict(floor_row, app="gunicorn")]  # no "server" key
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "| the webhook's gunicorn (gthread, our settings), TLS, a bare WSGI app answering" in markdown
 
 
 def test_the_stack_floor_apps_read_the_body_and_allow():
