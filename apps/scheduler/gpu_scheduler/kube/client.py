@@ -3,9 +3,11 @@
 The generated python client turns every response into model objects, which
 costs far more CPU and memory than the scheduler can afford at hundreds of
 binds per second, and it cannot even read the Status a successful binding
-returns. So this client speaks raw JSON over the client library's own urllib3
-pool (which already handles TLS, client certificates and proxies from a
-kubeconfig), and keeps the library only for loading configuration.
+returns. So this client speaks raw JSON and keeps the library only for loading
+configuration. Short requests go over http.client, a kept-alive connection per
+thread (kube/direct.py: the cheapest path per request); watches, proxies and
+TLS settings only urllib3 honours go over the client library's own urllib3
+pool.
 """
 
 from __future__ import annotations
