@@ -19,8 +19,9 @@ help: ## the targets: using gpu-scheduler first, then developing it, then the of
 install: ##dev .venv from uv.lock (hash-checked): both apps + INSTALL_GROUPS ("test lint bench"); idempotent
 	@bash scripts/install.sh
 
-lint: install ##dev ruff, the import-linter layer contract, uv.lock up to date with the pyproject files
+lint: install ##dev ruff, the import-linter layer contract, uv.lock up to date with the pyproject files, clusters/ file names
 	scripts/uv.sh lock --check
+	$(VENV)/bin/python scripts/check-cluster-values.py
 	$(VENV)/bin/ruff check apps tests
 	$(VENV)/bin/ruff format --check apps tests
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter

@@ -35,6 +35,13 @@ lint-tools: ##dev fetch hadolint, yamllint, check-jsonschema, kubernetes-validat
 lint-delivery: tools lint-tools ##dev helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
 	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check \
 	  --set image.registry=registry.example.com/gpu-scheduler
+	@# Each cluster's values file (clusters/<cluster>/values-<chart>.yaml) against its chart's schema.
+	@for file in clusters/*/values-*.yaml; do \
+	  [ -e "$$file" ] || continue; \
+	  chart=$${file##*/values-}; chart=charts/$${chart%.yaml}; \
+	  echo "helm lint --strict $$chart -f $$file"; \
+	  $(BIN)/helm lint --strict "$$chart" -f "$$file" --set image.registry=registry.example.com/gpu-scheduler || exit 1; \
+	done
 	$(LINT_BIN)/yamllint --strict .
 	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile scripts/python-base.Dockerfile \
 	  cluster/kind/node/Dockerfile cluster/kind/images/Dockerfile.* tests/kind/echo/Dockerfile
