@@ -214,6 +214,15 @@ def test_readyz_turns_false_while_a_cache_cannot_be_kept_current_and_true_once_i
 ):
     scheduler = proxied_scheduler("--leader-elect=false")
     assert readyz(scheduler)[0] == 200
+
+    # /readyz is true once every cache has listed, as client-go's HasSynced is; the watch
+    # that follows a list can still be on its way. Cut before it reached the proxy, it would
+    # meet the failing rule instead of being cut (seen once in CI: "assert 0 == 1" below).
+    def nodes_watch_open() -> None:
+        if not any(w.request.path == "/api/v1/nodes" and not w.ended for w in proxy.watches()):
+            raise NotYet("no watch of the nodes through the proxy yet")
+
+    wait_for("the scheduler's nodes watch", nodes_watch_open, 30)
     failing = threading.Event()
     failing.set()
     proxy.rules.append(lambda r: Fail(503) if failing.is_set() and r.path == "/api/v1/nodes" else None)
