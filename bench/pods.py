@@ -7,6 +7,7 @@ The scheduler's own logs and metrics are never the source of a figure here.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import sys
@@ -79,8 +80,9 @@ class BindWatcher:
                         version = obj["metadata"]["resourceVersion"]
                         if event["type"] in ("ADDED", "MODIFIED"):
                             self._see(obj, now)
-            except (OSError, ApiError, ValueError) as err:
-                # 410 Gone or a cut connection: list again (already-seen pods keep their times).
+            except (OSError, http.client.HTTPException, ApiError, ValueError) as err:
+                # 410 Gone or a cut connection (stop() cuts it too; mid-chunk, http.client says
+                # IncompleteRead, not OSError): list again (already-seen pods keep their times).
                 self.error = err
                 if not self._stopping:
                     time.sleep(0.2)
