@@ -17,7 +17,7 @@ from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
-from .profile import Profiler, top_functions
+from .profile import GIL_ONLY, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
 from .workload import bench_pods
@@ -56,7 +56,7 @@ def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
 
 
 def profile_figures(profiler: Profiler | None) -> dict:
-    return {"profile": top_functions(profiler.finish(), 12)} if profiler else {}
+    return {"profile": {**top_functions(profiler.finish(), 12), "gil": GIL_ONLY}} if profiler else {}
 
 
 def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:

@@ -8,6 +8,7 @@ what they call. The flame graphs are left beside the report for a closer look.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,10 @@ from pathlib import Path
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
 RATE = 100  # samples per second: cheap enough not to move the figures much
+# BENCH_PROFILE=gil: only the thread holding the GIL is sampled, so the samples are where the
+# Python CPU goes. Without it every thread py-spy does not judge idle is sampled, and threads
+# blocked in a TLS read or send often count: the wall-clock view.
+GIL_ONLY = os.environ.get("BENCH_PROFILE") == "gil"
 
 
 def available() -> bool:
@@ -40,6 +45,7 @@ class Profiler:
                 "raw",
                 "--threads",
                 "--nonblocking",
+                *(["--gil"] if GIL_ONLY else []),
                 "--output",
                 str(out),
             ],

@@ -548,8 +548,12 @@ def profile_lines(tp: dict) -> list[str]:
         ]
         lines += [
             "",
-            f"{mode}, round {run['round']} ({prof['samples']:,} samples at 100/s over all threads, "
-            "py-spy leaves idle threads out):",
+            f"{mode}, round {run['round']} ({prof['samples']:,} samples at 100/s, "
+            + (
+                "of the thread holding the GIL: the Python CPU):"
+                if prof.get("gil")
+                else "over all threads, py-spy leaves idle threads out):"
+            ),
             "",
             *table(["self (the function itself)", "inclusive (with callees)"], rows),
         ]

@@ -218,7 +218,8 @@ def parse_settings(argv: list[str] | None) -> Settings:
         action="store_true",
         default=os.environ.get("BENCH_PROFILE", "") not in ("", "0"),
         help="sample gpu-scheduler with py-spy during its throughput runs; top functions go into the "
-        "report (env BENCH_PROFILE=1; needs py-spy: the bench group of `make install`)",
+        "report (env BENCH_PROFILE=1, or gil: only the GIL's holder, i.e. the Python CPU; needs py-spy: the "
+        "bench group of `make install`)",
     )
     args = parser.parse_args(argv)
     phases = _names(args.phases, SCALE_PHASES if scale_run else PHASES, "phase(s)", parser)
