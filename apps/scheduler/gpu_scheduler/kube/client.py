@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import BinaryIO
 from urllib.parse import urlencode
 
 import urllib3
@@ -25,12 +26,16 @@ from kubernetes.client import Configuration
 from kubernetes.client.rest import RESTClientObject
 from kubernetes.config.config_exception import ConfigException
 
+from gpu_scheduler.kube.chunked import ChunkedLines, ChunkError
 from gpu_scheduler.kube.direct import DirectTransport, tls_context
 
 # Sent with every request; the apiserver logs and audits it. A process adds
 # its identity (the one it holds the leader Lease with), so an audit log says
 # which replica made each binding.
 USER_AGENT = "gpu-scheduler"
+# A watch reads what the socket has, up to this much at a time (a TLS record is at most 16 KB; under
+# 128 KB, so the buffer read into is not an mmap of its own).
+WATCH_READ_SIZE = 64 * 1024
 
 # The methods whose request may be sent again after it reached the server:
 # doing them twice does what doing them once does.
@@ -307,17 +312,40 @@ class WatchStream:
         self.interrupted = False
 
     def __iter__(self) -> Iterator[bytes]:
+        body = _chunked_body(self._response)
         try:
-            yield from self._response
-        except (urllib3.exceptions.HTTPError, OSError) as err:
+            yield from self._response if body is None else self._chunked_lines(body)
+        except (urllib3.exceptions.HTTPError, OSError, ChunkError) as err:
             if self.interrupted:
                 return
             raise ApiError("GET", self._path, 0, str(err)) from err
+
+    def _chunked_lines(self, body: BinaryIO) -> Iterator[bytes]:
+        """The lines of a chunked body, read from the connection's buffer (kube/chunked.py)."""
+        decoder = ChunkedLines()
+        while not decoder.finished:
+            data = body.read1(WATCH_READ_SIZE)
+            if not data:
+                if self.interrupted:
+                    return
+                # What urllib3 says of a watch cut mid-stream, e.g. an apiserver restarting.
+                raise urllib3.exceptions.ProtocolError("the connection closed before the watch's last chunk")
+            yield from decoder.feed(data)
+        yield from decoder.rest()
 
     def interrupt(self) -> None:
         """Ends the iteration now, from any thread (a read blocked on a quiet stream returns)."""
         self.interrupted = True
         self._response.shutdown()
+
+
+def _chunked_body(response: urllib3.HTTPResponse) -> BinaryIO | None:
+    """The connection's buffered reader under a chunked, unencoded body nothing has read
+    yet; None when the response is anything else (urllib3 then reads it)."""
+    if not response.chunked or response.headers.get("Content-Encoding", "identity") != "identity":
+        return None
+    body = getattr(getattr(response, "_fp", None), "fp", None)
+    return body if hasattr(body, "read1") else None
 
 
 def direct_transport(configuration: Configuration) -> DirectTransport | None:
