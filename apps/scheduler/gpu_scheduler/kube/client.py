@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import BinaryIO
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 from kubernetes import config as kube_config
 from kubernetes.client import Configuration
@@ -236,7 +237,7 @@ class KubeClient:
         could have passed to another replica (see scheduler/command.py)."""
         deadline = time.monotonic() + timeout
         self._limiter.acquire()
-        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        payload = None if body is None else orjson.dumps(body)
         headers = self._headers(content_type if payload is not None else None)
         retries = _RETRIES
         while True:
@@ -253,7 +254,7 @@ class KubeClient:
         status, data = self.request(method, path, **kwargs)
         if status >= 300:
             raise ApiError(method, path, status, data)
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     def get(self, path: str, query: dict[str, str] | None = None) -> dict:
         return self.call("GET", path, query=query)

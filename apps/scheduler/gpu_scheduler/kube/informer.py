@@ -32,6 +32,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import orjson
+
 from gpu_scheduler.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -381,7 +383,7 @@ class Informer:
                     if self._stop.is_set() or self._resync.is_set():
                         break
                     if line.strip():
-                        self._dispatch(json.loads(line))
+                        self._dispatch(orjson.loads(line))
         except ApiError as err:
             if err.status == 410:
                 raise ResourceGone() from err
