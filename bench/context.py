@@ -35,7 +35,7 @@ class Settings:
     mem_nodes: int
     out: Path
     phases: tuple[str, ...]
-    profile: bool = False  # sample gpu-scheduler with py-spy during its runs (profile.py)
+    profile: str = ""  # py-spy's view of gpu-scheduler during its runs: "" (none), "all" or "gil" (profile.py)
     runners: tuple[str, ...] = ()  # contenders keys of the throughput phase, in contenders.RUNNERS order
     modes: tuple[str, ...] = ("burst", "drain")
     admission_workloads: tuple[str, ...] = ("repeated", "distinct")

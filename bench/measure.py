@@ -17,7 +17,7 @@ from . import contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
-from .profile import GIL_ONLY, Profiler, top_functions
+from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
 from .workload import bench_pods
@@ -52,11 +52,12 @@ def attempt_seconds(runner: Runner) -> float | None:
 def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
     if not (bench.settings.profile and runner.key == contenders.OURS):
         return None
-    return Profiler(runner.process.pid, bench.settings.out / "profiles" / f"{label.replace(' ', '-')}.txt")
+    out = bench.settings.out / "profiles" / f"{label.replace(' ', '-')}.txt"
+    return Profiler(runner.process.pid, out, bench.settings.profile)
 
 
 def profile_figures(profiler: Profiler | None) -> dict:
-    return {"profile": {**top_functions(profiler.finish(), 12), "gil": GIL_ONLY}} if profiler else {}
+    return {"profile": {**top_functions(profiler.finish(), 12), "gil": profiler.view == GIL}} if profiler else {}
 
 
 def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:

@@ -1,4 +1,4 @@
-"""BENCH_PROFILE=1: sample gpu-scheduler with py-spy during its runs, and name where its time goes.
+"""BENCH_PROFILE=1 or gil: sample gpu-scheduler with py-spy during its runs, and name where its time goes.
 
 py-spy attaches to the running process (no change to it) and writes
 collapsed stacks ("frame;frame;frame count" per line); top_functions() turns
@@ -8,7 +8,6 @@ what they call. The flame graphs are left beside the report for a closer look.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -17,10 +16,23 @@ from pathlib import Path
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
 RATE = 100  # samples per second: cheap enough not to move the figures much
-# BENCH_PROFILE=gil: only the thread holding the GIL is sampled, so the samples are where the
-# Python CPU goes. Without it every thread py-spy does not judge idle is sampled, and threads
-# blocked in a TLS read or send often count: the wall-clock view.
-GIL_ONLY = os.environ.get("BENCH_PROFILE") == "gil"
+# The two views py-spy gives. ALL_THREADS samples every thread py-spy does not judge idle, and
+# threads blocked in a TLS read or send often count: the wall-clock view. GIL samples only the
+# thread holding the GIL, so the samples are where the Python CPU goes.
+ALL_THREADS = "all"
+GIL = "gil"
+
+
+def view(setting: str) -> str:
+    """The view a BENCH_PROFILE or --profile value asks for: "" (no profile), ALL_THREADS or GIL."""
+    value = setting.strip().lower()
+    if value in ("", "0"):
+        return ""
+    if value in ("1", ALL_THREADS):
+        return ALL_THREADS
+    if value == GIL:
+        return GIL
+    raise ValueError(f"{setting!r} is not a profile view: use 1 or {ALL_THREADS} (every busy thread), {GIL}, or 0")
 
 
 def available() -> bool:
@@ -28,11 +40,12 @@ def available() -> bool:
 
 
 class Profiler:
-    """py-spy record on one pid, until that process exits."""
+    """py-spy record on one pid, in one view (ALL_THREADS or GIL), until that process exits."""
 
-    def __init__(self, pid: int, out: Path) -> None:
+    def __init__(self, pid: int, out: Path, view: str = ALL_THREADS) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         self.out = out
+        self.view = view
         self._process = subprocess.Popen(
             [
                 str(PY_SPY),
@@ -45,7 +58,7 @@ class Profiler:
                 "raw",
                 "--threads",
                 "--nonblocking",
-                *(["--gil"] if GIL_ONLY else []),
+                *(["--gil"] if view == GIL else []),
                 "--output",
                 str(out),
             ],

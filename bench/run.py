@@ -215,13 +215,20 @@ def parse_settings(argv: list[str] | None) -> Settings:
     )
     add(
         "--profile",
-        action="store_true",
-        default=os.environ.get("BENCH_PROFILE", "") not in ("", "0"),
-        help="sample gpu-scheduler with py-spy during its throughput runs; top functions go into the "
-        "report (env BENCH_PROFILE=1, or gil: only the GIL's holder, i.e. the Python CPU; needs py-spy: the "
-        "bench group of `make install`)",
+        nargs="?",
+        const=profile.ALL_THREADS,
+        default=os.environ.get("BENCH_PROFILE", ""),
+        metavar="VIEW",
+        help=f"sample gpu-scheduler with py-spy during its throughput runs; top functions go into the "
+        f"report. VIEW: {profile.ALL_THREADS} (the default: every busy thread, the wall-clock view) or "
+        f"{profile.GIL} (only the GIL's holder, i.e. the Python CPU). Env BENCH_PROFILE=1 or gil. Needs py-spy: "
+        "the bench group of `make install`",
     )
     args = parser.parse_args(argv)
+    try:
+        args.profile = profile.view(args.profile)
+    except ValueError as err:
+        parser.error(f"--profile/BENCH_PROFILE: {err}")
     phases = _names(args.phases, SCALE_PHASES if scale_run else PHASES, "phase(s)", parser)
     runners = _names(args.runners, contenders.RUNNERS, "runner(s)", parser)
     modes = _names(args.modes, throughput.MODES, "mode(s)", parser)

@@ -2,7 +2,9 @@
 
 import pytest
 
+from bench import profile
 from bench.profile import top_functions
+from bench.run import parse_settings
 
 COLLAPSED = "\n".join(
     [
@@ -41,3 +43,46 @@ def test_lines_of_one_function_are_merged():
 
 def test_no_samples_gives_empty_lists():
     assert top_functions("") == {"samples": 0, "self": [], "inclusive": []}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "wanted"),
+    [
+        ([], None, ""),
+        ([], "0", ""),
+        (["--profile"], None, "all"),
+        ([], "1", "all"),
+        (["--profile", "gil"], None, "gil"),
+        ([], "gil", "gil"),
+        # The command line wins over the environment, in both directions.
+        (["--profile", "gil"], "1", "gil"),
+        (["--profile", "all"], "gil", "all"),
+    ],
+)
+def test_the_profile_view_is_read_once_from_the_flag_or_the_environment(monkeypatch, argv, env, wanted):
+    monkeypatch.delenv("BENCH_PROFILE", raising=False)
+    if env is not None:
+        monkeypatch.setenv("BENCH_PROFILE", env)
+    monkeypatch.setattr(profile, "available", lambda: True)
+    assert parse_settings(argv).profile == wanted
+
+
+def test_an_unknown_profile_view_is_refused_with_what_is_accepted(monkeypatch, capsys):
+    monkeypatch.setenv("BENCH_PROFILE", "wall")
+    with pytest.raises(SystemExit):
+        parse_settings([])
+    err = capsys.readouterr().err
+    assert "--profile/BENCH_PROFILE" in err and "'wall'" in err and "gil" in err
+
+
+def test_the_profiler_asks_py_spy_for_the_gil_view_only_when_told(monkeypatch, tmp_path):
+    started: list[list[str]] = []
+
+    class Recorder:
+        def __init__(self, argv, **_kwargs):
+            started.append(argv)
+
+    monkeypatch.setattr(profile.subprocess, "Popen", Recorder)
+    profile.Profiler(1, tmp_path / "all.txt", profile.ALL_THREADS)
+    profile.Profiler(1, tmp_path / "gil.txt", profile.GIL)
+    assert ["--gil" in argv for argv in started] == [False, True]
