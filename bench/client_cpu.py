@@ -27,10 +27,7 @@ WAYS = ("direct", "urllib3")
 
 
 def client_for(way: str, kubeconfig: str | None) -> KubeClient:
-    client = KubeClient(load_configuration(kubeconfig), pool_size=4)
-    if way == "urllib3":
-        client._direct = None  # the pool's path, as KubeClient takes it when it has no direct transport
-    return client
+    return KubeClient(load_configuration(kubeconfig), pool_size=4, direct=way == "direct")
 
 
 def cpu_us_per_request(client: KubeClient, requests: int) -> float:

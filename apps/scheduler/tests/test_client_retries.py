@@ -18,6 +18,7 @@ import pytest
 import urllib3
 from gpu_scheduler.kube.client import ApiError, KubeClient
 from kubernetes.client import Configuration
+from raw_http import read_request
 
 ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 # What LocalServer does once it has read a request whole.
@@ -54,14 +55,8 @@ class LocalServer:
 
     def _handle(self, connection: socket.socket, number: int) -> None:
         with connection.makefile("rb") as stream:
-            while request_line := stream.readline().decode():
-                length = 0
-                while (line := stream.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.decode().partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                stream.read(length)
-                self.requests.append((number, request_line.split(" ")[0]))
+            while method := read_request(stream):
+                self.requests.append((number, method))
                 if self._then == HOLD:
                     self._held.append(connection)
                     return

@@ -18,6 +18,7 @@ from gpu_scheduler.kube.client import ApiError, KubeClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.client import Configuration
+from raw_http import read_request
 
 # -- the decoder ----------------------------------------------------------------------------
 
@@ -119,18 +120,17 @@ class WatchServer:
     def _serve(self) -> None:
         connection, _ = self._listener.accept()
         with connection, connection.makefile("rb") as stream:
-            while stream.readline() not in (b"\r\n", b""):
-                pass
+            read_request(stream)
             for piece in self._pieces:
                 connection.sendall(piece)
                 self.released.wait(0.02)
             if self._hold:
                 self.released.wait(10)
 
-    def client(self) -> KubeClient:
+    def client(self, watch_decoder: bool = True) -> KubeClient:
         configuration = Configuration()
         configuration.host = f"http://127.0.0.1:{self.port}"
-        return KubeClient(configuration, pool_size=1)
+        return KubeClient(configuration, pool_size=1, watch_decoder=watch_decoder)
 
     def close(self) -> None:
         self.released.set()
@@ -154,38 +154,53 @@ def names(lines) -> list[str]:
     return [json.loads(line)["object"]["metadata"]["name"] for line in lines if line.strip()]
 
 
-def test_a_watch_split_anywhere_by_the_network_gives_every_event_once(watch_server):
+# Both ways of reading a watch keep one contract: our decoder, and urllib3's line
+# iterator that KubeClient(watch_decoder=False) and bodies our decoder does not take use.
+BOTH_READERS = pytest.mark.parametrize("watch_decoder", [True, False], ids=["our-decoder", "urllib3"])
+
+
+@BOTH_READERS
+def test_a_watch_split_anywhere_by_the_network_gives_every_event_once(watch_server, watch_decoder):
     body = HEAD + encode(EVENTS)
     server = watch_server(split_at(body, list(range(len(HEAD) + 3, len(body), 37))))
-    with server.client().stream("/api/v1/pods", {"watch": "1"}, read_timeout=5) as lines:
+    with server.client(watch_decoder).stream("/api/v1/pods", {"watch": "1"}, read_timeout=5) as lines:
         assert names(lines) == ["p-0", "p-1", "p-2", "p-3"]
 
 
-def test_a_watch_cut_mid_chunk_is_an_unanswered_request_after_the_events_it_delivered(watch_server):
+@BOTH_READERS
+def test_a_watch_cut_mid_chunk_is_an_unanswered_request_after_the_events_it_delivered(watch_server, watch_decoder):
     whole = encode(EVENTS[:2])[: -len(b"0\r\n\r\n")]
     cut = whole + b"%x\r\n" % len(EVENTS[2]) + EVENTS[2][:10]
     server = watch_server([HEAD, cut])
     seen = []
-    with pytest.raises(ApiError) as raised, server.client().stream("/api/v1/pods", {}, read_timeout=5) as lines:
+    client = server.client(watch_decoder)
+    with pytest.raises(ApiError) as raised, client.stream("/api/v1/pods", {}, read_timeout=5) as lines:
         for line in lines:
             seen.append(line)
     assert names(seen) == ["p-0", "p-1"]
     assert raised.value.status == 0
-    assert "the connection closed before the watch's last chunk" in str(raised.value)
+    if watch_decoder:
+        assert "the connection closed before the watch's last chunk" in str(raised.value)
 
 
-def test_a_stream_that_is_not_chunked_coding_is_an_unanswered_request(watch_server):
+@pytest.mark.parametrize(
+    ("watch_decoder", "reader_says"), [(True, "not a chunk size line"), (False, "InvalidChunkLength")]
+)
+def test_a_stream_that_is_not_chunked_coding_is_an_unanswered_request(watch_server, watch_decoder, reader_says):
+    # The message also says which reader the client used: the choice is honoured.
     server = watch_server([HEAD + b"nonsense\r\n"])
-    with pytest.raises(ApiError) as raised, server.client().stream("/api/v1/pods", {}, read_timeout=5) as lines:
+    client = server.client(watch_decoder)
+    with pytest.raises(ApiError) as raised, client.stream("/api/v1/pods", {}, read_timeout=5) as lines:
         list(lines)
     assert raised.value.status == 0
-    assert "not a chunk size line" in str(raised.value)
+    assert reader_says in str(raised.value)
 
 
-def test_interrupt_ends_a_quiet_watch_at_once_without_an_error(watch_server):
+@BOTH_READERS
+def test_interrupt_ends_a_quiet_watch_at_once_without_an_error(watch_server, watch_decoder):
     server = watch_server([HEAD + encode(EVENTS[:1])[: -len(b"0\r\n\r\n")]], hold=True)
     seen = []
-    with server.client().stream("/api/v1/pods", {}, read_timeout=30) as lines:
+    with server.client(watch_decoder).stream("/api/v1/pods", {}, read_timeout=30) as lines:
         for line in lines:
             seen.append(line)
             threading.Timer(0.1, lines.interrupt).start()

@@ -141,6 +141,12 @@ class KubeClient:
     (bind workers, event senders, watches, leader election), else urllib3
     opens throwaway connections and the TLS handshakes cost more than the
     requests.
+
+    direct and watch_decoder choose the two paths cheaper than urllib3's,
+    each taken where the settings or the answer allow it: short requests
+    over http.client per thread (kube/direct.py), and watch lines cut by our
+    chunked decoder (kube/chunked.py). False sends everything through
+    urllib3, as the benches and tests that compare the paths need.
     """
 
     def __init__(
@@ -151,6 +157,8 @@ class KubeClient:
         qps: float = 0,
         burst: int = 1,
         user_agent: str = USER_AGENT,
+        direct: bool = True,
+        watch_decoder: bool = True,
     ) -> None:
         configuration.connection_pool_maxsize = pool_size
         self._configuration = configuration
@@ -165,7 +173,8 @@ class KubeClient:
         self._apiserver = None if configuration.proxy else self._pool.connection_from_url(self._base)
         self._apiserver_path = (urllib3.util.parse_url(self._base).path or "").rstrip("/")
         # Short requests skip urllib3 where its pool would only add CPU (kube/direct.py).
-        self._direct = None if self._apiserver is None else direct_transport(configuration)
+        self._direct = None if self._apiserver is None or not direct else direct_transport(configuration)
+        self._watch_decoder = watch_decoder
         self._limiter = TokenBucket(qps, burst, time.monotonic())
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -283,7 +292,7 @@ class KubeClient:
         try:
             if response.status != 200:
                 raise ApiError("GET", path, response.status, response.read())
-            yield WatchStream(response, path)
+            yield WatchStream(response, path, decode_chunks=self._watch_decoder)
         finally:
             # Close before handing back: a half-read watch connection cannot
             # carry another request, so the pool must open a fresh one.
@@ -307,13 +316,14 @@ class WatchStream:
     apiserver restarting) ends in ApiError(status 0) like any other unanswered
     request, so callers handle one exception type for "reconnect"."""
 
-    def __init__(self, response: urllib3.HTTPResponse, path: str) -> None:
+    def __init__(self, response: urllib3.HTTPResponse, path: str, *, decode_chunks: bool = True) -> None:
         self._response = response
         self._path = path
+        self._decode_chunks = decode_chunks
         self.interrupted = False
 
     def __iter__(self) -> Iterator[bytes]:
-        body = _chunked_body(self._response)
+        body = _chunked_body(self._response) if self._decode_chunks else None
         try:
             yield from self._response if body is None else self._chunked_lines(body)
         except (urllib3.exceptions.HTTPError, OSError, ChunkError) as err:
