@@ -32,15 +32,16 @@ lint-tools: ##dev fetch hadolint, yamllint, check-jsonschema, kubernetes-validat
 # The charts refuse their placeholder image.registry; helm lint only notes
 # such a refusal and lints what is left. Naming a registry (a reserved
 # domain; nothing is pulled) lints the manifests as an install renders them.
+LINT_REGISTRY := registry.example.com/gpu-scheduler
 lint-delivery: tools lint-tools ##dev helm lint --strict, yamllint, hadolint, check-jsonschema on charts, YAML, Dockerfiles, .gitlab-ci.yml
 	$(BIN)/helm lint --strict charts/gpu-scheduler charts/gpu-scheduler-check \
-	  --set image.registry=registry.example.com/gpu-scheduler
+	  --set image.registry=$(LINT_REGISTRY)
 	@# Each cluster's values file (clusters/<cluster>/values-<chart>.yaml) against its chart's schema.
 	@for file in clusters/*/values-*.yaml; do \
 	  [ -e "$$file" ] || continue; \
 	  chart=$${file##*/values-}; chart=charts/$${chart%.yaml}; \
 	  echo "helm lint --strict $$chart -f $$file"; \
-	  $(BIN)/helm lint --strict "$$chart" -f "$$file" --set image.registry=registry.example.com/gpu-scheduler || exit 1; \
+	  $(BIN)/helm lint --strict "$$chart" -f "$$file" --set image.registry=$(LINT_REGISTRY) || exit 1; \
 	done
 	$(LINT_BIN)/yamllint --strict .
 	$(LINT_BIN)/hadolint apps/scheduler/Dockerfile apps/check/Dockerfile scripts/python-base.Dockerfile \
