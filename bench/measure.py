@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from . import contenders, runners
+from . import apiserver_work, contenders, runners
 from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
@@ -60,6 +60,14 @@ def profile_figures(profiler: Profiler | None) -> dict:
     return {"profile": {**top_functions(profiler.finish(), 12), "gil": profiler.view == GIL}} if profiler else {}
 
 
+def apiserver_figures(before: dict[str, float], after: dict[str, float], bound: int) -> dict:
+    """The apiserver's counted work per pod bound over the burst's window (apiserver_work.py)."""
+    try:
+        return {"apiserver_per_pod": apiserver_work.per_pod(before, after, bound)}
+    except ValueError as err:
+        return {"apiserver_per_pod": {}, "apiserver_per_pod_error": str(err)}
+
+
 def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:
     """The processes whose CPU a run counts: the runner (when it runs), the webhook (gunicorn and
     workers) and the control plane.
@@ -83,12 +91,14 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         work = WorkMeter()
         work.measure_idle(cpu_groups(bench, runner))
         pod_bodies = bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace)
+        counted_before = apiserver_work.fetch(bench.api)  # outside the CPU window: /metrics costs the apiserver
         work.start(cpu_groups(bench, runner))
         result = run_burst(
             bench.api, bench.namespace, label, pod_bodies, settings.threads, settings.burst_timeout(pods)
         )
         figures = result.to_json()
         figures.update(work.finish())  # cpu_s: the burst's work, from before the first pod until settled
+        figures.update(apiserver_figures(counted_before, apiserver_work.fetch(bench.api), figures.get("bound", 0)))
         figures.update(settled)
         figures.update(
             key=key,

@@ -8,7 +8,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import targets
+from . import apiserver_work, targets
 from .contenders import (
     BIND_WORKERS,
     CEILING_WORKERS,
@@ -289,6 +289,26 @@ def burst_table(summary: dict) -> list[str]:
     )
 
 
+def apiserver_work_lines(summary: dict) -> list[str]:
+    """What each pod of a burst asked of the apiserver, per runner, from its own counters."""
+    counted = {key: s["apiserver_per_pod"] for key in LABELS if (s := summary.get(key)) and s.get("apiserver_per_pod")}
+    rows = apiserver_work.shown_rows(counted)
+    if not rows:
+        return []
+    return [
+        "",
+        "What each pod asked of kube-apiserver (its own counters, /metrics, over the CPU window; medians "
+        "of the rounds): requests by verb and resource, watch events sent, etcd operations. The bench's "
+        "creates and bind watch are in every column alike; a watch is counted when it ends. Rows under "
+        f"{apiserver_work.SHOWN_PER_POD} per pod for every runner are left out.",
+        "",
+        *table(
+            ["per pod", *(LABELS[key] for key in counted)],
+            [[what, *(num(counts.get(what, 0.0), 2) for counts in counted.values())] for what in rows],
+        ),
+    ]
+
+
 def throughput_lines(tp: dict) -> list[str]:
     burst, drain = tp.get("burst") or {}, tp.get("drain") or {}
     lines = [
@@ -314,6 +334,7 @@ def throughput_lines(tp: dict) -> list[str]:
             *ratio_lines(burst),
             "",
             *cpu_ratio_lines(burst),
+            *apiserver_work_lines(burst["summary"]),
         ]
     if drain.get("summary"):
         lines += [

@@ -58,6 +58,15 @@ def cpu_ms_per_pod(run: dict) -> dict[str, float]:
     return per_pod
 
 
+def apiserver_per_pod(complete: list[dict]) -> dict[str, float]:
+    """Each counted apiserver request, watch event or etcd operation per pod: the median over the
+    rounds that counted it (a round with no figures, e.g. the apiserver restarted, is left out;
+    a round that counted others but not this one counts 0)."""
+    counted = [r["apiserver_per_pod"] for r in complete if r.get("apiserver_per_pod")]
+    names = sorted({what for counts in counted for what in counts})
+    return {what: median([counts.get(what, 0.0) for counts in counted]) for what in names}
+
+
 def summarize_runner(runs: list[dict]) -> dict:
     """Medians over one runner's complete runs (and the spread of pods/s and of total CPU)."""
     complete = [r for r in runs if incomplete_reason(r) is None]
@@ -91,6 +100,7 @@ def summarize_runner(runs: list[dict]) -> dict:
         "attempt_ms": med("attempt_seconds") * 1000,
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
         "cpu_ms_per_pod": {g: median([c[g] for c in cpu]) for g in (*CPU_GROUPS, "total")},
+        "apiserver_per_pod": apiserver_per_pod(complete),
         # What cpuwork.WorkMeter took off (idle rate, in cores) and how long the cluster took to settle.
         "idle_cores": {g: med("idle_cores", g) for g in CPU_GROUPS},
         "settle_s": med("settle_s"),
