@@ -1,5 +1,6 @@
 """The admission load: the generator's timeout is the apiserver's, the top rate is held a minute."""
 
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,50 @@ def test_distinct_maps_are_never_sent_twice_even_over_a_held_minute():
     groups = admission.distinct_groups((100, 1000), (15.0, 60.0))
     assert [len(g) for g in groups] == [100 * 15 + 100, 1000 * 60 + 1000]
     assert groups[0].start == 1 and groups[1].start == groups[0].stop  # group 0 is the repeated map
+
+
+class Phases:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def phase(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_the_next_run_waits_for_a_webhook_working_through_a_saturated_runs_backlog(monkeypatch):
+    # What the 2026-11-27 07:47 run met: the check after a saturated 1,000/s timed out in its handshake.
+    failures = [urllib.error.URLError(TimeoutError("_ssl.c:989: The handshake operation timed out"))] * 2
+    tries: list[float] = []
+
+    def check(_bench, _body, timeout):
+        tries.append(timeout)
+        if failures:
+            raise failures.pop()
+
+    monkeypatch.setattr(admission, "check_answer", check)
+    monkeypatch.setattr(admission.time, "sleep", lambda _s: None)
+    bench = Phases()
+    admission.answering(bench, b"{}")
+    assert len(tries) == 3
+    assert len(bench.lines) == 2 and "handshake operation timed out" in bench.lines[0]
+
+
+def test_a_webhook_that_never_answers_again_ends_the_phase_with_why(monkeypatch):
+    def check(_bench, _body, timeout):
+        raise ConnectionRefusedError("connection refused")
+
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(admission, "check_answer", check)
+    monkeypatch.setattr(admission.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(admission.time, "monotonic", lambda: next(clock))
+    with pytest.raises(RuntimeError, match="did not answer within 30 s of the last run: connection refused"):
+        admission.answering(Phases(), b"{}", within=30)
+
+
+def test_an_answer_that_is_wrong_is_not_waited_for(monkeypatch):
+    def check(_bench, _body, timeout):
+        raise RuntimeError("the webhook did not allow and patch the benchmark's pod")
+
+    monkeypatch.setattr(admission, "check_answer", check)
+    with pytest.raises(RuntimeError, match="did not allow and patch"):
+        admission.answering(Phases(), b"{}")
