@@ -59,12 +59,14 @@ def cores_used(pids: list[int], window: float = WINDOW_SECONDS) -> float:
     return (_total(pids) - before) / window
 
 
-def wait_quiet(pids: list[int], timeout: float = TIMEOUT_SECONDS) -> tuple[float, float]:
-    """Waits until the processes use under QUIET_CORES; returns (seconds waited, cores used last)."""
+def wait_quiet(
+    pids: list[int], timeout: float = TIMEOUT_SECONDS, quiet_cores: float = QUIET_CORES
+) -> tuple[float, float]:
+    """Waits until the processes use under quiet_cores; returns (seconds waited, cores used last)."""
     started = time.monotonic()
     used = 0.0
     while pids and time.monotonic() - started < timeout:
         used = cores_used(pids)
-        if used < QUIET_CORES:
+        if used < quiet_cores:
             break
     return time.monotonic() - started, used

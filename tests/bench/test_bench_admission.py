@@ -99,3 +99,45 @@ def test_an_answer_that_is_wrong_is_not_waited_for(monkeypatch):
     monkeypatch.setattr(admission, "check_answer", check)
     with pytest.raises(RuntimeError, match="did not allow and patch"):
         admission.answering(Phases(), b"{}")
+
+
+class Webhook:
+    class process:  # noqa: N801 - a stand-in for bench.webhook.process
+        pid = 4242
+
+
+class Bench(Phases):
+    webhook = Webhook
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled = 0
+
+    def settle(self) -> dict:
+        self.settled += 1
+        return {}
+
+
+def test_a_run_waits_for_the_webhook_to_go_idle_then_for_the_control_plane(monkeypatch):
+    asked = []
+    monkeypatch.setattr(admission, "answering", lambda _bench, _body: None)
+    monkeypatch.setattr(admission, "descendants", lambda pid: [pid + 1, pid + 2])
+
+    def quiet(pids, timeout, quiet_cores):
+        asked.append((pids, quiet_cores))
+        return 7.0, 0.01
+
+    monkeypatch.setattr(admission, "wait_quiet", quiet)
+    bench = Bench()
+    admission.ready_for_a_run(bench, b"{}")
+    assert asked == [([4242, 4243, 4244], admission.WEBHOOK_QUIET_CORES)]
+    assert bench.lines == ["  waited 7s for the webhook to work off the last run's backlog"]
+    assert bench.settled == 1
+
+
+def test_a_webhook_that_stays_busy_ends_the_phase_rather_than_charge_the_next_run(monkeypatch):
+    monkeypatch.setattr(admission, "answering", lambda _bench, _body: None)
+    monkeypatch.setattr(admission, "descendants", lambda pid: [])
+    monkeypatch.setattr(admission, "wait_quiet", lambda pids, timeout, quiet_cores: (120.0, 0.9))
+    with pytest.raises(RuntimeError, match="still used 0.90 cores 120 s after the last run"):
+        admission.ready_for_a_run(Bench(), b"{}")
