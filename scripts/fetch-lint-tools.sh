@@ -29,7 +29,8 @@ else
 fi
 
 # gitlab-ci-local copies the work tree with rsync before every job.
-# Only the CI tests need it: without it they are skipped, so it is not fatal.
+# Only the CI tests need it, so it is not fatal here: without it they fail, with gitlab-ci-local's
+# "rsync ... exit code 127" (CI=true installs it).
 if ! command -v rsync >/dev/null 2>&1; then
   if may_install_packages; then
     apt_install "gitlab-ci-local needs rsync" rsync
