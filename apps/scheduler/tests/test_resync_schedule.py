@@ -123,3 +123,24 @@ def test_a_request_for_a_later_time_lists_then_and_not_before():
         assert client.lists == 2
     finally:
         informer.stop()
+
+
+def test_a_request_between_the_due_time_and_the_lists_start_merges_into_that_list():
+    # The storm test's 4 lists in the release pipeline's test-unit job (2026-11-27): a request
+    # in this window used to get a list of its own, at once, after the one starting.
+    schedule = ResyncSchedule(minimum=1.0, maximum=60.0)
+    assert schedule.request(at=10.0) == 10.0
+    schedule.fired()
+    assert schedule.request(at=10.005) is None  # the list about to start answers it
+    schedule.started(10.01)
+    assert schedule.request(at=10.02) == 11.01  # after its start: its own list, spaced
+
+
+def test_a_list_nobody_asked_for_leaves_the_schedule_as_it_was():
+    schedule = ResyncSchedule(minimum=1.0, maximum=60.0)
+    assert schedule.request(at=10.0) == 10.0
+    schedule.started(9.0)  # e.g. a list after a watch error, before the due time
+    assert schedule.due == 10.0 and schedule.spacing == 1.0
+    schedule.fired()
+    schedule.started(10.0)
+    assert schedule.due is None

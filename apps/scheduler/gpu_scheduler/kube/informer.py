@@ -119,6 +119,7 @@ class ResyncSchedule:
         self.spacing = minimum
         self._last_start = float("-inf")
         self.due: float | None = None  # when the next requested list starts; None if none is asked for
+        self._fired = False  # the due time came and its list has not started yet
 
     def request(self, at: float) -> float | None:
         """A list starting no earlier than `at` is needed. Returns the new due time when the
@@ -130,14 +131,21 @@ class ResyncSchedule:
         return due
 
     def fired(self) -> None:
-        """The due time came: requests from now on need a list of their own."""
-        self.due = None
+        """The due time came. The list it asked for starts soon (started()); until then
+        requests merge into it, since it will answer them (due stays where it was)."""
+        self._fired = True
 
     def started(self, now: float) -> None:
-        """A requested list starts now."""
+        """A list starts now. If a requested list had fired, this is it: requests from now
+        on need a list of their own. Any other list (the first, one after an error) leaves
+        the schedule as it was."""
+        if not self._fired:
+            return
         quiet = now - self._last_start > 2 * self.spacing
         self.spacing = self._minimum if quiet else min(self.spacing * 2, self._maximum)
         self._last_start = now
+        self.due = None
+        self._fired = False
 
 
 class Informer:
@@ -200,15 +208,19 @@ class Informer:
             self._resync_timer.start()
 
     def _resync_now(self) -> None:
+        # Under the lock with the flag: a list that starts clears both at once (_list_starts).
         with self._resync_lock:
             self._resync_schedule.fired()
-        self._resync.set()
+            self._resync.set()
         stream = self._stream
         if stream is not None:
             stream.interrupt()
 
-    def _start_requested_list(self, now: float) -> None:
+    def _list_starts(self, now: float) -> None:
+        """A list starts: it answers every request made so far, and a requested list that
+        fired is this one."""
         with self._resync_lock:
+            self._resync.clear()
             self._resync_schedule.started(now)
 
     def start(self) -> None:
@@ -263,13 +275,11 @@ class Informer:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self._resync.is_set() and self.resource_version is not None:
-                self._resync.clear()
                 self.relists[REQUESTED] += 1
-                self._start_requested_list(time.monotonic())
                 self.resource_version = None
             listing = self.resource_version is None
             if listing:
-                self._resync.clear()  # this list answers every request made so far
+                self._list_starts(time.monotonic())
             try:
                 if listing:
                     self.resource_version = self.list()
