@@ -267,12 +267,12 @@ wait_ready() {
   local want have deadline=$((SECONDS + UP_TIMEOUT))
   want="$(grep -cE '^\s*- role:' "$KIND_CONFIG")"
   until have="$(node_kubectl get nodes --no-headers 2>/dev/null | wc -l)" && ((have >= want)); do
-    ((SECONDS < deadline)) || die "only $have of $want nodes registered after ${UP_TIMEOUT}s"
+    ((SECONDS < deadline)) || { report_nodes; die "only $have of $want nodes registered after ${UP_TIMEOUT}s (above: each node's kubelet)"; }
     sleep 1
   done
   log "kind: waiting for $want nodes to be Ready"
   node_kubectl wait --for=condition=Ready nodes --all --timeout="$((deadline - SECONDS))s" >/dev/null ||
-    { node_kubectl get nodes -o wide >&2; die "nodes not Ready within ${UP_TIMEOUT}s (above)"; }
+    { node_kubectl get nodes -o wide >&2; report_nodes; die "nodes not Ready within ${UP_TIMEOUT}s (above)"; }
   log "kind: nodes Ready; waiting for CoreDNS"
   node_kubectl -n kube-system rollout status deployment/coredns --timeout="$((deadline - SECONDS))s" >/dev/null ||
     { node_kubectl -n kube-system get pods -o wide >&2; die "CoreDNS not rolled out within ${UP_TIMEOUT}s (above)"; }
@@ -388,6 +388,46 @@ current-context: gpu-scheduler-cni"
   done
 }
 
+# report_nodes: each node's kubelet state and the end of its journal, what
+# else runs on this Docker engine, and the load: why nodes did not join or
+# register. Kubelets that ran out of inotify instances are named with the fix.
+report_nodes() {
+  local container journal starved=0
+  log "kind: the kubelet on each node of $CLUSTER:"
+  for container in $(kind_cmd get nodes --name "$CLUSTER" 2>/dev/null); do
+    echo "----- $container: systemctl status kubelet; journalctl -u kubelet | tail -n 25"
+    docker exec "$container" systemctl status kubelet --no-pager --lines=0 2>&1 | sed -n 1,6p || true
+    journal="$(docker exec "$container" journalctl -u kubelet --no-pager 2>&1 || true)"
+    tail -n 25 <<<"$journal"
+    grep -q "too many open files" <<<"$journal" && starved=1
+  done
+  echo "----- containers on this Docker engine"
+  docker ps -a --format '{{.Names}}\t{{.Status}}\t{{.Image}}' || true
+  echo "----- load: $(cat /proc/loadavg 2>/dev/null)"
+  if ((starved)); then
+    log "kind: kubelets failed with 'too many open files': this machine's inotify instances ran out (fs.inotify.max_user_instances=$(inotify_limit)). Delete the other clusters above, or raise the limit: sudo sysctl fs.inotify.max_user_instances=512 (kind's known issues)"
+  fi
+}
+
+inotify_limit() { cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo unknown; }
+
+# warn_other_clusters: the nodes of other kind clusters on this engine share
+# this machine's cores and its inotify instances (per user, so per host for
+# root in every node). A 5-node cluster takes about 60 of the default 128:
+# beside another one, kubelets fail to start ('too many open files') and
+# kubeadm join fails after 4 minutes. Said before creating, with the fix.
+warn_other_clusters() {
+  local others limit
+  others="$(docker ps --filter label=io.x-k8s.kind.cluster --format '{{.Label "io.x-k8s.kind.cluster"}}' |
+    grep -vx "$CLUSTER" | sort | uniq -c | awk '{printf "%s%s (%s nodes)", sep, $2, $1; sep=", "}')" || true
+  [[ -n "$others" ]] || return 0
+  limit="$(inotify_limit)"
+  log "kind: other kind clusters run on this Docker engine: $others; they share the cores and the inotify instances (fs.inotify.max_user_instances=$limit)"
+  if [[ "$limit" =~ ^[0-9]+$ ]] && ((limit < 512)); then
+    log "kind: with $limit, kubelets may fail with 'too many open files'; delete those clusters (kind delete cluster --name NAME) or raise the limit: sudo sysctl fs.inotify.max_user_instances=512"
+  fi
+}
+
 cmd_up() {
   local start=$SECONDS image config network_created=0
   if [[ "${CI:-}" == true ]]; then
@@ -406,9 +446,16 @@ cmd_up() {
       network_created=1
     fi
     save_state "$image" "$network_created"
+    warn_other_clusters
     log "kind: creating cluster $CLUSTER with $image"
-    kind_cmd create cluster --name "$CLUSTER" --config "$config" --image "$image" \
-      --kubeconfig "$KIND_KUBECONFIG"
+    # --retain: a failed create keeps its nodes, so that why a node did not
+    # join is printed (kind's own error shows only kubeadm's side).
+    if ! kind_cmd create cluster --name "$CLUSTER" --config "$config" --image "$image" \
+      --kubeconfig "$KIND_KUBECONFIG" --retain; then
+      report_nodes
+      kind_cmd delete cluster --name "$CLUSTER" --kubeconfig "$KIND_KUBECONFIG" >/dev/null 2>&1 || true
+      die "kind could not create cluster $CLUSTER (above: kind's error, then each node's kubelet)"
+    fi
     log "kind: nodes joined in $((SECONDS - start))s"
   fi
   if is_offline_image "$(state image)"; then

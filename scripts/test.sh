@@ -96,6 +96,21 @@ if ! $docker_runs; then
   echo "Install Docker (https://docs.docker.com/engine/install/) and run 'make test' again for make kind-up, make argocd-e2e, make e2e and the KinD tests."
   $PYTEST -m "kind or argocd or pipeline" tests/kind tests/argocd tests/pipeline
 else
+  # kind's nodes restart with the Docker engine (restart policy on-failure:1),
+  # so the clusters of a run that was killed come back with it and share this
+  # machine's cores and inotify instances with this run's. CI once failed so:
+  # the kubelets of its new cluster could not start ('too many open files').
+  # These two clusters are this script's own; they are deleted first.
+  step "KinD: clusters an interrupted run of make test left behind"
+  stale="$("$(scripts/kind-binary.sh)" get clusters 2>/dev/null | grep -xE "$KIND_CLUSTER|gpu-scheduler-pipeline" || true)"
+  if [[ -z "$stale" ]]; then
+    echo "none"
+  else
+    echo "deleting: $stale"
+    if grep -qx "$KIND_CLUSTER" <<<"$stale"; then make --no-print-directory kind-down; fi
+    if grep -qx gpu-scheduler-pipeline <<<"$stale"; then (unset KIND_CLUSTER KIND_KUBECONFIG && bash scripts/pipeline.sh down); fi
+  fi
+
   step "KinD: make kind-up (cluster $KIND_CLUSTER)"
   KIND_TEST_NETWORK_EXISTED_BEFORE=0
   docker network inspect kind >/dev/null 2>&1 && KIND_TEST_NETWORK_EXISTED_BEFORE=1
