@@ -25,8 +25,8 @@ The webhook's CPU (gunicorn master and workers, from /proc) is read around
 each run: CPU ms per request is a figure the machine's noise barely moves.
 
 Then the stack's floor (bench/stack_floor.py): an app that does no admission,
-bare and in Flask, under the webhook's own gunicorn server, under gunicorn's
-gevent worker and under granian, gets the repeated load at FLOOR_RATE, so the
+bare and in Flask, under the webhook's own gunicorn server (gevent worker),
+under gunicorn's gthread worker and under granian, gets the repeated load at FLOOR_RATE, so the
 report shows how much of the webhook's CPU per request is the server's and
 TLS's, Flask's, and ours, and what another server would save.
 """

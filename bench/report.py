@@ -454,9 +454,10 @@ def admission_lines(adm: dict) -> list[str]:
     return lines + stack_floor_lines(adm)
 
 
+# The webhook ran on gthread until 2026-11-27, on gevent since; each run lists its own first.
 FLOOR_SERVERS = {
-    "gthread": "the webhook's gunicorn (gthread, our settings)",
-    "gevent": "gunicorn's gevent worker (our settings otherwise)",
+    "gthread": "gunicorn, gthread worker (32 threads), the webhook's settings",
+    "gevent": "gunicorn, gevent worker, the webhook's settings",
     "granian": "granian (WSGI)",
 }
 FLOOR_APPS = {
@@ -501,9 +502,10 @@ def stack_floor_lines(adm: dict) -> list[str]:
         )
     return [
         "",
-        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the webhook's server, and the WSGI servers "
-        "it could run on, with no admission behind them: the difference between the webhook's row and the first "
-        "server's is what our code costs per request, the rows below it what another server would save.",
+        f"**The stack's floor** at {rate}/s (`bench/stack_floor.py`): the webhook's server (the first), and the "
+        "WSGI servers it could run on, with no admission behind them: the difference between the webhook's row "
+        "and the first server's is what our code costs per request, the rows below it what another server would "
+        "save.",
         "",
         *table(["server", "p99", "errors", "CPU per request"], rows),
     ]

@@ -1,16 +1,17 @@
 """What the webhook's stack costs before our code runs: the same answer with no admission,
 under the webhook's server and under the other WSGI servers it could run on.
 
-    python -m bench.stack_floor --server {gthread,gevent,granian} --app {gunicorn,flask} \
+    python -m bench.stack_floor --server {gevent,gthread,granian} --app {gunicorn,flask} \
         --tls-cert-file F --tls-private-key-file F --port N
 
 The app reads the request body and answers a fixed "allowed" AdmissionReview:
 - gunicorn (the name is historical: a bare WSGI function): the server's and TLS's cost alone;
 - flask: the same answer from a Flask route, so the difference is Flask's.
 The servers, each with TLS from the same certificate and the webhook's worker count:
-- gthread: gpu-scheduler's own WebhookServer as deployed (gunicorn, gthread, 32 threads
-  a worker, keep-alive);
-- gevent: the same WebhookServer with gunicorn's gevent worker;
+- gevent: gpu-scheduler's own WebhookServer as deployed (gunicorn's gevent worker,
+  keep-alive, certificate rotation);
+- gthread: the same WebhookServer with gunicorn's gthread worker (32 threads a worker),
+  which the webhook ran on until 2026-11-27;
 - granian: granian's WSGI interface (a Rust HTTP and TLS stack calling the same app).
 The admission phase sends these the same load as the webhook, so the report
 can say which part of the webhook's CPU per request is the stack's floor,
@@ -29,7 +30,7 @@ from flask import Flask, Response, request
 from gpu_scheduler.webhook.server import ReloadingTLS, ServerOptions, WebhookServer
 
 APPS = ("gunicorn", "flask")
-SERVERS = ("gthread", "gevent", "granian")
+SERVERS = ("gevent", "gthread", "granian")  # the webhook's own first (bench/report.py)
 ANSWER = json.dumps(
     {
         "apiVersion": "admission.k8s.io/v1",
@@ -60,18 +61,17 @@ def flask_app() -> Flask:
     return app
 
 
-class GeventWebhookServer(WebhookServer):
-    """The webhook's gunicorn settings with gunicorn's gevent worker instead of gthread.
+class GthreadWebhookServer(WebhookServer):
+    """The webhook's gunicorn settings with gunicorn's gthread worker instead of gevent."""
 
-    Without the webhook's certificate rotation: its ssl_context hook hands out contexts
-    built before gevent patches the ssl module, which gevent's server cannot wrap a socket
-    with (a TypeError on every connection). gunicorn's own factory builds one per worker
-    from the same files instead; a floor needs no rotation."""
+    def __init__(self, options: ServerOptions, threads: int, *args) -> None:
+        self.threads = threads
+        super().__init__(options, *args)
 
     def load_config(self) -> None:
         super().load_config()
-        self.cfg.set("worker_class", "gevent")
-        self.cfg.set("ssl_context", lambda _config, default_ssl_context_factory: default_ssl_context_factory())
+        self.cfg.set("worker_class", "gthread")
+        self.cfg.set("threads", self.threads)
 
 
 def serve_granian(app: str, args: argparse.Namespace) -> None:
@@ -98,7 +98,7 @@ def serve_granian(app: str, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.stack_floor", description=__doc__.splitlines()[0])
-    parser.add_argument("--server", choices=SERVERS, default="gthread")
+    parser.add_argument("--server", choices=SERVERS, default="gevent")
     parser.add_argument("--app", choices=APPS, required=True)
     parser.add_argument("--tls-cert-file", required=True)
     parser.add_argument("--tls-private-key-file", required=True)
@@ -113,13 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         bind="127.0.0.1",
         port=args.port,
         workers=args.workers,
-        threads=args.threads,
+        connections=1000,
         log_level="warning",
         metrics_dir=tempfile.mkdtemp(prefix="bench-stack-floor-"),
     )
     tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
-    server = GeventWebhookServer if args.server == "gevent" else WebhookServer
-    server(options, tls, (lambda: bare_app) if args.app == "gunicorn" else flask_app).run()
+    app_factory = (lambda: bare_app) if args.app == "gunicorn" else flask_app
+    if args.server == "gthread":
+        GthreadWebhookServer(options, args.threads, tls, app_factory).run()
+    else:
+        WebhookServer(options, tls, app_factory).run()
     return 0
 
 

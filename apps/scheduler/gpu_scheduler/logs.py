@@ -196,6 +196,23 @@ def dropped_records() -> int:
 # starts its own on an empty queue: the parent's queued records are not the
 # child's to write.
 _paused_for_fork = False
+# Whether a forked child starts its writer in the fork hook. gevent's own hook, which
+# runs after ours, wants the child to have one thread only; a gevent server's children
+# start theirs from the server's post-fork hook instead (start_writer()).
+_child_starts_writer_at_fork = True
+
+
+def children_start_writer_later() -> None:
+    """From now on a forked child starts its writer only when start_writer() is called;
+    its records wait in the queue until then."""
+    global _child_starts_writer_at_fork
+    _child_starts_writer_at_fork = False
+
+
+def start_writer() -> None:
+    """Start this process's writer if it is not running (see children_start_writer_later)."""
+    if _writer is not None and not _writer.running:
+        _writer.start()
 
 
 def _before_fork() -> None:
@@ -218,7 +235,8 @@ def _after_fork_in_child() -> None:
         source = _writer.source
         source.start_afresh()
         _writer = _Writer(source, *_writer.handlers)
-        _writer.start()
+        if _child_starts_writer_at_fork:
+            _writer.start()
     _paused_for_fork = False
 
 

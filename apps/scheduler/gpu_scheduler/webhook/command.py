@@ -1,4 +1,4 @@
-"""`gpu-scheduler webhook`: serve /mutate and /validate over TLS with gunicorn."""
+"""`gpu-scheduler webhook`: serve /mutate and /validate over TLS with gunicorn (gevent worker)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import tempfile
 
 from ..config import boolean, env, env_help, positive_int
+from ..logs import children_start_writer_later
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=env_help("gunicorn worker processes", "WEBHOOK_WORKERS"),
     )
     parser.add_argument(
-        "--threads",
+        "--connections",
         type=positive_int,
-        # A thread stays on a new TLS connection until its first request. The
-        # API server keeps up to 25 idle connections to a webhook (client-go's
-        # MaxIdleConnsPerHost) and opens spares under load: with fewer threads
-        # than that, idle spares took every thread and requests timed out
-        # (make bench: 20-30 hung requests at 500/s with 4 threads, none with 32).
-        default=env("WEBHOOK_THREADS", "32"),
-        help=env_help("threads per worker", "WEBHOOK_THREADS"),
+        # Each connection is a greenlet (gunicorn's gevent worker), so an idle
+        # keep-alive connection costs little; the API server keeps up to 25 per
+        # webhook (client-go's MaxIdleConnsPerHost) and opens spares under load.
+        default=env("WEBHOOK_CONNECTIONS", "1000"),
+        help=env_help("connections each worker serves at once", "WEBHOOK_CONNECTIONS"),
     )
     parser.add_argument(
         "--scheduler-name",
@@ -90,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         bind_address,
     )
 
+    # The workers start their log writers after the fork (WebhookServer's post_fork):
+    # the process is gevent's by now (cli._cooperative_stdlib).
+    children_start_writer_later()
     try:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
     except TLSLoadError as err:
@@ -107,16 +109,16 @@ def run(args: argparse.Namespace) -> int:
         bind=args.bind,
         port=args.port,
         workers=args.workers,
-        threads=args.threads,
+        connections=args.connections,
         log_level=args.log_level,
         metrics_dir=metrics_dir,
     )
     log.info(
-        "webhook for schedulerName %s on %s with %d workers of %d threads",
+        "webhook for schedulerName %s on %s with %d workers of %d connections",
         args.scheduler_name,
         bind_address(args.bind, args.port),
         args.workers,
-        args.threads,
+        args.connections,
     )
 
     configuration = None  # API credentials for --read-nodes
@@ -142,7 +144,10 @@ def run(args: argparse.Namespace) -> int:
             from ..kube.client import USER_AGENT, KubeClient
             from .nodes import NodeReader
 
-            client = KubeClient(configuration, pool_size=4, user_agent=USER_AGENT + "-webhook")
+            # direct=False: the direct transport keeps a connection per thread, and under
+            # gevent every client connection's greenlet is a thread of its own; urllib3's
+            # pool shares 4 among them.
+            client = KubeClient(configuration, pool_size=4, user_agent=USER_AGENT + "-webhook", direct=False)
             reader = NodeReader(client, args.alias_label)
         return create_app(args.scheduler_name, WebhookMetrics(tls.not_after), ready=tls.status, nodes=reader)
 

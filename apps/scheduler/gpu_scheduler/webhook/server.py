@@ -1,11 +1,22 @@
 """gunicorn serving the webhook over TLS 1.2+, following certificate rotation.
 
-gunicorn asks its `ssl_context` hook for a context on every new connection.
-Ours answers with a cached context and, when the certificate or key file has
-changed since, builds a new one first. A pair that fails to load (the new
+gunicorn's gevent worker asks its `ssl_context` hook for a context once, when
+the worker starts, and wraps every connection with it. Ours carries no
+certificate itself: its SNI callback, which OpenSSL calls on every handshake
+whether or not the client names a server, hands that handshake the context of
+the pair on disk (ReloadingTLS.context()), cached and rebuilt first when the
+certificate or key file has changed. A pair that fails to load (the new
 certificate written but not yet its key, a Secret volume mid-update) keeps the
 previous context serving, so rotation never costs a failed handshake, and
 connections already open keep the certificate they started with.
+
+Why gevent and not gthread: the same Flask app over the same TLS costs 0.59 CPU
+ms per request under the gevent worker against 0.90 under gthread (make bench,
+stack floor of 2026-11-27 08:29), and the whole webhook 0.75 against 0.90 at
+600 requests/s (docs/benchmarks.md); gthread hands every request from its
+poller to a thread pool and back, and touches its heartbeat file per request.
+`gpu-scheduler webhook` has gevent patch the process before anything else is
+imported (cli._cooperative_stdlib).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from ..gc_tuning import tune_for_service
+from ..logs import start_writer
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +103,9 @@ class CertificateStatus:
 class ReloadingTLS:
     """The SSLContext for a certificate/key pair on disk, rebuilt when they change.
 
-    Checking costs two stat calls per new connection; the API server keeps its
-    connections alive, so that is rare. Thread-safe: gthread workers wrap
-    sockets in their worker threads.
+    Checking costs two stat calls per handshake; the API server keeps its
+    connections alive, so that is rare. Thread-safe, for servers that shake
+    hands on several threads.
     """
 
     def __init__(self, cert_file: str, key_file: str) -> None:
@@ -105,6 +117,7 @@ class ReloadingTLS:
         self._context = build_context(cert_file, key_file)
         self._not_after = read_expiry(cert_file)
         self._failed_at: float | None = None
+        self._serving: ssl.SSLContext | None = None  # serving_context(), one per worker process
         log.info("serving certificate %s, valid until %s", cert_file, self._not_after)
         if not self._unexpired():
             log.warning("the serving certificate %s has expired: /readyz fails until it is renewed", cert_file)
@@ -168,9 +181,28 @@ class ReloadingTLS:
             self._not_after,
         )
 
+    def serving_context(self) -> ssl.SSLContext:
+        """The context a server wraps connections with: no certificate of its own; each
+        handshake gets context() from the SNI callback, which OpenSSL calls with the
+        server name or None, before it picks a certificate.
+
+        Made on first use in the process that serves (a gunicorn worker, once gevent
+        has patched the ssl module: gevent's server wraps sockets only with gevent's
+        SSLContext class), then kept. A context swapped in gives the handshake only its
+        certificate and key, so it may be of either class."""
+        if self._serving is None:
+            serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            serving.minimum_version = ssl.TLSVersion.TLSv1_2
+            serving.sni_callback = self._choose_certificate
+            self._serving = serving
+        return self._serving
+
+    def _choose_certificate(self, connection, _server_name, _serving) -> None:
+        connection.context = self.context()
+
     def gunicorn_hook(self, _config, _default_ssl_context_factory) -> ssl.SSLContext:
         """gunicorn's `ssl_context(config, default_ssl_context_factory)` server hook."""
-        return self.context()
+        return self.serving_context()
 
 
 class _RootLogger(glogging.Logger):
@@ -190,7 +222,7 @@ class ServerOptions:
     bind: str
     port: int
     workers: int
-    threads: int
+    connections: int  # per worker: the most it serves at once
     log_level: str
     metrics_dir: str  # removed by the master when it exits
 
@@ -218,12 +250,11 @@ class WebhookServer(BaseApplication):
         settings = {
             "bind": [bind_address(options.bind, options.port)],
             "workers": options.workers,
-            # gthread: idle keep-alive connections wait in a poller and a
-            # worker serves `threads` requests at once, so the API server's
-            # pooled connections neither pin a process nor queue behind one
-            # slow request.
-            "worker_class": "gthread",
-            "threads": options.threads,
+            # gevent: every connection is a greenlet, so the API server's
+            # pooled keep-alive connections cost no thread each, and the
+            # cheapest stack per request measured (see the module's docstring).
+            "worker_class": "gevent",
+            "worker_connections": options.connections,
             # The API server pools its connections to a webhook; keeping them
             # open a while saves a TLS handshake on each reuse.
             "keepalive": 75,
@@ -236,6 +267,9 @@ class WebhookServer(BaseApplication):
             "loglevel": options.log_level,
             "accesslog": None,
             "on_exit": lambda _arbiter: shutil.rmtree(options.metrics_dir, ignore_errors=True),
+            # A worker's log lines wait in its queue until this starts its writer
+            # (logs.children_start_writer_later).
+            "post_fork": lambda _arbiter, _worker: start_writer(),
         }
         for name, value in settings.items():
             self.cfg.set(name, value)
