@@ -405,10 +405,13 @@ report_nodes() {
   docker ps -a --format '{{.Names}}\t{{.Status}}\t{{.Image}}' || true
   echo "----- load: $(cat /proc/loadavg 2>/dev/null)"
   if ((starved)); then
-    log "kind: kubelets failed with 'too many open files': this machine's inotify instances ran out (fs.inotify.max_user_instances=$(inotify_limit)). Delete the other clusters above, or raise the limit: sudo sysctl fs.inotify.max_user_instances=512 (kind's known issues)"
+    log "kind: kubelets failed with 'too many open files': this machine's inotify instances ran out (fs.inotify.max_user_instances=$(inotify_limit)). Delete the other clusters above, or raise the limit: $INOTIFY_FIX (kind's known issues)"
   fi
 }
 
+# What kind's known issues advise when kubelets run out of inotify instances.
+INOTIFY_ENOUGH=512
+INOTIFY_FIX="sudo sysctl fs.inotify.max_user_instances=$INOTIFY_ENOUGH"
 inotify_limit() { cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo unknown; }
 
 # warn_other_clusters: the nodes of other kind clusters on this engine share
@@ -423,8 +426,8 @@ warn_other_clusters() {
   [[ -n "$others" ]] || return 0
   limit="$(inotify_limit)"
   log "kind: other kind clusters run on this Docker engine: $others; they share the cores and the inotify instances (fs.inotify.max_user_instances=$limit)"
-  if [[ "$limit" =~ ^[0-9]+$ ]] && ((limit < 512)); then
-    log "kind: with $limit, kubelets may fail with 'too many open files'; delete those clusters (kind delete cluster --name NAME) or raise the limit: sudo sysctl fs.inotify.max_user_instances=512"
+  if [[ "$limit" =~ ^[0-9]+$ ]] && ((limit < INOTIFY_ENOUGH)); then
+    log "kind: with $limit, kubelets may fail with 'too many open files'; delete those clusters (kind delete cluster --name NAME) or raise the limit: $INOTIFY_FIX"
   fi
 }
 

@@ -100,16 +100,12 @@ else
   # so the clusters of a run that was killed come back with it and share this
   # machine's cores and inotify instances with this run's. CI once failed so:
   # the kubelets of its new cluster could not start ('too many open files').
-  # These two clusters are this script's own; they are deleted first.
-  step "KinD: clusters an interrupted run of make test left behind"
-  stale="$("$(scripts/kind-binary.sh)" get clusters 2>/dev/null | grep -xE "$KIND_CLUSTER|gpu-scheduler-pipeline" || true)"
-  if [[ -z "$stale" ]]; then
-    echo "none"
-  else
-    echo "deleting: $stale"
-    if grep -qx "$KIND_CLUSTER" <<<"$stale"; then make --no-print-directory kind-down; fi
-    if grep -qx gpu-scheduler-pipeline <<<"$stale"; then (unset KIND_CLUSTER KIND_KUBECONFIG && bash scripts/pipeline.sh down); fi
-  fi
+  # Both are this script's own: each one's `down` knows its name and does
+  # nothing when it is not there (the pipeline's also stops a leftover
+  # registry and git daemon, which would hold its ports).
+  step "KinD: what an interrupted run of make test left behind (make kind-down, make pipeline-down)"
+  make --no-print-directory kind-down
+  make --no-print-directory pipeline-down
 
   step "KinD: make kind-up (cluster $KIND_CLUSTER)"
   KIND_TEST_NETWORK_EXISTED_BEFORE=0
