@@ -73,10 +73,24 @@ CPU_RATIOS = {
 
 
 def round_order(keys: tuple[str, ...] | list[str], round_no: int) -> list[str]:
-    """The order the runners run in, round round_no (from 1): rotated by one each round, so that no
-    runner is always first (right after the settle wait and the previous runner's cleanup) or last."""
-    shift = (round_no - 1) % len(keys) if keys else 0
-    return [*keys[shift:], *keys[:shift]]
+    """The order the runners run in, round round_no (from 1): the rows of a Williams design, a Latin
+    square balanced for what a runner leaves behind. In every 2n rounds from round 1 (n runners) each
+    runner leads twice, right after the settle wait, and each runner comes right after each other one
+    twice; for an even n the first n rounds hold each once. (A rotation by one, used until
+    2026-11-27, keeps every runner's neighbours: in those runs of record gpu-scheduler always came
+    right after the Python binder.)"""
+    n = len(keys)
+    if not n:
+        return []
+    # The first row 0, 1, n-1, 2, n-2, ...: its steps from one runner to the next are all different
+    # mod n, so the row's shifts (the other rows) put every ordered pair side by side once.
+    first = [0]
+    for step in range(1, n):
+        first.append((first[-1] + (step if step % 2 else -step)) % n)
+    k = (round_no - 1) % (2 * n)
+    row = [keys[(index + k) % n] for index in first]
+    # For an odd n the shifts alone repeat some pairs and miss others; their reverses make it even.
+    return row[::-1] if n % 2 and k >= n else row
 
 
 # Leader election, the same for every scheduler (gpu-scheduler's defaults, which are kube-scheduler's):

@@ -50,7 +50,8 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
     """How each contender ran, with the versions read from the binaries (machine.describe) and the
     webhook timeout read from the chart."""
     return [
-        "Runners run one at a time, in an order rotated by one each round. Every one watches every namespace "
+        "Runners run one at a time, in the rows of a Williams design: each leads a round in turn and comes "
+        "right after each other one equally often. Every one watches every namespace "
         "(kube-scheduler cannot be narrowed to one); every scheduler elects itself leader on its own Lease in "
         f"the bench namespace (lease {LEASE_DURATION_SECONDS} s, renew deadline {RENEW_DEADLINE_SECONDS} s, "
         f"retry {RETRY_PERIOD_SECONDS} s for all) and counts as ready once it holds it; the bare binders elect none.",

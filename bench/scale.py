@@ -1,8 +1,9 @@
 """`make bench-scale`: scheduler_perf's scale, 5,000 KWOK nodes and 10,000 pods, side by side.
 
 gpu-scheduler and kube-scheduler at our client settings (both profiles) each
-bind one 10,000-pod burst over 5,000 nodes, in turn (the order rotated each
-round), as in the throughput phase (measure.measure_burst: the same pods but for spec.schedulerName, the
+bind one 10,000-pod burst over 5,000 nodes, in turn (the order changed each
+round, contenders.round_order), as in the throughput phase (measure.measure_burst: the same pods
+but for spec.schedulerName, the
 same clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
 cost shows at this scale: every node in the node cache, every pod in the
 pods-on-nodes cache. Not part of `make bench` nor `make test`: it takes a

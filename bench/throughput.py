@@ -2,8 +2,9 @@
 
 Each round runs every runner in burst mode, then every runner in drain mode
 (see measure.py), so each figure's runs are made side by side; the runners'
-order is rotated by one each round (contenders.round_order), so that none
-always runs first, right after the settle wait, or last.
+order changes each round (contenders.round_order, a Williams design): each
+leads a round in turn and follows each other one equally often, so that none
+always runs first, right after the settle wait, or after the same runner.
 """
 
 from __future__ import annotations
