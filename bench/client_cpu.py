@@ -5,7 +5,7 @@
 Sends N POSTs of a ConfigMap with dryRun=All (a request and an answer of the
 size of the scheduler's Event, nothing stored) from one thread, through
 gpu-scheduler's KubeClient:
-- direct: its http.client connection per thread (kube/direct.py), as the scheduler sends
+- direct: its own HTTP/1.1 connection per thread (kube/direct.py), as the scheduler sends
   bindings and events;
 - urllib3: the same client with that path turned off, through urllib3's pool (what every
   request used before, and what a proxy or unusual TLS settings still use).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import time
 
+import orjson
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -85,3 +86,23 @@ def test_the_server_name_is_checked_against_tls_server_name_when_one_is_set(kube
         who_am_i(direct_client(kubeconfig, tls_server_name="not-the-apiserver.invalid"))
     assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
     assert "not-the-apiserver.invalid" in str(raised.value)
+
+
+def test_our_http_reads_the_apiservers_answers_as_urllib3_does_with_a_length_and_chunked(kubeconfig, monkeypatch):
+    # Recorded from kube-apiserver (v1.34, 2026-11-27): an answer it has whole under about 2 KB
+    # comes with Content-Length, a longer one (a list of nodes, 15 KB) in chunked coding.
+    from gpu_scheduler.kube import direct
+
+    ours = direct_client(kubeconfig)
+    theirs = KubeClient(load_configuration(kubeconfig), direct=False)
+    chunked = []
+    decode = direct._Answer.chunked
+    monkeypatch.setattr(direct._Answer, "chunked", lambda self: chunked.append(1) or decode(self))
+    short = ours.request("GET", "/api")
+    assert not chunked
+    assert short == theirs.request("GET", "/api")
+    # Long enough to be chunked on any cluster: the apiserver's own discovery of every group.
+    long = ours.request("GET", "/apis")
+    assert chunked, "kube-apiserver no longer sends a long answer chunked: see kube/direct.py"
+    assert long[0] == 200
+    assert orjson.loads(long[1]) == orjson.loads(theirs.request("GET", "/apis")[1])

@@ -4,8 +4,8 @@ The generated python client turns every response into model objects, which
 costs far more CPU and memory than the scheduler can afford at hundreds of
 binds per second, and it cannot even read the Status a successful binding
 returns. So this client speaks raw JSON and keeps the library only for loading
-configuration. Short requests go over http.client, a kept-alive connection per
-thread (kube/direct.py: the cheapest path per request); watches, proxies and
+configuration. Short requests go over our own HTTP/1.1, a kept-alive connection
+per thread (kube/direct.py: the cheapest path per request); watches, proxies and
 TLS settings only urllib3 honours go over the client library's own urllib3
 pool.
 """
@@ -144,7 +144,7 @@ class KubeClient:
 
     direct and watch_decoder choose the two paths cheaper than urllib3's,
     each taken where the settings or the answer allow it: short requests
-    over http.client per thread (kube/direct.py), and watch lines cut by our
+    over our own connection per thread (kube/direct.py), and watch lines cut by our
     chunked decoder (kube/chunked.py). False sends everything through
     urllib3, as the benches and tests that compare the paths need.
     """
@@ -360,7 +360,7 @@ def _chunked_body(response: urllib3.HTTPResponse) -> BinaryIO | None:
 
 
 def direct_transport(configuration: Configuration) -> DirectTransport | None:
-    """http.client connections with the TLS settings urllib3 would use, or None for the
+    """Our own connections (kube/direct.py) with the TLS settings urllib3 would use, or None for the
     settings only urllib3 honours (socket options, a hostname to assert other than the
     server's name): those requests keep going through its pool."""
     if configuration.socket_options is not None or getattr(configuration, "keep_alive", False):
