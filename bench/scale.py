@@ -2,9 +2,9 @@
 
 gpu-scheduler and kube-scheduler at our client settings (both profiles) each
 bind one 10,000-pod burst over 5,000 nodes, in turn (the order changed each
-round, contenders.round_order), as in the throughput phase (measure.measure_burst: the same pods
-but for spec.schedulerName, the
-same clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
+round, contenders.round_order), as in the throughput phase
+(measure.measure_burst: the same pods but for spec.schedulerName, the same
+clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
 cost shows at this scale: every node in the node cache, every pod in the
 pods-on-nodes cache. Not part of `make bench` nor `make test`: it takes a
 quarter of an hour on 2 cores (docs/benchmarks.md).

@@ -105,9 +105,10 @@ def test_what_is_not_an_http_answer_is_an_error_naming_it(raw):
         answer_of(raw)
 
 
-def test_a_chunk_size_that_is_not_hex_is_an_error():
+@pytest.mark.parametrize("size", [b"zz", b"-5", b"0x5", b"+5"])
+def test_a_chunk_size_that_is_not_hex_digits_is_an_error(size):
     with pytest.raises(http.client.IncompleteRead):
-        answer_of(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        answer_of(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nhello\r\n0\r\n\r\n")
 
 
 def test_a_head_without_end_is_refused_past_its_limit():

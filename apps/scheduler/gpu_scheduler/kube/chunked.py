@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 # A chunk's size line: hex digits, then optional ";extensions" (RFC 9112, 7.1.1).
-_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:[ \t]*;[^\r\n]*)?[ \t]*")
+CHUNK_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:[ \t]*;[^\r\n]*)?[ \t]*")
 # A size line longer than this is not one (the apiserver's are a few bytes).
 MAX_SIZE_LINE = 1024
 
@@ -64,7 +64,7 @@ class ChunkedLines:
                     if end - pos > MAX_SIZE_LINE:
                         raise ChunkError(f"no chunk size line within {MAX_SIZE_LINE} bytes")
                     break
-                size = _SIZE.fullmatch(raw, pos, line_end)
+                size = CHUNK_SIZE_LINE.fullmatch(raw, pos, line_end)
                 if size is None:
                     raise ChunkError(f"not a chunk size line: {raw[pos:line_end][:80]!r}")
                 pos = line_end + 2

@@ -31,6 +31,8 @@ import time
 import urllib3
 from urllib3.util.wait import wait_for_read
 
+from gpu_scheduler.kube.chunked import CHUNK_SIZE_LINE
+
 # The most a status line and headers may take; the apiserver's take a few hundred bytes.
 MAX_HEAD = 64 * 1024
 RECEIVE = 64 * 1024
@@ -81,11 +83,11 @@ class _Answer:
         """A body in chunked transfer coding, decoded; its trailers read and dropped."""
         parts = []
         while True:
-            size_line = self.until(b"\r\n", "a chunk's size line").split(b";", 1)[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise http.client.IncompleteRead(b"".join(parts)) from None
+            # The watches' decoder's reading of a size line (hex digits only: not "-5", not "0x5").
+            size_line = CHUNK_SIZE_LINE.fullmatch(self.until(b"\r\n", "a chunk's size line"))
+            if size_line is None:
+                raise http.client.IncompleteRead(b"".join(parts))
+            size = int(size_line.group(1), 16)
             if not size:
                 break
             parts.append(self.take(size))
