@@ -59,11 +59,13 @@ class Fail:
 @dataclass
 class Stream:
     """A watch forwarded until `cut_after` events (then the connection is closed mid-stream) or
-    `stall_after` events (then nothing more is forwarded, the connection stays open until the
-    stall is released or the client gives up). Bookmarks count as events."""
+    `stall_after` events, or the first event `stall_at` says yes to (then nothing more is
+    forwarded, that event neither; the connection stays open until the stall is released or
+    the client gives up). Bookmarks count as events."""
 
     cut_after: int | None = None
     stall_after: int | None = None
+    stall_at: Callable[[dict], bool] | None = None
     released: threading.Event = field(default_factory=threading.Event)
 
 
@@ -287,13 +289,16 @@ class ApiProxy:
                     if plan.cut_after is not None and len(record.events) >= plan.cut_after:
                         record.ended = "cut"
                         return  # the connection closes without the final chunk: broken mid-stream
-                    if plan.stall_after is not None and len(record.events) >= plan.stall_after:
+                    event = json.loads(line)
+                    if (plan.stall_after is not None and len(record.events) >= plan.stall_after) or (
+                        plan.stall_at is not None and plan.stall_at(event)
+                    ):
                         record.ended = "stalled"
                         # Hold the connection, say nothing, until released or the proxy stops.
                         while not plan.released.wait(0.2) and not self._stopped.is_set():
                             pass
                         return
-                    record.events.append(json.loads(line))
+                    record.events.append(event)
                     data = line + b"\n"
                     handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     handler.wfile.flush()

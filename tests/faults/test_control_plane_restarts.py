@@ -113,7 +113,7 @@ def _at_least(burst: Burst, count: int) -> None:
         raise NotYet(f"{len(burst.report.created)} created")
 
 
-RELIST = re.compile(r"pending-pods: resourceVersion \S+ expired, listing again")
+RELIST = re.compile(r"pods: resourceVersion \S+ expired, listing again")
 
 
 def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_misses_nothing(
@@ -133,7 +133,7 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     before, unseen, after = pods[:30], pods[30:60], pods[60:]
     Burst(api_client, ns, before).start().wait()
     wait_all_bound(api_client, ns, 30, timeout=30)
-    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods", reason="expired")
+    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pods", reason="expired")
 
     scheduler.signal(signal.SIGSTOP)
     try:
@@ -159,7 +159,7 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     assert misplaced(placed) == {}
     assert verdict(audit_log, ns).twice() == {}
     # The path this test claims: a 410 and a new list, not a resumed watch.
-    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pending-pods", reason="expired") > relists
+    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pods", reason="expired") > relists
     assert RELIST.search(scheduler.log_path.read_text()), scheduler.log_tail()
     assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed} == {
         p["metadata"]["name"]: expected_node(index_of(p["metadata"]["name"])) for p in pods

@@ -28,6 +28,7 @@ from e2e.cluster import get_pod, wait_for_event
 from e2e.components import SchedulerProcess
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import bare_pod
+from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR
 from kubernetes import client
 
 from .api_proxy import ApiProxy, Delay, Fail, Request, Stream
@@ -37,7 +38,7 @@ from .conftest import track, untrack
 
 pytestmark = pytest.mark.faults
 
-ASSIGNED = "spec.nodeName!="  # the selector of the cache of pods on nodes (the old one's too)
+PODS = UNFINISHED_SELECTOR  # the selector of the scheduler's pod watch
 LIST_DELAY = 5.0
 
 
@@ -99,9 +100,9 @@ def test_no_pod_is_bound_before_every_cache_has_listed(
     core.create_namespaced_pod(ns, bare_pod("holder-0", "0=node1:0\n", scheduler_name=scheduler_name))
     assert post_binding(api_client, ns, "holder-0", "node1")[0] == 201
     core.create_namespaced_pod(ns, bare_pod("waiter-0", "0=node1:0\n", scheduler_name=scheduler_name))
-    # The list of the pods on nodes is slow (a big cluster, a busy API server).
+    # The list of the pods is slow (a big cluster, a busy API server).
     proxy.rules.append(
-        lambda r: Delay(LIST_DELAY) if r.method == "GET" and not r.watch and ASSIGNED in r.field_selector else None
+        lambda r: Delay(LIST_DELAY) if r.method == "GET" and not r.watch and PODS in r.field_selector else None
     )
 
     scheduler = proxied_scheduler("--gpu-sharing=deny", "--leader-elect=false", wait=False)
@@ -128,16 +129,25 @@ def test_a_hold_for_a_pod_deleted_while_the_watch_was_away_ends_at_the_relist(
     api_client, ns, scheduler_name, proxy, proxied_scheduler, gpu_contention
 ):
     core = client.CoreV1Api(api_client)
-    stall = Stream(stall_after=0)
+
+    def first_bound(event: dict) -> bool:
+        pod = event.get("object") or {}
+        metadata = pod.get("metadata") or {}
+        return (metadata.get("namespace"), metadata.get("name")) == (ns, "first-0") and bool(
+            (pod.get("spec") or {}).get("nodeName")
+        )
+
+    # The pod watch hears first-0 created, then nothing from its binding on.
+    stall = Stream(stall_at=first_bound)
     stalling = threading.Event()
     stalling.set()
     expired_once = threading.Event()
 
     def rule(request: Request):
-        if not request.watch or ASSIGNED not in request.field_selector:
+        if not request.watch or PODS not in request.field_selector:
             return None
         if stalling.is_set():
-            return stall  # the watch of pods on nodes hears nothing
+            return stall
         if not expired_once.is_set():
             expired_once.set()
             return Fail(410, "Expired", "too old resource version (faults test)")
@@ -152,7 +162,8 @@ def test_a_hold_for_a_pod_deleted_while_the_watch_was_away_ends_at_the_relist(
     core.delete_namespaced_pod("first-0", ns, grace_period_seconds=0)
     wait_for("first-0 to be gone", lambda: _gone(core, ns, "first-0"), 20)
 
-    # The watch comes back with 410 Gone, and the scheduler lists the pods on nodes again.
+    assert [w.ended for w in proxy.watches(PODS)][-1:] == ["stalled"], "the watch never stalled at first-0's binding"
+    # The watch comes back with 410 Gone, and the scheduler lists the pods again.
     stalling.clear()
     stall.released.set()
     wait_for("the 410 and a new list", lambda: _relisted(proxy, expired_once), 30)
@@ -169,19 +180,18 @@ def _gone(core, ns: str, name: str) -> None:
 def _relisted(proxy: ApiProxy, expired: threading.Event) -> None:
     if not expired.is_set():
         raise NotYet("the watch has not come back yet")
-    after = [f for f in proxy.lists(ASSIGNED)][1:]
+    after = [f for f in proxy.lists(PODS)][1:]
     if not after:
-        raise NotYet("no second list of the pods on nodes yet")
+        raise NotYet("no second list of the pods yet")
 
 
 def test_a_watch_cut_mid_stream_resumes_from_the_last_version_it_saw(
     api_client, ns, scheduler_name, proxy, proxied_scheduler, gpu_contention
 ):
-    pending = f"spec.schedulerName={scheduler_name}"
     cut_once = threading.Event()
 
     def rule(request: Request):
-        if request.watch and pending in request.field_selector and not cut_once.is_set():
+        if request.watch and PODS in request.field_selector and not cut_once.is_set():
             cut_once.set()
             return Stream(cut_after=3)
         return None
@@ -194,9 +204,9 @@ def test_a_watch_cut_mid_stream_resumes_from_the_last_version_it_saw(
         core.create_namespaced_pod(ns, bare_pod(f"wait-{i}", f"{i}=nowhere:0\n", scheduler_name=scheduler_name))
 
     def resumed():
-        watches = proxy.watches(pending)
+        watches = proxy.watches(PODS)
         if len(watches) < 2 or watches[0].ended != "cut":
-            raise NotYet(f"{len(watches)} watches of the pending pods so far")
+            raise NotYet(f"{len(watches)} watches of the pods so far")
         return watches[0], watches[1]
 
     first, second = wait_for("the cut watch to be resumed", resumed, 30)

@@ -32,7 +32,7 @@ def api_node(name: str) -> dict:
 
 
 def pending_pod() -> dict:
-    """A pending pod as the pending-pods watch delivers it (trimmed), resourceVersion kept."""
+    """A pending pod as the pod watch delivers it (trimmed), resourceVersion kept."""
     return trim_pending_pod(
         {
             "metadata": {

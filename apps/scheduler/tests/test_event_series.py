@@ -84,12 +84,13 @@ def test_event_body_is_an_events_v1_event_about_the_pod():
 
 
 def test_a_relist_forgets_the_event_series_of_the_pending_pods_it_no_longer_sees():
-    # Bug 6: a pod that left while the pending-pods watch was away (a 410, a re-list) kept its
+    # Bug 6: a pod that left while the pod watch was away (a 410, a re-list) kept its
     # FailedScheduling series in the recorder for ever. Measured: 10,000 of them.
     import gc
     import tracemalloc
 
     from gpu_scheduler.kube.events import WARNING, EventRecorder
+    from gpu_scheduler.kube.objects import watched_pod
     from gpu_scheduler.scheduler.metrics import SchedulerMetrics
     from gpu_scheduler.scheduler.runner import Scheduler, SchedulerConfig
     from gpu_scheduler.scheduling import SharingPolicy
@@ -97,12 +98,17 @@ def test_a_relist_forgets_the_event_series_of_the_pending_pods_it_no_longer_sees
     recorder = EventRecorder(None, controller="gpu-scheduler", instance="test", queue_size=1)  # never started
     config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
     scheduler = Scheduler(None, config, recorder, SchedulerMetrics(), lambda: True)
-    pending = scheduler.informers[0]
+    watch = scheduler.informers[0]
+    assert watch.name == "pods"
     pods = [
-        {"metadata": {"namespace": "ml", "name": f"p-{i}", "uid": f"u-{i}", "annotations": {}}, "spec": {}}
+        {
+            "metadata": {"namespace": "ml", "name": f"p-{i}", "uid": f"u-{i}", "annotations": {}},
+            "spec": {"schedulerName": "gpu-scheduler"},
+        }
         for i in range(10_000)
     ]
-    pending._handler.replace(pods, 0.0)
+    watch._handler.replace([watched_pod(pod, "gpu-scheduler") for pod in pods], 0.0)
+    assert len(scheduler.state.queue) == 10_000
     gc.collect()
     tracemalloc.start()
     try:
@@ -110,7 +116,7 @@ def test_a_relist_forgets_the_event_series_of_the_pending_pods_it_no_longer_sees
         for pod in pods:
             recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", "node node9 not found", coalesce=True)
         with_series = tracemalloc.get_traced_memory()[0]
-        pending._handler.replace([], 1.0)  # the re-list: none of them is pending any more
+        watch._handler.replace([], 1.0)  # the re-list: none of them is pending any more
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
     finally:

@@ -250,18 +250,24 @@ def test_a_silent_cache_shows_on_readyz_and_in_the_seconds_since_last_event_gaug
     config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
     metrics = SchedulerMetrics()
     scheduler = Scheduler(None, config, recorder, metrics, lambda: True)  # informers never started
-    pending, assigned, nodes = scheduler.informers
+    pods, nodes = scheduler.informers
     now = time.monotonic()
-    for informer, heard_at in ((assigned, now - 5), (nodes, now - 200)):
-        informer.synced.set()
-        informer.last_event_at = heard_at
+    pods.synced.set()
+    pods.last_event_at = now - 200
 
-    assert scheduler.not_current() == ["pending-pods: not listed yet", "nodes: no list, event or bookmark for 200s"]
-    text = generate_latest(metrics.registry).decode()
-    (family,) = [
-        f for f in text_string_to_metric_families(text) if f.name == "gpu_scheduler_watch_seconds_since_last_event"
-    ]
-    seconds = {sample.labels["cache"]: sample.value for sample in family.samples}
-    assert seconds.keys() == {"assigned-pods", "nodes"}  # pending-pods has not listed: no sample
-    assert seconds["assigned-pods"] == pytest.approx(5, abs=2)
-    assert seconds["nodes"] == pytest.approx(200, abs=2)
+    def seconds_since_last_event() -> dict[str, float]:
+        text = generate_latest(metrics.registry).decode()
+        (family,) = [
+            f for f in text_string_to_metric_families(text) if f.name == "gpu_scheduler_watch_seconds_since_last_event"
+        ]
+        return {sample.labels["cache"]: sample.value for sample in family.samples}
+
+    assert scheduler.not_current() == ["pods: no list, event or bookmark for 200s", "nodes: not listed yet"]
+    seconds = seconds_since_last_event()
+    assert seconds.keys() == {"pods"}  # nodes has not listed: no sample
+    assert seconds["pods"] == pytest.approx(200, abs=2)
+
+    nodes.synced.set()
+    nodes.last_event_at = now - 5
+    assert scheduler.not_current() == ["pods: no list, event or bookmark for 200s"]
+    assert seconds_since_last_event()["nodes"] == pytest.approx(5, abs=2)

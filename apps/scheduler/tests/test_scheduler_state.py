@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from gpu_scheduler.kube.objects import node_info, trim_pending_pod
+from gpu_scheduler.kube.objects import WatchedPod, node_info, trim_pending_pod, watched_pod
 from gpu_scheduler.scheduler.queue import ACTIVE, BACKOFF, IN_FLIGHT
 from gpu_scheduler.scheduler.state import SchedulerState
 from gpu_scheduler.scheduling import AssignedPod, SharingPolicy
@@ -34,28 +34,50 @@ def api_node(name: str, unschedulable: bool = False) -> dict:
     }
 
 
-def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> dict:
-    """A pending pod of this scheduler as its watch delivers it (trimmed); its map's one line
-    is for the index its name ends with, so that every such pod can be placed."""
+def api_pod(
+    name: str,
+    uid: str,
+    node: str,
+    device: str,
+    bound_to: str = "",
+    scheduler: str = "gpu-scheduler",
+    namespace: str = "ml",
+) -> dict:
+    """A pod as kube-apiserver sends it, admitted by the webhook; its map's one line is for
+    the index its name ends with, so that every such pod can be placed."""
     index = name.rsplit("-", 1)[1]
-    return trim_pending_pod(
-        {
-            "metadata": {
-                "namespace": "ml",
-                "name": name,
-                "uid": uid,
-                "annotations": {
-                    "gpu-scheduling-map": f"{index}={node}:{device}\n",
-                    "gpu-scheduler/placement": json.dumps({"cudaVisibleDevices": device}),
-                },
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": uid,
+            "annotations": {
+                "gpu-scheduling-map": f"{index}={node}:{device}\n",
+                "gpu-scheduler/placement": json.dumps({"cudaVisibleDevices": device}),
             },
-            "spec": {
-                "schedulerName": "gpu-scheduler",
-                "nodeName": bound_to,
-                "containers": [{"name": "main", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": device}]}],
-            },
-        }
-    )
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": bound_to,
+            "containers": [
+                {
+                    "name": "main",
+                    "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": device}],
+                    "resources": {"requests": {"cpu": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def pending(name: str, uid: str, node: str, device: str, bound_to: str = "") -> dict:
+    """A pending pod of this scheduler as the pod watch hands it over (trimmed)."""
+    return trim_pending_pod(api_pod(name, uid, node, device, bound_to))
+
+
+def watched(*args, scope: str | None = None, **kwargs) -> WatchedPod:
+    """api_pod(...) as the pod watch hands it over to a scheduler named gpu-scheduler."""
+    return watched_pod(api_pod(*args, **kwargs), "gpu-scheduler", scope)
 
 
 def on_node(uid: str, name: str, node: str, device: str) -> AssignedPod:
@@ -86,7 +108,7 @@ def test_a_hold_assumed_for_a_pod_deleted_during_a_watch_gap_is_dropped_at_the_r
     uid, decision = attempt(state)
     assert decision.bind and held(state) == {("node1", "0"): ["ua"]}
     state.bound(uid, now=1.0)
-    state.pending_delete(pending("a-0", "ua", "node1", "0", bound_to="node1"))  # left the pending set: bound
+    state.pending_delete("ua")  # left the pending set: bound
     assert held(state) == {("node1", "0"): ["ua"]}  # still held: nothing says it is gone
 
     state.assigned_replace([], listed_at=2.0)  # the re-list after 410, without the pod
@@ -136,7 +158,7 @@ def test_a_bound_pod_keeps_its_hold_when_the_pending_watch_says_it_left(state):
     assert decision.bind and not refused.bind
     state.refused(other, refused, now=0.0, jitter=0.5)
     state.bound(uid, now=1.0)
-    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # left the selector: nodeName ""
+    state.pending_delete("ua")  # left the selector: nodeName ""
     assert held(state) == {("node1", "0"): ["ua"]}
     assert state.pop(now=100.0)[0] == "ub" and not state.decide("ub", pending("b-1", "ub", "node1", "0")).bind
 
@@ -213,7 +235,7 @@ def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer_at_the_l
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
-    state.pending_delete(pending("a-0", "ua", "node1", "0"))  # deleted, or bound: it cannot say
+    state.pending_delete("ua")  # deleted, or bound: it cannot say
     assert held(state) == {("node1", "0"): ["ua"]} and "ua" not in state.queue
     settles = state.next_relist()
     assert settles == 1.0 + APISERVER_REQUEST_TIMEOUT_SECONDS
@@ -256,6 +278,73 @@ def test_freed_gpus_and_node_changes_wake_the_pods_waiting_on_them(state):
     assert state.queue.state_of("uc") == ACTIVE
 
 
+# -- the pod watch's events, as the runner applies them ---------------------------------------------
+
+
+def test_a_pod_the_watch_shows_on_a_node_leaves_the_queue_and_holds_its_gpus(state):
+    assert state.pod_changed(watched("a-0", "ua", "node1", "0")) is True
+    assert "ua" in state.queue
+    state.pod_changed(watched("a-0", "ua", "node1", "0", bound_to="node1"))  # bound by someone else
+    assert "ua" not in state.queue
+    assert held(state) == {("node1", "0"): ["ua"]}
+    state.pod_changed(watched("b-1", "ub", "node1", "0"))  # wants the same GPU
+    assert not attempt(state)[1].bind
+
+
+def test_the_binding_event_confirms_the_hold_assumed_for_it(state):
+    state.pod_changed(watched("a-0", "ua", "node1", "0"))
+    uid, decision = attempt(state)
+    assert decision.bind
+    state.bound(uid, now=1.0)
+    assert state.cache.assumed_uids() == {"ua"}
+    state.pod_changed(watched("a-0", "ua", "node1", "0", bound_to="node1"))
+    assert not state.cache.assumed_uids()
+    assert held(state) == {("node1", "0"): ["ua"]}
+
+
+def test_a_pod_deleted_on_its_node_frees_its_gpus_and_wakes_the_pods_waiting_for_them(state):
+    state.pod_changed(watched("h-0", "holder", "node1", "0", bound_to="node1"))
+    state.pod_changed(watched("w-0", "uw", "node1", "0"))
+    uid, decision = attempt(state)
+    state.refused(uid, decision, now=0.0, jitter=0.5)
+    assert state.queue.state_of("uw") == BACKOFF
+    assert state.pod_deleted(watched("h-0", "holder", "node1", "0", bound_to="node1")) is True
+    assert state.queue.state_of("uw") == ACTIVE
+    assert held(state) == {}
+    state.pod_deleted(watched("w-0", "uw", "node1", "0"))
+    assert "uw" not in state.queue
+
+
+def test_the_pod_watch_queues_only_this_schedulers_pods_in_its_scope_but_counts_every_pod_on_a_node(state):
+    assert state.pod_changed(watched("o-0", "uo", "node1", "0", scheduler="default-scheduler")) is False
+    assert state.pod_changed(watched("n-0", "un", "node1", "0", namespace="other", scope="ml")) is False
+    assert "uo" not in state.queue and "un" not in state.queue
+    state.pod_changed(watched("o-0", "uo", "node1", "0", bound_to="node1", scheduler="default-scheduler"))
+    state.pod_changed(watched("n-0", "un", "node1", "0", bound_to="node1", namespace="other", scope="ml"))
+    assert held(state) == {("node1", "0"): ["un"]}  # another scheduler's pod holds no GPU of ours
+    assert {p.uid for p in state.cache._pods.values() if p.node == "node1"} == {"uo", "un"}
+
+
+def test_a_list_of_the_pod_watch_replaces_the_pods_on_nodes_and_the_pending_ones(state):
+    state.pod_changed(watched("h-0", "holder", "node2", "0", bound_to="node2"))
+    state.pod_changed(watched("w-0", "uw", "node2", "0"))  # waits for the holder's GPU
+    uid, decision = attempt(state)
+    state.refused(uid, decision, now=0.0, jitter=0.5)
+    state.pod_changed(watched("a-0", "ua", "node1", "0"))
+    woke, dropped = state.pods_listed(
+        [
+            watched("w-0", "uw", "node2", "0"),
+            watched("b-1", "ub", "node1", "1"),
+            watched("c-0", "uc", "node2", "1", bound_to="node2"),
+        ],
+        listed_at=1.0,
+    )
+    assert dropped == ["ml/a-0"]
+    assert woke is True and state.queue.state_of("uw") == ACTIVE  # the holder is gone
+    assert "ub" in state.queue and "ua" not in state.queue
+    assert held(state) == {("node2", "1"): ["uc"]}
+
+
 def test_a_relist_of_pending_pods_names_the_ones_it_dropped():
     state = SchedulerState("gpu-node-name", SharingPolicy.WARN)
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
@@ -270,12 +359,12 @@ class SchedulerStateMachine(RuleBasedStateMachine):
     """The scheduler's state against a model of the API server under --gpu-sharing=deny.
 
     The model holds the truth: pods (pending, bound or deleted) and nodes. Bindings change it
-    when they are sent; the two pod watches deliver its changes later, in order, or are lost
-    and replaced by a list (410). Invariants: every pod in one queue state, the queue's
-    structures agree; no GPU bound to two live pods, and none held twice in the ledger; a
-    popped pod is neither deleted (as far as the watch said) nor already in flight; and once
-    every event is delivered and the pods on nodes are listed, the ledger holds exactly what
-    the bound pods hold."""
+    when they are sent; the pod watch delivers its changes later, in order, or is lost and
+    replaced by a list (410), as the runner applies them (pod_changed, pod_deleted,
+    pods_listed). Invariants: every pod in one queue state, the queue's structures agree; no
+    GPU bound to two live pods, and none held twice in the ledger; a popped pod is neither
+    deleted (as far as the watch said) nor already in flight; and once every event is
+    delivered and the pods are listed, the ledger holds exactly what the bound pods hold."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -283,33 +372,29 @@ class SchedulerStateMachine(RuleBasedStateMachine):
         self.state.nodes_replace([node_info(api_node(n)) for n in NODES])
         self.now = 0.0
         self.pods: dict[str, dict] = {}  # uid -> {"name", "node", "device", "bound": node | "", "deleted"}
-        self.pending_events: list[tuple[str, dict]] = []
-        self.assigned_events: list[tuple[str, AssignedPod]] = []
-        self.deleted_seen: set[str] = set()  # uids whose pending DELETED event was delivered
+        self.events: list[tuple[str, WatchedPod]] = []  # the pod watch's, not delivered yet
+        self.deleted_seen: set[str] = set()  # uids whose DELETED event was delivered, or a list left out
         self.in_flight: dict[str, object] = {}  # uid -> decision, between pop and the binding's end
         self.count = 0
 
     # -- the world ---------------------------------------------------------------------------
 
-    def _pending_obj(self, uid: str) -> dict:
+    def _watched(self, uid: str) -> WatchedPod:
+        """The pod as the watch delivers it now (kube.objects.watched_pod's shapes)."""
         pod = self.pods[uid]
-        return pending(pod["name"], uid, pod["node"], pod["device"], bound_to=pod["bound"])
-
-    def _assigned_obj(self, uid: str) -> AssignedPod:
-        pod = self.pods[uid]
-        return on_node(uid, pod["name"], pod["bound"], pod["device"])
+        key = f"ml/{pod['name']}"
+        if pod["bound"]:
+            return WatchedPod(uid, key, True, assigned=on_node(uid, pod["name"], pod["bound"], pod["device"]))
+        return WatchedPod(uid, key, True, pending=pending(pod["name"], uid, pod["node"], pod["device"]))
 
     def _store_binding(self, uid: str, node: str) -> None:
-        """The apiserver stores a binding: the pod leaves the pending watch's selector
-        (spec.nodeName=) and enters the pods-on-nodes watch as ADDED. kube-apiserver reports
-        the leaving as DELETED carrying the object as it was before the change, nodeName still
-        empty: as recorded from a real one in testdata/watch_shapes.json, which this reads."""
-        before = self._pending_obj(uid)
+        """The apiserver stores a binding: the watch says so in one MODIFIED event carrying the
+        pod with its node, as recorded from a real one in testdata/watch_shapes.json, which
+        this reads."""
         self.pods[uid]["bound"] = node
-        left = RECORDED["bound, then deleted"]["pending watch"]["last"]
-        assert left["type"] == "DELETED"
-        self.pending_events.append(("left-selector", before if left["nodeName"] == "" else self._pending_obj(uid)))
-        self.assigned_events.append(("upsert", self._assigned_obj(uid)))
+        on_binding = RECORDED["bound, then deleted"]["pod watch"]["bound"]
+        assert (on_binding["type"], on_binding["nodeName"]) == ("MODIFIED", "<node>")
+        self.events.append(("changed", self._watched(uid)))
 
     @rule(node=st.sampled_from(NODES), device=st.sampled_from("01"), reuse_name=st.booleans())
     def create_pod(self, node, device, reuse_name):
@@ -318,7 +403,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
         self.count += 1
         uid = f"uid-{self.count}"
         self.pods[uid] = {"name": name, "node": node, "device": device, "bound": "", "deleted": False}
-        self.pending_events.append(("upsert", self._pending_obj(uid)))
+        self.events.append(("changed", self._watched(uid)))
 
     @rule(data=st.data())
     def delete_pod(self, data):
@@ -327,44 +412,27 @@ class SchedulerStateMachine(RuleBasedStateMachine):
             return
         uid = data.draw(st.sampled_from(live))
         self.pods[uid]["deleted"] = True
-        if self.pods[uid]["bound"]:
-            self.assigned_events.append(("delete", self._assigned_obj(uid)))
-        else:
-            self.pending_events.append(("delete", self._pending_obj(uid)))
+        self.events.append(("deleted", self._watched(uid)))
 
     # -- the watches -----------------------------------------------------------------------------
 
     @rule()
-    def deliver_pending_event(self):
-        if self.pending_events:
-            kind, pod = self.pending_events.pop(0)
-            uid = pod["metadata"]["uid"]
-            if kind == "upsert":
-                self.state.pending_upsert(pod)
+    def deliver_event(self):
+        if self.events:
+            kind, pod = self.events.pop(0)
+            if kind == "changed":
+                self.state.pod_changed(pod)
             else:
-                self.state.pending_delete(pod)
-                if kind == "delete":
-                    self.deleted_seen.add(uid)
+                self.state.pod_deleted(pod)
+                self.deleted_seen.add(pod.uid)
 
     @rule()
-    def deliver_assigned_event(self):
-        if self.assigned_events:
-            kind, pod = self.assigned_events.pop(0)
-            (self.state.assigned_upsert if kind == "upsert" else self.state.assigned_delete)(pod)
-
-    @rule()
-    def relist_pending(self):
-        self.pending_events.clear()
-        live = [u for u, p in self.pods.items() if not p["deleted"] and not p["bound"]]
-        self.deleted_seen |= {u for u, p in self.pods.items() if p["deleted"] and not p["bound"]}
-        self.state.pending_replace([self._pending_obj(u) for u in live])
-
-    @rule()
-    def relist_assigned(self):
-        self.assigned_events.clear()
+    def relist(self):
+        self.events.clear()
         self.now += 0.01
-        bound = [u for u, p in self.pods.items() if not p["deleted"] and p["bound"]]
-        self.state.assigned_replace([self._assigned_obj(u) for u in bound], listed_at=self.now)
+        live = [u for u, p in self.pods.items() if not p["deleted"]]
+        self.deleted_seen |= {u for u, p in self.pods.items() if p["deleted"]}
+        self.state.pods_listed([self._watched(u) for u in live], listed_at=self.now)
 
     @rule(node=st.sampled_from(NODES), unschedulable=st.booleans())
     def change_node(self, node, unschedulable):
@@ -435,16 +503,14 @@ class SchedulerStateMachine(RuleBasedStateMachine):
 
     @rule()
     def settle(self):
-        """Every event delivered, the pods on nodes listed, nothing in flight: the cache agrees
+        """Every event delivered, the pods listed, nothing in flight: the cache agrees
         with the world (no hold leaked, none missing)."""
         if self.in_flight:
             return
-        while self.pending_events:
-            self.deliver_pending_event()
-        while self.assigned_events:
-            self.deliver_assigned_event()
+        while self.events:
+            self.deliver_event()
         self.now += APISERVER_REQUEST_TIMEOUT_SECONDS  # every binding in doubt has settled
-        self.relist_assigned()
+        self.relist()
         truth = {(p["bound"], p["device"]): {u} for u, p in self.pods.items() if p["bound"] and not p["deleted"]}
         assert {w: set(u) for w, u in self.state.cache.ledger.holders().items()} == truth
         assert not self.state.cache.assumed_uids()

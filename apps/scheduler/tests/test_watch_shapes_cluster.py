@@ -1,12 +1,12 @@
-"""What kube-apiserver's watches really deliver to the scheduler's two pod informers, recorded
-from the real one, and compared with testdata/watch_shapes.json, which the state machine of
-test_scheduler_state.py reads to model them: a model fed the wrong event shapes proves nothing.
+"""What kube-apiserver's watch really delivers to the scheduler's pod informer, recorded from
+the real one, and compared with testdata/watch_shapes.json, which the state machine of
+test_scheduler_state.py reads to model it: a model fed the wrong event shapes proves nothing.
 
-The watches are the scheduler's own (kube.client.KubeClient.stream, the same field selectors
-as scheduler/runner.py), scoped to the test's namespace. Three lives of a pod are recorded:
-bound and then deleted, deleted while pending. KWOK's status updates add MODIFIED events in
-between, whose number depends on timing, so each watch's events for a pod are summed up as
-its first and last event.
+The watch is the scheduler's own (kube.client.KubeClient.stream, the field selector of
+scheduler/runner.py), scoped to the test's namespace. Two lives of a pod are recorded: bound
+and then deleted, deleted while pending. KWOK's status updates add MODIFIED events in between,
+whose number depends on timing, so the events for a pod are summed up as its first, the first
+that carries a node (the binding's), and its last.
 
 RECORD_WATCH_SHAPES=1 writes the file from this cluster instead of comparing.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from gpu_scheduler.kube.client import KubeClient, load_configuration
-from gpu_scheduler.kube.objects import ASSIGNED_SELECTOR
+from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR
 from kubernetes import client
 
 pytestmark = pytest.mark.cluster
@@ -83,13 +83,18 @@ class _Recorder:
 
 
 def _summary(events: list[dict], pod: str, node: str) -> dict:
-    """First and last event of one pod on one watch, with the node name made generic."""
+    """First event of one pod, first with a node (none: absent) and last, the node name made
+    generic."""
     mine = [{k: v for k, v in e.items() if k != "pod"} for e in events if e["pod"] == pod]
     for event in mine:
         event["nodeName"] = "<node>" if event["nodeName"] == node else event["nodeName"]
     if not mine:
         return {"events": 0}
-    return {"first": mine[0], "last": mine[-1]}
+    summary = {"first": mine[0], "last": mine[-1]}
+    bound = [e for e in mine if e["nodeName"]]
+    if bound:
+        summary["bound"] = bound[0]
+    return summary
 
 
 def _pod(name: str, scheduler_name: str) -> dict:
@@ -114,38 +119,28 @@ def test_the_watch_events_the_state_machine_models_are_the_ones_kube_apiserver_s
     kube = KubeClient(load_configuration(kubeconfig), pool_size=4)
     path = f"/api/v1/namespaces/{namespace}/pods"
     version = kube.get(path)["metadata"]["resourceVersion"]
-    pending = _Recorder(kube, path, f"spec.schedulerName={scheduler_name},spec.nodeName=", version)
-    assigned = _Recorder(kube, path, ASSIGNED_SELECTOR, version)
-    pending.start()
-    assigned.start()
+    watch = _Recorder(kube, path, UNFINISHED_SELECTOR, version)
+    watch.start()
     try:
         core.create_namespaced_pod(namespace, _pod("bound", scheduler_name))
-        pending.wait("ADDED", "bound")
+        watch.wait("ADDED", "bound")
         binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bound"}, "target": {"name": node}}
         kube.call("POST", f"{path}/bound/binding", body=binding)
-        pending.wait("DELETED", "bound")
-        assigned.wait("ADDED", "bound")
+        watch.wait("MODIFIED", "bound")
         core.delete_namespaced_pod("bound", namespace, grace_period_seconds=0)
-        assigned.wait("DELETED", "bound")
+        watch.wait("DELETED", "bound")
 
         core.create_namespaced_pod(namespace, _pod("unbound", scheduler_name))
-        pending.wait("ADDED", "unbound")
+        watch.wait("ADDED", "unbound")
         core.delete_namespaced_pod("unbound", namespace, grace_period_seconds=0)
-        pending.wait("DELETED", "unbound")
-        time.sleep(1)  # anything the pods-on-nodes watch would say of it
+        watch.wait("DELETED", "unbound")
+        time.sleep(1)  # anything more the watch would say of them
     finally:
-        pending.stop()
-        assigned.stop()
+        watch.stop()
 
     recorded = {
-        "bound, then deleted": {
-            "pending watch": _summary(pending.events, "bound", node),
-            "pods-on-nodes watch": _summary(assigned.events, "bound", node),
-        },
-        "deleted while pending": {
-            "pending watch": _summary(pending.events, "unbound", node),
-            "pods-on-nodes watch": _summary(assigned.events, "unbound", node),
-        },
+        "bound, then deleted": {"pod watch": _summary(watch.events, "bound", node)},
+        "deleted while pending": {"pod watch": _summary(watch.events, "unbound", node)},
     }
     server = client.VersionApi(api_client).get_code().git_version
     if os.environ.get("RECORD_WATCH_SHAPES") == "1":

@@ -33,7 +33,7 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 # One sender, like client-go's event sink: Events go out one at a time, so
 # in a burst the apiserver's attention goes to the binds.
 EVENT_SENDERS = 1
-# Connections beyond the bind workers: three watches and slack for retries.
+# Connections beyond the bind workers: two watches (pods, nodes) and slack for retries.
 EXTRA_CONNECTIONS = 8
 # A bind timeout shorter than this would fail binds a healthy apiserver answers.
 MIN_BIND_TIMEOUT_SECONDS = 1.0

@@ -1,10 +1,10 @@
 """The scheduling loop: caches fed by watches, a queue, and bind workers.
 
 Threads:
-  informer-pending-pods   this scheduler's unbound pods          -> the queue
-  informer-assigned-pods  every pod on a node, of any scheduler  -> node usage and the GPU ledger
-  informer-nodes          nodes                                  -> the node index
-  bind-N                  take a pod off the queue, decide, bind, report
+  informer-pods             every pod not finished: this scheduler's unbound pods -> the queue,
+                            pods on nodes, of any scheduler -> node usage and the GPU ledger
+  informer-nodes            nodes -> the node index
+  bind-N                    take a pod off the queue, decide, bind, report
   events-N, pod-conditions  Events and PodScheduled conditions, never in a bind's way
 All state lives in one SchedulerState (state.py) behind one lock; decide()
 runs under it (microseconds), the API calls do not.
@@ -28,9 +28,9 @@ from gpu_scheduler.kube.binder import BIND_TIMEOUT_SECONDS, BindOutcome, BindRes
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
 from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
-from gpu_scheduler.kube.objects import ASSIGNED_SELECTOR, assigned_pod, node_info, pod_key, trim_pending_pod
+from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR, WatchedPod, node_info, pod_key, watched_pod
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
-from gpu_scheduler.scheduling import AssignedPod, Decision, NodeInfo, SharingPolicy
+from gpu_scheduler.scheduling import Decision, NodeInfo, SharingPolicy
 
 from .metrics import ALREADY_BOUND, ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
 from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
@@ -40,8 +40,6 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 
 # Without leadership or synced caches a worker re-checks this often whether it may start.
 IDLE_POLL_SECONDS = 0.5
-# kube-scheduler's field selector for the pods its cache keeps: on a node and not finished.
-# A pod that finishes leaves the selector, which the watch reports as DELETED.
 
 
 @dataclass(frozen=True)
@@ -85,26 +83,16 @@ class Scheduler:
         self._in_flight = 0
         self._inventory_problems: dict[str, str] = {}  # node -> why its inventory was unreadable, as logged
 
-        name = config.scheduler_name
-        pending_path = f"/api/v1/namespaces/{config.namespace}/pods" if config.namespace else "/api/v1/pods"
         self.informers = [
-            Informer(
-                client,
-                pending_path,
-                _Handler(self._pending_replace, self._pending_upsert, self._pending_delete),
-                trim_pending_pod,
-                name="pending-pods",
-                field_selector=f"spec.schedulerName={name},spec.nodeName=",
-            ),
             # Every namespace, whatever --namespace says: pods of other namespaces and
-            # schedulers use the same nodes.
+            # schedulers use the same nodes (--namespace limits the pods it schedules).
             Informer(
                 client,
                 "/api/v1/pods",
-                _Handler(self._assigned_replace, self._assigned_upsert, self._assigned_delete),
-                functools.partial(assigned_pod, scheduler_name=name),
-                name="assigned-pods",
-                field_selector=ASSIGNED_SELECTOR,
+                _Handler(self._pods_replace, self._pod_upsert, self._pod_delete),
+                functools.partial(watched_pod, scheduler_name=config.scheduler_name, namespace=config.namespace),
+                name="pods",
+                field_selector=UNFINISHED_SELECTOR,
             ),
             Informer(
                 client,
@@ -114,7 +102,7 @@ class Scheduler:
                 name="nodes",
             ),
         ]
-        self._assigned = self.informers[1]
+        self._pods = self.informers[0]
         self._workers = [
             threading.Thread(target=self._work_loop, name=f"bind-{i}", daemon=True) for i in range(config.workers)
         ]
@@ -270,10 +258,10 @@ class Scheduler:
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
 
         if result.outcome in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND):
-            # On 409 the pod is on a node already; the assigned-pods watch puts the hold
+            # On 409 the pod is on a node already; the pod watch puts the hold
             # where it really is.
             self._update(self.state.bound, uid, time.monotonic())
-            self._forget(uid, pod)
+            self._forget(uid, pod_key(pod))
             if result.outcome is BindOutcome.BOUND:
                 self._announce(pod, decision)
                 self._finish(SCHEDULED, decision, started, outcome=result.outcome.value)
@@ -284,7 +272,7 @@ class Scheduler:
             return
         if result.outcome is BindOutcome.POD_GONE:
             self._update(self.state.pod_gone, uid)
-            self._forget(uid, pod)
+            self._forget(uid, pod_key(pod))
         else:
             now = time.monotonic()
             self._update(self.state.bind_failed, uid, decision.node, result.maybe_stored, now, random.random())
@@ -303,9 +291,9 @@ class Scheduler:
             self._conditions.unschedulable(pod, reason)
         self._finish(UNSCHEDULABLE, decision, started, reason=decision.reason, filter=decision.plugin)
 
-    def _forget(self, uid: str, pod: dict) -> None:
+    def _forget(self, uid: str, key: str) -> None:
         """The pod is placed or gone: its Event series and pending condition write go."""
-        self._recorder.forget(pod_key(pod))
+        self._recorder.forget(key)
         if self._conditions is not None:
             self._conditions.forget(uid)
 
@@ -363,40 +351,34 @@ class Scheduler:
 
     # -- watch handlers (called on informer threads) ---------------------------------------------
 
-    def _pending_replace(self, pods: list[dict], _listed_at: float) -> None:
+    def _pods_replace(self, pods: list[WatchedPod], listed_at: float) -> None:
         with self._work:
-            dropped = self.state.pending_replace(pods)
+            _, dropped = self.state.pods_listed(pods, listed_at)
             self._work.notify_all()
         # A pod that left while the watch was away is placed or gone: its Event series goes.
         for key in dropped:
             self._recorder.forget(key)
-
-    def _pending_upsert(self, pod: dict) -> None:
-        self._update(self.state.pending_upsert, pod)
-
-    def _pending_delete(self, pod: dict) -> None:
-        self._update(self.state.pending_delete, pod)
-        self._forget(pod["metadata"].get("uid") or "", pod)
-
-    def _assigned_replace(self, pods: list[AssignedPod], listed_at: float) -> None:
-        self._update(self.state.assigned_replace, pods, listed_at)
         # Holds in doubt that settle after this list started need a later one.
         self._relist_for_doubts(after=listed_at)
 
+    def _pod_upsert(self, pod: WatchedPod) -> None:
+        self._update(self.state.pod_changed, pod)
+        if pod.ours and pod.assigned is not None:
+            self._forget(pod.uid, pod.key)  # placed, by us or by anyone
+
+    def _pod_delete(self, pod: WatchedPod) -> None:
+        self._update(self.state.pod_deleted, pod)
+        if pod.ours:
+            self._forget(pod.uid, pod.key)
+
     def _relist_for_doubts(self, after: float = float("-inf")) -> None:
-        """Asks the assigned-pods informer for a list at the time the next hold in doubt settles
+        """Asks the pods informer for a list at the time the next hold in doubt settles
         (a binding whose answer was lost): a list started then shows whether it was stored.
         The informer merges these requests and spaces them out (informer.request_resync)."""
         with self._lock:
             at = self.state.next_relist(after)
         if at is not None:
-            self._assigned.request_resync(at)
-
-    def _assigned_upsert(self, pod: AssignedPod) -> None:
-        self._update(self.state.assigned_upsert, pod)
-
-    def _assigned_delete(self, pod: AssignedPod) -> None:
-        self._update(self.state.assigned_delete, pod)
+            self._pods.request_resync(at)
 
     def _nodes_replace(self, nodes: list[NodeInfo], _listed_at: float) -> None:
         for node in nodes:

@@ -3,6 +3,8 @@
 The queue of pending pods (queue.SchedulingQueue) and the cluster cache of
 nodes, pods on nodes and GPUs (scheduling.ClusterCache) change only through
 the methods below: one per watch event and one per outcome of an attempt.
+The one pod watch's events (pod_changed, pod_deleted, pods_listed) are made
+of the pending-pod and pod-on-node changes, so each of those is told apart.
 Reading this file tells every way a pod is queued, a GPU held or freed.
 
 Pure and single-threaded: the runner calls it under one lock and does the API
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpu_scheduler.kube.objects import pod_key, pod_uid
+from gpu_scheduler.kube.objects import WatchedPod, pod_key, pod_uid
 from gpu_scheduler.scheduling import (
     AssignedPod,
     ClusterCache,
@@ -39,12 +41,42 @@ class SchedulerState:
         self.cache = ClusterCache(alias_label)
         self.queue = SchedulingQueue(initial_backoff, max_backoff)
 
-    # -- pending pods of this scheduler (its own watch) -----------------------------------------
+    # -- the pod watch: every pod not finished, of every scheduler ---------------------------------
     # Each returns whether pods became active (the runner then wakes its workers).
 
+    def pod_changed(self, pod: WatchedPod) -> bool:
+        """An ADDED or MODIFIED event. A pod on a node has left the pending set (bound, by us or
+        by anyone) and holds what it takes there; a pending pod of ours is queued; any other
+        pod (pending for another scheduler, or out of our namespace) is none of our business."""
+        if pod.assigned is not None:
+            self.pending_delete(pod.uid)
+            return self.assigned_upsert(pod.assigned)
+        if pod.pending is not None:
+            return self.pending_upsert(pod.pending)
+        return False
+
+    def pod_deleted(self, pod: WatchedPod) -> bool:
+        """A DELETED event: the pod was deleted, or finished (it left the selector). It leaves the
+        queue; what it held on a node is freed. A pod deleted with no node frees nothing: a hold
+        assumed for it waits for its binding's answer or a list (see pending_delete)."""
+        self.pending_delete(pod.uid)
+        return self.assigned_delete(pod.assigned) if pod.assigned is not None else False
+
+    def pods_listed(self, pods: Iterable[WatchedPod], listed_at: float) -> tuple[bool, list[str]]:
+        """A list of the pod watch, started at listed_at (monotonic). The pods on nodes replace
+        the cache's first, then the pending pods the queue's, so that a listed pending pod the
+        cache now holds as bound is left out. Returns whether pods became active, and the keys
+        of the pending pods it dropped (their Event series are forgotten)."""
+        pods = list(pods)
+        woke = self.assigned_replace([p.assigned for p in pods if p.assigned is not None], listed_at)
+        dropped = self.pending_replace([p.pending for p in pods if p.pending is not None])
+        return woke, dropped
+
+    # -- pending pods of this scheduler ------------------------------------------------------------
+
     # These touch only the queue, never the cache: a pod leaves the pending set when it is
-    # bound as well as when it is deleted, and the DELETED event says the same for both (see
-    # scheduling/cache.py). Only the pods-on-nodes watch, a binding's answer or a list can
+    # bound as well as when it is deleted, and a pending pod's DELETED says the same for both
+    # (see scheduling/cache.py). Only a pod seen on a node, a binding's answer or a list can
     # free what a pod holds.
 
     def pending_replace(self, pods: Iterable[dict]) -> list[str]:
@@ -63,12 +95,12 @@ class SchedulerState:
             return False
         return self.queue.upsert(uid, pod)
 
-    def pending_delete(self, pod: dict) -> bool:
+    def pending_delete(self, uid: str) -> bool:
         """The pod left the pending set: bound, or deleted. It leaves the queue."""
-        self.queue.delete(pod_uid(pod))
+        self.queue.delete(uid)
         return False
 
-    # -- pods on nodes, of every scheduler (the assigned-pods watch) ---------------------------------
+    # -- pods on nodes, of every scheduler ------------------------------------------------------------
 
     def assigned_replace(self, pods: Iterable[AssignedPod], listed_at: float) -> bool:
         before = self.cache.uids()
@@ -131,7 +163,7 @@ class SchedulerState:
 
     def refused(self, uid: str, decision: Decision, now: float, jitter: float) -> None:
         """The pod cannot go to its node now; it waits. The cache is left alone: a hold kept from
-        an earlier binding whose answer was lost may be real (the pending watch may lag behind
+        an earlier binding whose answer was lost may be real (the pod watch may lag behind
         the binding), and a list settles it (see bind_failed)."""
         if decision.retryable:
             waiting_on = (decision.entry.node if decision.entry else None, decision.node)
@@ -141,7 +173,7 @@ class SchedulerState:
 
     def bound(self, uid: str, now: float) -> None:
         """The binding was stored (or the pod already had a node: a 409 "already assigned").
-        The hold stays assumed until the pods-on-nodes watch shows where the pod is."""
+        The hold stays assumed until the pod watch shows where the pod is."""
         self.cache.finish_binding(uid, now)
         self.queue.done(uid)
 

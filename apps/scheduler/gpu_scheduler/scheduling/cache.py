@@ -11,7 +11,7 @@ kube-scheduler's cache words:
   binding_unknown the binding's answer was lost (no answer, a 5xx): it may be
                   stored, or still be on its way into etcd until kube-apiserver's
                   own request timeout has passed; the pod stays assumed
-  confirm         the assigned-pods watch (add_pod) or a list shows the pod on
+  confirm         the pod watch (add_pod) or a list shows the pod on
                   a node: it is no longer assumed, and holds what it really holds
   forget          an answer proves the binding was not stored (a 4xx, a 404),
                   or nothing was sent: the hold goes
@@ -19,12 +19,13 @@ kube-scheduler's cache words:
                   the end of the apiserver's request timeout) that does not show
                   the pod has seen the pod deleted (or never bound): the hold goes
 
-Nothing else frees an assumed hold: in particular not the pending watch, whose
-DELETED event for a pod that was just bound carries the pod as it was before
-(nodeName still empty; kube-apiserver's watch cache sends the previous object
-when an object leaves a field selector), so it cannot tell "bound" from
-"deleted unbound" (tests/testdata/watch_shapes.json, recorded from a real
-kube-apiserver).
+Nothing else frees an assumed hold: in particular not an event of the pod with
+no node. (A watch of the pending pods alone, as the scheduler once had, sends a
+pod that was just bound as a DELETED event carrying the pod as it was before,
+nodeName still empty: kube-apiserver's watch cache sends the previous object
+when an object leaves a field selector, and "bound" cannot be told from
+"deleted unbound". The one pod watch sends the binding as a MODIFIED event with
+the node: tests/testdata/watch_shapes.json, recorded from a real kube-apiserver.)
 
 Pods are keyed by UID: a pod deleted and recreated under the same name is
 another pod. Pure and single-threaded; the runner calls it under its lock.
@@ -155,7 +156,7 @@ class ClusterCache:
         del self._assumed[uid]
         return self._drop(uid)
 
-    # -- what the assigned-pods watch says ------------------------------------------------------
+    # -- what the pod watch says of pods on nodes ----------------------------------------------
 
     def add_pod(self, pod: AssignedPod) -> str | None:
         """The pod is on pod.node (an ADDED or MODIFIED event): confirms an assumed pod.
