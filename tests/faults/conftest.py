@@ -27,6 +27,7 @@ from e2e.isolation import RUN_ID, create_namespace, delete_namespace
 from e2e.processes import ManagedProcess
 from e2e.workloads import SCHEDULER_NAME
 
+from .api_proxy import ApiProxy
 from .audit import AuditLog
 from .contention import NODES, GpuContention
 from .control_plane import LocalControlPlane, NotALocalCluster
@@ -98,6 +99,13 @@ def ns(api_client):
     name = create_namespace(api_client, "faults")
     yield name
     delete_namespace(api_client, name)
+
+
+@pytest.fixture
+def proxy(kubeconfig, certs):
+    """A fault-injecting proxy in front of the real API server (api_proxy.py), stopped after the test."""
+    with ApiProxy(kubeconfig, certs) as running:
+        yield running
 
 
 @pytest.fixture

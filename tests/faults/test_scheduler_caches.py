@@ -43,12 +43,6 @@ LIST_DELAY = 5.0
 
 
 @pytest.fixture
-def proxy(kubeconfig, certs):
-    with ApiProxy(kubeconfig, certs) as running:
-        yield running
-
-
-@pytest.fixture
 def proxied_scheduler(proxy, tmp_path, scheduler_name):
     """proxied_scheduler(*flags, wait=True): a scheduler whose every request goes through the proxy."""
     started: list[SchedulerProcess] = []
