@@ -21,12 +21,12 @@ Two workloads:
   phase carried (the pod p-<g*size> of group g, for a new g each time), as in
   a cluster with many workloads: the parse cache misses every time.
 
-The webhook's CPU (gunicorn master and workers, from /proc) is read around
+The webhook's CPU (granian's master and workers, from /proc) is read around
 each run: CPU ms per request is a figure the machine's noise barely moves.
 
 Then the stack's floor (bench/stack_floor.py): an app that does no admission,
-bare and in Flask, under the webhook's own gunicorn server (gevent worker),
-under gunicorn's gthread worker and under granian, gets the repeated load at FLOOR_RATE, so the
+bare and in Flask, under the webhook's own server (granian), under gunicorn's
+gevent worker and under its gthread worker, gets the repeated load at FLOOR_RATE, so the
 report shows how much of the webhook's CPU per request is the server's and
 TLS's, Flask's, and ours, and what another server would save.
 """
@@ -56,7 +56,7 @@ from .summary import admission_saturation
 from .workload import admission_review, group_leader
 
 VEGETA = str(BIN / "vegeta")  # built by bench/tools.sh from bench/tools/go.mod
-WARMUP = (50, 2)  # rate/s, seconds: both gunicorn workers answer at least once before measuring
+WARMUP = (50, 2)  # rate/s, seconds: both workers answer at least once before measuring
 REPEATED, DISTINCT = "repeated", "distinct"
 RECOVERY_SECONDS = 120  # for a webhook left with a backlog by a saturated run to answer again and go idle
 # An idle webhook uses next to no CPU; more means it is still working off the last run's
@@ -215,7 +215,7 @@ def check_floor(url: str, context, body: bytes) -> bool:
 
 
 def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
-    """Each stack_floor app under each server (the webhook's own gunicorn first), at FLOOR_RATE
+    """Each stack_floor app under each server (the webhook's own granian first), at FLOOR_RATE
     for the admission seconds."""
     settings, rows = bench.settings, []
     for server, app in itertools.product(stack_floor.SERVERS, stack_floor.APPS):

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from .paths import BIN, GPU_SCHEDULER, REPO
 
+# What `gpu-scheduler webhook` serves with; runs recorded before 2026-11-28 say nothing: gunicorn.
+WEBHOOK_SERVER = "granian"
+
 
 def _first_line(argv: list[str]) -> str:
     try:
@@ -62,6 +65,7 @@ def describe() -> dict:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "gpu_scheduler": _first_line([str(GPU_SCHEDULER), "--version"]),
+        "webhook_server": WEBHOOK_SERVER,
         "commit": git_commit(REPO),
         "kube_apiserver": _first_line([str(BIN / "kube-apiserver"), "--version"]),
         "kube_scheduler": _first_line([str(BIN / "kube-scheduler"), "--version"]),

@@ -46,6 +46,11 @@ NOTE_SHARED = (
 )
 
 
+def webhook_server(results: dict) -> str:
+    # Runs recorded before the webhook moved to granian (2026-11-28) do not say: gunicorn.
+    return (results.get("machine") or {}).get("webhook_server", "gunicorn")
+
+
 def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
     """How each contender ran, with the versions read from the binaries (machine.describe) and the
     webhook timeout read from the chart."""
@@ -59,7 +64,8 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
         "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
         "is measured), info logging.",
-        "Its webhook runs as deployed (`gpu-scheduler webhook`: gunicorn, TLS, 2 workers) and is registered with "
+        f"Its webhook runs as deployed (`gpu-scheduler webhook`: {webhook_server({'machine': machine})}, "
+        "TLS, 2 workers) and is registered with "
         "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
         f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
         "admission call as in production; the other "
@@ -418,10 +424,10 @@ def _saturated(row: dict) -> str:
     return f"**yes**: {why}" if why else "no"
 
 
-def admission_lines(adm: dict) -> list[str]:
+def admission_lines(adm: dict, server: str) -> list[str]:
     lines = [
         f"POST {adm['endpoint']} (an AdmissionReview for a pod with a {adm['map_lines']}-line map) against "
-        f"`gpu-scheduler webhook` (gunicorn, TLS, {adm['workers']} workers) with vegeta at constant rates, on "
+        f"`gpu-scheduler webhook` ({server}, TLS, {adm['workers']} workers) with vegeta at constant rates, on "
         f"the same machine; vegeta gives up on a request after {num(adm.get('client_timeout_s'), 0)} s, the "
         "chart's webhook timeoutSeconds, as the apiserver would. The highest rate is held longest. The "
         "webhook's CPU is read from /proc around each run. A rate is **saturated** when the webhook answered "
@@ -455,10 +461,11 @@ def admission_lines(adm: dict) -> list[str]:
     return lines + stack_floor_lines(adm)
 
 
-# The webhook ran on gthread until 2026-11-27, on gevent since; each run lists its own first.
+# The webhook ran on gunicorn's gthread worker until 2026-11-27, on its gevent worker
+# until 2026-11-28, on granian since; each run lists its own first.
 FLOOR_SERVERS = {
-    "gthread": "gunicorn, gthread worker (32 threads), the webhook's settings",
-    "gevent": "gunicorn, gevent worker, the webhook's settings",
+    "gthread": "gunicorn, gthread worker (32 threads)",
+    "gevent": "gunicorn, gevent worker",
     "granian": "granian (WSGI)",
 }
 FLOOR_APPS = {
@@ -512,7 +519,7 @@ def stack_floor_lines(adm: dict) -> list[str]:
     ]
 
 
-def memory_lines(mem: dict) -> list[str]:
+def memory_lines(mem: dict, server: str) -> list[str]:
     wh = mem["webhook"]
     rows = [
         [
@@ -521,7 +528,7 @@ def memory_lines(mem: dict) -> list[str]:
             num(mem["scheduler_rss_after_mib"], 0, " MiB"),
         ],
         [
-            f"webhook, largest of {wh['processes']} processes (gunicorn master + workers)",
+            f"webhook, largest of {wh['processes']} processes ({server} master + workers)",
             num(wh["max_mib"], 0, " MiB"),
             "—",
         ],
@@ -601,9 +608,14 @@ def render_markdown(results: dict, checked: list[dict]) -> str:
             *statefulset_lines(results["statefulset"], results.get("throughput")),
         ]
     if results.get("admission"):
-        lines += ["", "## 3. Admission latency and CPU", "", *admission_lines(results["admission"])]
+        lines += [
+            "",
+            "## 3. Admission latency and CPU",
+            "",
+            *admission_lines(results["admission"], webhook_server(results)),
+        ]
     if results.get("memory"):
-        lines += ["", "## 4. Memory", "", *memory_lines(results["memory"])]
+        lines += ["", "## 4. Memory", "", *memory_lines(results["memory"], webhook_server(results))]
     if results.get("scale"):
         lines += ["", "## Scale: scheduler_perf's size", "", *scale_lines(results["scale"])]
     if results.get("errors"):

@@ -1,18 +1,17 @@
 """What the webhook's stack costs before our code runs: the same answer with no admission,
 under the webhook's server and under the other WSGI servers it could run on.
 
-    python -m bench.stack_floor --server {gevent,gthread,granian} --app {gunicorn,flask} \
+    python -m bench.stack_floor --server {granian,gevent,gthread} --app {gunicorn,flask} \
         --tls-cert-file F --tls-private-key-file F --port N
 
 The app reads the request body and answers a fixed "allowed" AdmissionReview:
 - gunicorn (the name is historical: a bare WSGI function): the server's and TLS's cost alone;
 - flask: the same answer from a Flask route, so the difference is Flask's.
 The servers, each with TLS from the same certificate and the webhook's worker count:
-- gevent: gpu-scheduler's own WebhookServer as deployed (gunicorn's gevent worker,
-  keep-alive, certificate rotation);
-- gthread: the same WebhookServer with gunicorn's gthread worker (32 threads a worker),
-  which the webhook ran on until 2026-11-27;
-- granian: granian's WSGI interface (a Rust HTTP and TLS stack calling the same app).
+- granian: the webhook's own server as deployed (gpu_scheduler.webhook.server.serve:
+  granian's WSGI interface, a Rust HTTP and TLS stack calling the app), since 2026-11-28;
+- gevent: gunicorn's gevent worker, which the webhook ran on from 2026-11-27;
+- gthread: gunicorn's gthread worker (32 threads a worker), which it ran on before.
 The admission phase sends these the same load as the webhook, so the report
 can say which part of the webhook's CPU per request is the stack's floor,
 which part is ours (parsing, the map, the patch, logging, metrics), and what
@@ -23,14 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import tempfile
-from pathlib import Path
 
 from flask import Flask, Response, request
-from gpu_scheduler.webhook.server import ReloadingTLS, ServerOptions, WebhookServer
+from gpu_scheduler.webhook.server import ReloadingTLS, ServerOptions, serve
+from gunicorn.app.base import BaseApplication
 
 APPS = ("gunicorn", "flask")
-SERVERS = ("gevent", "gthread", "granian")  # the webhook's own first (bench/report.py)
+SERVERS = ("granian", "gevent", "gthread")  # the webhook's own first (bench/report.py)
 ANSWER = json.dumps(
     {
         "apiVersion": "admission.k8s.io/v1",
@@ -61,68 +61,74 @@ def flask_app() -> Flask:
     return app
 
 
-class GthreadWebhookServer(WebhookServer):
-    """The webhook's gunicorn settings with gunicorn's gthread worker instead of gevent."""
+class GunicornServer(BaseApplication):
+    """gunicorn with the settings the webhook had on it (keep-alive 75 s, TLS 1.2+)."""
 
-    def __init__(self, options: ServerOptions, threads: int, *args) -> None:
-        self.threads = threads
-        super().__init__(options, *args)
+    def __init__(self, worker_class: str, args: argparse.Namespace, app_factory) -> None:
+        self.worker_class, self.args, self.app_factory = worker_class, args, app_factory
+        super().__init__()
 
     def load_config(self) -> None:
-        super().load_config()
-        self.cfg.set("worker_class", "gthread")
-        self.cfg.set("threads", self.threads)
+        args = self.args
+        settings = {
+            "bind": [f"127.0.0.1:{args.port}"],
+            "workers": args.workers,
+            "worker_class": self.worker_class,
+            "threads": args.threads,
+            "worker_connections": 1000,
+            "keepalive": 75,
+            "certfile": args.tls_cert_file,
+            "keyfile": args.tls_private_key_file,
+            "ssl_version": ssl.PROTOCOL_TLS_SERVER,
+            "loglevel": "warning",
+            "accesslog": None,
+        }
+        for name, value in settings.items():
+            self.cfg.set(name, value)
+        if "control_socket_disable" in self.cfg.settings:
+            self.cfg.set("control_socket_disable", True)
+
+    def load(self):
+        return self.app_factory()
 
 
-def serve_granian(app: str, args: argparse.Namespace) -> None:
-    from granian import Granian
-    from granian.constants import Interfaces, SSLProtocols
-    from granian.log import LogLevels
-
-    # flask: flask_app is called in each worker (factory), as WebhookServer.load does.
-    target = "bench.stack_floor:bare_app" if app == "gunicorn" else "bench.stack_floor:flask_app"
-    Granian(
-        target,
-        address="127.0.0.1",
+def serve_webhook_server(app: str, args: argparse.Namespace) -> None:
+    """The webhook's own serve(), as `gpu-scheduler webhook` calls it."""
+    options = ServerOptions(
+        bind="127.0.0.1",
         port=args.port,
-        interface=Interfaces.WSGI,
         workers=args.workers,
-        blocking_threads=args.threads,
-        ssl_cert=Path(args.tls_cert_file),
-        ssl_key=Path(args.tls_private_key_file),  # PKCS#8, as gpu-scheduler's certs writes it
-        ssl_protocol_min=SSLProtocols.tls12,
-        log_level=LogLevels.warning,
-        factory=app == "flask",
-    ).serve()
+        threads=args.threads,
+        log_level="warning",
+        metrics_dir=tempfile.mkdtemp(prefix="bench-stack-floor-"),
+    )
+    tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
+    serve(options, tls, (lambda: bare_app) if app == "gunicorn" else flask_app)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.stack_floor", description=__doc__.splitlines()[0])
-    parser.add_argument("--server", choices=SERVERS, default="gevent")
+    parser.add_argument("--server", choices=SERVERS, default="granian")
     parser.add_argument("--app", choices=APPS, required=True)
     parser.add_argument("--tls-cert-file", required=True)
     parser.add_argument("--tls-private-key-file", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=32)
-    args = parser.parse_args(argv)
-    if args.server == "granian":
-        serve_granian(args.app, args)
-        return 0
-    options = ServerOptions(
-        bind="127.0.0.1",
-        port=args.port,
-        workers=args.workers,
-        connections=1000,
-        log_level="warning",
-        metrics_dir=tempfile.mkdtemp(prefix="bench-stack-floor-"),
+    parser.add_argument(
+        "--threads", type=int, help="per worker; default the webhook's 8 under granian, 32 under gthread"
     )
-    tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
+    args = parser.parse_args(argv)
+    if args.threads is None:
+        args.threads = 8 if args.server == "granian" else 32
+    if args.server == "granian":
+        serve_webhook_server(args.app, args)
+        return 0
+    if args.server == "gevent":
+        from gevent import monkey  # before anything else touches ssl and threads
+
+        monkey.patch_all()
     app_factory = (lambda: bare_app) if args.app == "gunicorn" else flask_app
-    if args.server == "gthread":
-        GthreadWebhookServer(options, args.threads, tls, app_factory).run()
-    else:
-        WebhookServer(options, tls, app_factory).run()
+    GunicornServer(args.server, args, app_factory).run()
     return 0
 
 

@@ -69,7 +69,9 @@ DECLARATIONS = (
     Declaration("uv.lock", "package gpu-scheduler-check", _lock_entry("gpu-scheduler-check")),
 )
 # The charts' image.registry: the `registry:` line of the top-level `image:` block.
-_IMAGE_REGISTRY = re.compile(r"^image:\n(?:(?:  .*|\s*#.*|)\n)*?  registry: *\"?([^\"\n#]*?)\"? *(?:#.*)?$", re.MULTILINE)
+_IMAGE_REGISTRY = re.compile(
+    r"^image:\n(?:(?:  .*|\s*#.*|)\n)*?  registry: *\"?([^\"\n#]*?)\"? *(?:#.*)?$", re.MULTILINE
+)
 
 
 class VersionError(Exception):

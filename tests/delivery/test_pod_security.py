@@ -58,7 +58,7 @@ def test_every_container_requests_cpu_and_memory_and_caps_memory(render, chart, 
 
 @pytest.mark.parametrize(("chart", "sets"), SCHEDULER_VARIANTS)
 def test_scheduler_pods_get_a_writable_tmp_on_the_read_only_root(render, chart, sets):
-    # gunicorn's worker heartbeat and prometheus' multiprocess files live in /tmp.
+    # prometheus' multiprocess files live in /tmp.
     for owner in render(chart, *sets).pod_owners():
         spec = pod_spec(owner)
         volumes = {v["name"]: v for v in spec["volumes"]}

@@ -5,7 +5,7 @@
     answering: everything else of ours is refused);
   - `helm test`: the hook's command, `gpu-scheduler smoke-test` with the arguments the chart
     renders, run on this host as the hook's ServiceAccount with only the hook's RBAC, against
-    a real webhook (gunicorn, TLS) and scheduler (host processes registered as the chart
+    a real webhook (granian, TLS) and scheduler (host processes registered as the chart
     renders them): it passes, its probe pod is bound to the node its map names and removed;
     with no scheduler it fails saying why. KWOK runs no containers, so Helm itself cannot run
     the hook pod here; the KinD e2e can.

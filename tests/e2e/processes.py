@@ -1,7 +1,7 @@
 """Real processes for the e2e suite and the demo: started detached, logged to a file, stopped by PID.
 
 Each process gets its own session (process group), so stopping it also stops
-what it started (gunicorn's workers) and a Ctrl-C in the terminal that ran
+what it started (the webhook's workers) and a Ctrl-C in the terminal that ran
 pytest or the demo does not reach it before the harness stops it in order.
 """
 

@@ -1,7 +1,7 @@
 """Fixtures of the fault suite: the product's real processes, the control plane's processes, namespaces.
 
 The product runs as in the e2e suite (whose helpers are imported, not copied):
-`gpu-scheduler certs`, `gpu-scheduler webhook` under gunicorn over TLS on
+`gpu-scheduler certs`, `gpu-scheduler webhook` under granian over TLS on
 127.0.0.1, registered with the chart's own webhook configurations, and
 `gpu-scheduler scheduler` processes that tests start, kill and restart.
 

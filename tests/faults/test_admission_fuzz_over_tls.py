@@ -1,9 +1,9 @@
 """Over a thousand hostile AdmissionReview bodies sent over real TLS to `gpu-scheduler webhook`
-under gunicorn: each is refused with a message within the API server's webhook timeout, the
+under granian: each is refused with a message within the API server's webhook timeout, the
 server stays up with the same worker processes, and its memory stays bounded.
 
 The webhook engineer's property tests (apps/scheduler/tests/test_webhook_properties.py) feed
-the pure decision functions; this drives the running server: TLS, gunicorn's HTTP parsing,
+the pure decision functions; this drives the running server: TLS, granian's HTTP parsing,
 Flask's body limit and the JSON decoder included. TLS versions and certificate rotation over
 the wire are proven in apps/scheduler/tests/test_webhook_server.py (the real CLI process):
 test_tls_1_1_is_refused_by_the_server, test_tls_1_2_and_1_3_are_accepted,
@@ -83,7 +83,7 @@ class Target:
         self.verify = str(process.certs.ca_file)
         self.sent = 0
         self.slow: list[str] = []  # answers later than WEBHOOK_TIMEOUT, or none at all
-        self.workers: list[int] = []  # gunicorn's worker PIDs after the warm-up
+        self.workers: list[int] = []  # the worker PIDs after the warm-up
         self.baseline: dict[int, int] = {}  # RSS after the warm-up
         self.peak: dict[int, int] = {}
         self.peak_total = 0  # the most master and workers held together (one container)
@@ -118,7 +118,7 @@ class Target:
         self.peak_total = max(self.peak_total, sum(sizes.values()))
 
     def rss(self) -> dict[int, int]:
-        """pid -> resident bytes, for the gunicorn master and each worker."""
+        """pid -> resident bytes, for the master and each worker."""
         pids = [self.process.pid, *children(self.process.pid)]
         return {pid: rss_bytes(pid) for pid in pids}
 
@@ -252,7 +252,7 @@ def test_the_server_is_still_up_with_the_same_workers_and_bounded_memory(target)
     assert target.process.alive(), target.process.log_tail()
     health = target.session.get(target.process.base_url + "/healthz", timeout=5, verify=target.verify)
     assert health.status_code == 200
-    # A worker that crashed, or that gunicorn killed for a 30 s request, has a new PID.
+    # A worker that crashed, and that granian started again, has a new PID.
     assert children(target.process.pid) == target.workers, target.process.log_tail()
     after = target.rss()
     growth = sum(after.values()) - sum(target.baseline.values())

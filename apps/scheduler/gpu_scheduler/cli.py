@@ -12,12 +12,12 @@ from .logs import FORMATS, LEVELS, setup_logging
 
 # subcommand -> (module exposing add_arguments/run, one-line help). Only the
 # chosen module's run() imports the heavy libraries (kubernetes, flask,
-# gunicorn), so building the parser stays fast for every subcommand.
+# granian), so building the parser stays fast for every subcommand.
 SUBCOMMANDS = {
     "scheduler": ("gpu_scheduler.scheduler.command", "run the scheduler: bind pods to the nodes their map names"),
     "webhook": (
         "gpu_scheduler.webhook.command",
-        "run the admission webhook (gunicorn, TLS) that injects CUDA_VISIBLE_DEVICES",
+        "run the admission webhook (granian, TLS) that injects CUDA_VISIBLE_DEVICES",
     ),
     "certs": ("gpu_scheduler.certs.command", "create the webhook's CA and serving certificate (files or a Secret)"),
     "map": ("gpu_scheduler.mapcli", "validate a gpu-scheduling-map or generate one for a cluster"),
@@ -73,28 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _subcommand(argv: list[str]) -> str | None:
-    # The first word that names one: the global flags' values (log formats and
-    # levels) never do.
-    return next((word for word in argv if word in SUBCOMMANDS), None)
-
-
-def _cooperative_stdlib() -> None:
-    """The webhook runs on gunicorn's gevent worker, which patches the standard library
-    when it starts. Patched that late, urllib3 (imported below, with every subcommand)
-    keeps ssl's blocking classes, so a worker waiting on the apiserver (--read-nodes)
-    would stall every request it serves; and the log writer's thread, started at the
-    fork, dies with a traceback once threading is patched under it. Patching first, as
-    gevent asks, makes the whole process cooperative from the start."""
-    from gevent import monkey
-
-    monkey.patch_all()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if _subcommand(argv) == "webhook":
-        _cooperative_stdlib()
     args = build_parser().parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     return importlib.import_module(args.module).run(args)

@@ -191,28 +191,11 @@ def dropped_records() -> int:
 # SimpleQueue hands its internal lock from put() to the waiting get(), and a
 # fork between the two leaves the child's copy locked with no owner, so the
 # child's writer waits for ever and every line of that process is lost
-# (gunicorn's workers, now and then: bug 8). So the writer stops before a fork
+# (the webhook's forked workers, now and then: bug 8). So the writer stops before a fork
 # (it writes what is queued first), the parent restarts it, and the child
 # starts its own on an empty queue: the parent's queued records are not the
 # child's to write.
 _paused_for_fork = False
-# Whether a forked child starts its writer in the fork hook. gevent's own hook, which
-# runs after ours, wants the child to have one thread only; a gevent server's children
-# start theirs from the server's post-fork hook instead (start_writer()).
-_child_starts_writer_at_fork = True
-
-
-def children_start_writer_later() -> None:
-    """From now on a forked child starts its writer only when start_writer() is called;
-    its records wait in the queue until then."""
-    global _child_starts_writer_at_fork
-    _child_starts_writer_at_fork = False
-
-
-def start_writer() -> None:
-    """Start this process's writer if it is not running (see children_start_writer_later)."""
-    if _writer is not None and not _writer.running:
-        _writer.start()
 
 
 def _before_fork() -> None:
@@ -235,8 +218,7 @@ def _after_fork_in_child() -> None:
         source = _writer.source
         source.start_afresh()
         _writer = _Writer(source, *_writer.handlers)
-        if _child_starts_writer_at_fork:
-            _writer.start()
+        _writer.start()
     _paused_for_fork = False
 
 

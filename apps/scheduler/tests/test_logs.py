@@ -27,7 +27,7 @@ def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_forked_children_log_every_line_while_the_parent_is_logging():
-    """gunicorn's master forks its workers while its own writer thread is busy with
+    """The webhook's master forks its workers while its own writer thread is busy with
     its start-up lines. A child must get a working log, whatever that thread was
     doing at the fork: with a queue and a lock copied mid-handoff, the child's writer
     waited for ever and the worker logged nothing (bug 8)."""

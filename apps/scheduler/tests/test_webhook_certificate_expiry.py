@@ -1,6 +1,6 @@
 """How long the webhook's serving certificate has left, as /readyz and /metrics say it.
 
-The real `gpu-scheduler webhook` (gunicorn, two workers) serves certificates made by
+The real `gpu-scheduler webhook` (granian, two workers) serves certificates made by
 `gpu-scheduler certs`; the expected expiry is read from the certificate file itself.
 """
 
@@ -71,13 +71,20 @@ def test_every_worker_reports_the_renewed_certificate_after_the_files_change(tmp
     server.trust_file = trust
     assert gauges(server)[EXPIRY] == not_after(tmp_path / "tls").timestamp()
 
+    old_expiry = not_after(tmp_path / "tls").timestamp()
     write_bundle(tmp_path / "tls", renewed)
     expiry = not_after(tmp_path / "tls")
-    # A scrape reaches one of the two workers; each checks the files when it answers.
-    answers = [gauges(server)[EXPIRY] for _ in range(12)]
+    # A scrape reaches one of the two workers; each reports the certificate it serves,
+    # and the master replaces them, one at a time, once the new pair loads.
+    answers = []
+    deadline = time.monotonic() + 30
+    while answers[-12:] != [expiry.timestamp()] * 12 and time.monotonic() < deadline:
+        answers.append(gauges(server)[EXPIRY])
+        time.sleep(0.05)
     ready = requests.get(server.url("/readyz"), verify=str(trust), timeout=5)
 
-    assert answers == [expiry.timestamp()] * 12
+    assert answers[-12:] == [expiry.timestamp()] * 12, answers
+    assert set(answers) <= {old_expiry, expiry.timestamp()}
     assert f"valid until {expiry:%Y-%m-%dT%H:%M:%SZ}" in ready.text
 
 

@@ -350,7 +350,7 @@ def parse_map_uncached(text: str) -> SchedulingMap:
 class _ParsedMapCache:
     """Parsed maps by their text, least recently used first out, bounded by
     the size of the texts held rather than their number: 512 maps of 256 KiB
-    would be gigabytes. Thread-safe (bind workers, gunicorn threads)."""
+    would be gigabytes. Thread-safe (bind workers, the webhook's threads)."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes

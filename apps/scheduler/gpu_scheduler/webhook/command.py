@@ -1,4 +1,4 @@
-"""`gpu-scheduler webhook`: serve /mutate and /validate over TLS with gunicorn (gevent worker)."""
+"""`gpu-scheduler webhook`: serve /mutate and /validate over TLS with granian."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 import tempfile
 
 from ..config import boolean, env, env_help, positive_int
-from ..logs import children_start_writer_later
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         default=env("WEBHOOK_WORKERS", "2"),
-        help=env_help("gunicorn worker processes", "WEBHOOK_WORKERS"),
+        help=env_help("worker processes", "WEBHOOK_WORKERS"),
     )
     parser.add_argument(
-        "--connections",
+        "--threads",
         type=positive_int,
-        # Each connection is a greenlet (gunicorn's gevent worker), so an idle
-        # keep-alive connection costs little; the API server keeps up to 25 per
-        # webhook (client-go's MaxIdleConnsPerHost) and opens spares under load.
-        default=env("WEBHOOK_CONNECTIONS", "1000"),
-        help=env_help("connections each worker serves at once", "WEBHOOK_CONNECTIONS"),
+        # Connections cost no thread (granian's Rust side holds them); a thread runs
+        # one request at a time, and waits with it when --read-nodes asks the API.
+        default=env("WEBHOOK_THREADS", "8"),
+        help=env_help("Python threads per worker that run requests", "WEBHOOK_THREADS"),
     )
     parser.add_argument(
         "--scheduler-name",
@@ -78,20 +76,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: the other subcommands need neither gunicorn nor Flask.
+    # Imported here: the other subcommands need neither granian nor Flask.
     from .app import create_app
     from .metrics import WebhookMetrics, enable_multiprocess
     from .server import (
         ReloadingTLS,
         ServerOptions,
         TLSLoadError,
-        WebhookServer,
         bind_address,
+        serve,
+        served_certificate,
     )
 
-    # The workers start their log writers after the fork (WebhookServer's post_fork):
-    # the process is gevent's by now (cli._cooperative_stdlib).
-    children_start_writer_later()
     try:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
     except TLSLoadError as err:
@@ -109,16 +105,16 @@ def run(args: argparse.Namespace) -> int:
         bind=args.bind,
         port=args.port,
         workers=args.workers,
-        connections=args.connections,
+        threads=args.threads,
         log_level=args.log_level,
         metrics_dir=metrics_dir,
     )
     log.info(
-        "webhook for schedulerName %s on %s with %d workers of %d connections",
+        "webhook for schedulerName %s on %s with %d workers of %d threads",
         args.scheduler_name,
         bind_address(args.bind, args.port),
         args.workers,
-        args.connections,
+        args.threads,
     )
 
     configuration = None  # API credentials for --read-nodes
@@ -144,12 +140,12 @@ def run(args: argparse.Namespace) -> int:
             from ..kube.client import USER_AGENT, KubeClient
             from .nodes import NodeReader
 
-            # direct=False: the direct transport keeps a connection per thread, and under
-            # gevent every client connection's greenlet is a thread of its own; urllib3's
-            # pool shares 4 among them.
+            # direct=False: the direct transport keeps a connection per thread, and a
+            # worker has --threads of them; urllib3's pool shares 4 among them.
             client = KubeClient(configuration, pool_size=4, user_agent=USER_AGENT + "-webhook", direct=False)
             reader = NodeReader(client, args.alias_label)
-        return create_app(args.scheduler_name, WebhookMetrics(tls.not_after), ready=tls.status, nodes=reader)
+        # The certificate this worker serves: the one on disk when it started.
+        status = served_certificate(tls.cert_file)
+        return create_app(args.scheduler_name, WebhookMetrics(lambda: status().not_after), ready=status, nodes=reader)
 
-    WebhookServer(options, tls, app_factory).run()
-    return 0
+    return serve(options, tls, app_factory)

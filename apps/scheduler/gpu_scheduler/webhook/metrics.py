@@ -1,4 +1,4 @@
-"""Prometheus metrics of the webhook, summed over gunicorn's worker processes.
+"""Prometheus metrics of the webhook, summed over granian's worker processes.
 
 Each worker is a process with its own counters; a scrape reaches one of them.
 prometheus_client's multiprocess mode has every worker write its values to

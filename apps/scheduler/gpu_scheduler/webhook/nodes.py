@@ -6,7 +6,7 @@ the alias (no scheduler runs for such a pod, so only admission can say that its
 containers would get another node's devices); a pod whose line names a node
 that publishes its GPUs (gpu-scheduler agent) has its devices checked against
 them. A GET per node with a short cache costs less than a node informer in
-every gunicorn worker.
+every granian worker.
 """
 
 from __future__ import annotations

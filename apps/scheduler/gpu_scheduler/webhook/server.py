@@ -1,47 +1,47 @@
-"""gunicorn serving the webhook over TLS 1.2+, following certificate rotation.
+"""granian serving the webhook over TLS 1.2+, following certificate rotation.
 
-gunicorn's gevent worker asks its `ssl_context` hook for a context once, when
-the worker starts, and wraps every connection with it. Ours carries no
-certificate itself: its SNI callback, which OpenSSL calls on every handshake
-whether or not the client names a server, hands that handshake the context of
-the pair on disk (ReloadingTLS.context()), cached and rebuilt first when the
-certificate or key file has changed. A pair that fails to load (the new
-certificate written but not yet its key, a Secret volume mid-update) keeps the
-previous context serving, so rotation never costs a failed handshake, and
-connections already open keep the certificate they started with.
+granian is an HTTP server written in Rust: it parses HTTP and speaks TLS (rustls)
+outside the GIL and calls the Flask app in a pool of Python threads in each worker
+process. Measured on the whole webhook it costs 0.51-0.54 CPU ms per admission at
+500/s against 0.61-0.67 on gunicorn's gevent worker, which the webhook ran on
+before, and 0.33 against 0.54 ms for the same answer from a bare Flask route (make
+bench, stack floor of the 2026-11-28 00:09 run; docs/benchmarks.md).
 
-Why gevent and not gthread: the same Flask app over the same TLS costs 0.59 CPU
-ms per request under the gevent worker against 0.90 under gthread (make bench,
-stack floor of 2026-11-27 08:29), and the whole webhook 0.75 against 0.90 at
-600 requests/s (docs/benchmarks.md); gthread hands every request from its
-poller to a thread pool and back, and touches its heartbeat file per request.
-`gpu-scheduler webhook` has gevent patch the process before anything else is
-imported (cli._cooperative_stdlib).
+A granian worker loads the certificate and key from their files when it starts, so
+a new pair needs new workers. The master watches the files (ReloadingTLS, checked by
+CertificateWatcher) and, once a new pair has loaded whole in Python (the key belongs
+to the certificate), sends itself SIGHUP; granian then starts a new worker before it
+stops each old one, so the port is served throughout and rotation costs no failed
+handshake. A pair that fails to load (the certificate written but not yet its key, a
+Secret volume mid-update) restarts nothing: the workers keep serving the previous one.
+Each worker reports the certificate it serves, read once when it starts
+(served_certificate), to /readyz and /metrics.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import multiprocessing
 import os
 import shutil
+import signal
 import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from flask import Flask
-from gunicorn import glogging
-from gunicorn.app.base import BaseApplication
 
 from ..gc_tuning import tune_for_service
-from ..logs import start_writer
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE = 1.0  # seconds
+WATCH_INTERVAL = 1.0  # seconds between two checks of the certificate files
 
 
 class TLSLoadError(Exception):
@@ -101,11 +101,10 @@ class CertificateStatus:
 
 
 class ReloadingTLS:
-    """The SSLContext for a certificate/key pair on disk, rebuilt when they change.
+    """The certificate/key pair on disk, loaded again when the files change.
 
-    Checking costs two stat calls per handshake; the API server keeps its
-    connections alive, so that is rare. Thread-safe, for servers that shake
-    hands on several threads.
+    `generation` counts the pairs loaded whole, so a watcher can tell a new one
+    from a failed attempt. Checking costs two stat calls. Thread-safe.
     """
 
     def __init__(self, cert_file: str, key_file: str) -> None:
@@ -117,7 +116,7 @@ class ReloadingTLS:
         self._context = build_context(cert_file, key_file)
         self._not_after = read_expiry(cert_file)
         self._failed_at: float | None = None
-        self._serving: ssl.SSLContext | None = None  # serving_context(), one per worker process
+        self.generation = 0
         log.info("serving certificate %s, valid until %s", cert_file, self._not_after)
         if not self._unexpired():
             log.warning("the serving certificate %s has expired: /readyz fails until it is renewed", cert_file)
@@ -172,6 +171,7 @@ class ReloadingTLS:
                 log.warning("keeping the previous serving certificate: %s", err)
             return
         self._failed_at = None
+        self.generation += 1
         # Read after loading; should the file change in between, the identity
         # check reloads both on the next connection.
         self._not_after = read_expiry(self.cert_file)
@@ -181,40 +181,44 @@ class ReloadingTLS:
             self._not_after,
         )
 
-    def serving_context(self) -> ssl.SSLContext:
-        """The context a server wraps connections with: no certificate of its own; each
-        handshake gets context() from the SNI callback, which OpenSSL calls with the
-        server name or None, before it picks a certificate.
 
-        Made on first use in the process that serves (a gunicorn worker, once gevent
-        has patched the ssl module: gevent's server wraps sockets only with gevent's
-        SSLContext class), then kept. A context swapped in gives the handshake only its
-        certificate and key, so it may be of either class."""
-        if self._serving is None:
-            serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            serving.minimum_version = ssl.TLSVersion.TLSv1_2
-            serving.sni_callback = self._choose_certificate
-            self._serving = serving
-        return self._serving
-
-    def _choose_certificate(self, connection, _server_name, _serving) -> None:
-        connection.context = self.context()
-
-    def gunicorn_hook(self, _config, _default_ssl_context_factory) -> ssl.SSLContext:
-        """gunicorn's `ssl_context(config, default_ssl_context_factory)` server hook."""
-        return self.serving_context()
+def served_certificate(cert_file: str) -> Callable[[], CertificateStatus]:
+    """What /readyz and /metrics say in a worker: the expiry of the certificate it
+    serves, which it loaded when it started, against the time of asking."""
+    not_after = read_expiry(cert_file)
+    return lambda: CertificateStatus(not_after, datetime.datetime.now(datetime.UTC))
 
 
-class _RootLogger(glogging.Logger):
-    """gunicorn's own messages go through the root handler gpu_scheduler.logs
-    configured, so they share the webhook's format (text or JSON)."""
+class CertificateWatcher:
+    """Checks the pair on disk every `interval` seconds in a thread of the master and
+    calls `on_new_pair` when a new one has loaded whole."""
 
-    def setup(self, cfg) -> None:
-        super().setup(cfg)
-        for handler in list(self.error_log.handlers):
-            if getattr(handler, "_gunicorn", False):
-                self.error_log.removeHandler(handler)
-        self.error_log.propagate = True
+    def __init__(self, tls: ReloadingTLS, on_new_pair: Callable[[], None], interval: float = WATCH_INTERVAL) -> None:
+        self.tls = tls
+        self.on_new_pair = on_new_pair
+        self.interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="certificate-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            loaded = self.tls.generation
+            self.tls.context()
+            if self.tls.generation != loaded:
+                self.on_new_pair()
+
+
+def restart_workers() -> None:
+    """granian's master starts new workers, one at a time, on SIGHUP."""
+    log.info("new serving certificate: replacing the workers one at a time")
+    os.kill(os.getpid(), signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -222,65 +226,80 @@ class ServerOptions:
     bind: str
     port: int
     workers: int
-    connections: int  # per worker: the most it serves at once
+    threads: int  # per worker: the Python threads that run the app
     log_level: str
-    metrics_dir: str  # removed by the master when it exits
+    metrics_dir: str  # removed when the server exits
 
 
 def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-class WebhookServer(BaseApplication):
-    """gunicorn, configured in code instead of from its command line."""
-
-    def __init__(
-        self,
-        options: ServerOptions,
-        tls: ReloadingTLS,
-        app_factory: Callable[[], Flask],
-    ) -> None:
-        self.options = options
-        self.tls = tls
-        self.app_factory = app_factory
-        super().__init__()
-
-    def load_config(self) -> None:
-        options = self.options
-        settings = {
-            "bind": [bind_address(options.bind, options.port)],
-            "workers": options.workers,
-            # gevent: every connection is a greenlet, so the API server's
-            # pooled keep-alive connections cost no thread each, and the
-            # cheapest stack per request measured (see the module's docstring).
-            "worker_class": "gevent",
-            "worker_connections": options.connections,
-            # The API server pools its connections to a webhook; keeping them
-            # open a while saves a TLS handshake on each reuse.
-            "keepalive": 75,
-            "timeout": 30,
-            "graceful_timeout": 10,
-            "certfile": self.tls.cert_file,
-            "keyfile": self.tls.key_file,
-            "ssl_context": self.tls.gunicorn_hook,
-            "logger_class": _RootLogger,
-            "loglevel": options.log_level,
-            "accesslog": None,
-            "on_exit": lambda _arbiter: shutil.rmtree(options.metrics_dir, ignore_errors=True),
-            # A worker's log lines wait in its queue until this starts its writer
-            # (logs.children_start_writer_later).
-            "post_fork": lambda _arbiter, _worker: start_writer(),
+def _granian_logging(level: str) -> dict:
+    """granian's loggers handing their records to the root handler gpu_scheduler.logs
+    configured, so its messages share the webhook's format (text or JSON)."""
+    return {
+        "loggers": {
+            "_granian": {"handlers": [], "level": level.upper(), "propagate": True},
+            # One line per request would double the log's volume: our own line says more.
+            "granian.access": {"handlers": [], "level": "WARNING", "propagate": False},
         }
-        for name, value in settings.items():
-            self.cfg.set(name, value)
-        # The control socket (gunicorn >= 25.1) would let anyone in the
-        # container resize or stop the server, and wants a writable $HOME.
-        if "control_socket_disable" in self.cfg.settings:
-            self.cfg.set("control_socket_disable", True)
+    }
 
-    def load(self) -> Flask:
+
+def serve(options: ServerOptions, tls: ReloadingTLS, app_factory: Callable[[], Flask]) -> int:
+    """Serve `app_factory()`'s app (made in each worker) until SIGTERM or SIGINT; the exit code."""
+    from granian.constants import HTTPModes, Interfaces, SSLProtocols
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    class _Server(Server):
+        def build_ssl_context(self, cert, key, *args):
+            super().build_ssl_context(cert, key, *args)
+            # granian resolves symlinks once, at start. A Secret volume's files are
+            # symlinks through ..data to a directory the kubelet deletes after the
+            # next update, so the workers started for the new pair would look for
+            # the old one. Keep the names as given.
+            if self.ssl_ctx[0]:
+                self.ssl_ctx = (self.ssl_ctx[0], os.path.abspath(cert), os.path.abspath(key), *self.ssl_ctx[3:])
+
+    def load_app(*_args) -> Flask:
         # Runs in each worker after the fork: every worker has its own app and
         # metrics objects (their values meet in the multiprocess directory).
-        app = self.app_factory()
+        app = app_factory()
         tune_for_service()
+        log.info("worker %d serving %s", os.getpid(), tls.cert_file)
         return app
+
+    # The app factory is a closure; granian's workers get it by forking (Python
+    # 3.14 would otherwise have them spawned, which cannot pass one).
+    multiprocessing.set_start_method("fork", force=True)
+    server = _Server(
+        "gpu_scheduler.webhook",
+        address=options.bind.strip("[]"),
+        port=options.port,
+        interface=Interfaces.WSGI,
+        workers=options.workers,
+        blocking_threads=options.threads,
+        # HTTP/1.1 only: the API server then opens several connections to the
+        # webhook and the kernel spreads them over the workers; over HTTP/2 it
+        # would send every admission down one connection, to one worker.
+        http=HTTPModes.http1,
+        ssl_cert=Path(tls.cert_file),
+        ssl_key=Path(tls.key_file),
+        ssl_protocol_min=SSLProtocols.tls12,
+        log_level=LogLevels(options.log_level),
+        log_dictconfig=_granian_logging(options.log_level),
+        respawn_failed_workers=True,
+        workers_kill_timeout=10,
+    )
+    watcher = CertificateWatcher(tls, restart_workers)
+    watcher.start()
+    try:
+        server.serve(target_loader=load_app, wrap_loader=False)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        watcher.stop()
+        shutil.rmtree(options.metrics_dir, ignore_errors=True)
+    return 0
