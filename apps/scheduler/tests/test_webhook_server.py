@@ -19,7 +19,7 @@ from cryptography import x509
 from gpu_scheduler.certs import generate_bundle
 from gpu_scheduler.certs.files import write_bundle
 from gpu_scheduler.webhook.server import WATCH_INTERVAL, build_context
-from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs
+from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs, worker_pids
 
 ADMISSION = Path(__file__).parent / "testdata" / "admission"
 
@@ -146,13 +146,6 @@ def test_each_decision_is_logged_on_one_line(server):
         lines[-1],
     ), lines[-1]
     assert "ml/train-1" not in server.log()
-
-
-def worker_pids(master: int) -> set[int]:
-    found = set()
-    for task in Path(f"/proc/{master}/task").iterdir():
-        found.update(int(pid) for pid in (task / "children").read_text().split())
-    return found
 
 
 def test_every_worker_that_runs_writes_its_log(server):
@@ -362,22 +355,35 @@ class HandshakeLoop:
         self._thread.start()
         return self
 
-    def wait_for(self, wanted, timeout=30.0):
-        """Until the last 20 handshakes all got `wanted`: every worker serves it."""
+    def after_replacing(self, server, workers, count=20, timeout=40.0):
+        """The certificates of `count` handshakes made once every one of `workers` has
+        exited (read from /proc, not from the log) and two new ones serve. A run of
+        handshakes proves nothing alone: the kernel may hand a new worker every
+        connection for a while, an old one still serving."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.serials[-20:] != [wanted] * 20:
+        while True:
+            now = worker_pids(server.process.pid)
+            if len(now) == 2 and not now & workers:
+                break
+            assert time.monotonic() < deadline, f"workers {now}, old {workers}\n{server.log()}"
             time.sleep(0.05)
+        start = len(self.serials)
+        while len(self.serials) < start + count:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.02)
+        return self.serials[start : start + count]
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(timeout=10)
 
 
-def assert_switched(serials, old, new):
+def assert_switched(serials, after, old, new):
     """The old certificate, then the new one, and nothing else. While granian replaces
     its workers one at a time, a handshake may reach an old worker or a new one; once
-    the last old worker has stopped, only the new certificate is served."""
-    assert serials and serials[0] == old and serials[-20:] == [new] * 20
+    the old workers have exited (`after`), only the new certificate is served."""
+    assert serials and serials[0] == old
+    assert after == [new] * len(after)
     assert set(serials) == {old, new}
 
 
@@ -410,10 +416,9 @@ def test_certificate_rewritten_in_place_is_served_without_a_failed_handshake(tmp
             time.sleep(0.05)
         assert len(workers) == 2 and seen == workers
         (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
-        loop.wait_for(serial(new / "tls.crt"))
-        time.sleep(0.2)
+        after = loop.after_replacing(server, workers)
     assert loop.errors == []
-    assert_switched(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+    assert_switched(loop.serials, after, serial(old / "tls.crt"), serial(new / "tls.crt"))
     assert "keeping the previous serving certificate" in server.log()
     assert "loaded new serving certificate" in server.log()
     assert server.stop() == 0
@@ -432,14 +437,14 @@ def test_secret_volume_symlink_swap_is_followed(tmp_path, start_webhook):
     server = start_webhook(volume / "tls.crt", volume / "tls.key", trust, tmp_path)
     with HandshakeLoop(server.port, trust) as loop:
         time.sleep(0.3)
+        workers = worker_pids(server.process.pid)
         shutil.copytree(new, volume / "..2025_06_01_00_00_00.000000002")
         (volume / "..data_tmp").symlink_to("..2025_06_01_00_00_00.000000002")
         os.rename(volume / "..data_tmp", volume / "..data")
         shutil.rmtree(volume / "..2025_01_01_00_00_00.000000001")
-        loop.wait_for(serial(new / "tls.crt"))
-        time.sleep(0.2)
+        after = loop.after_replacing(server, workers)
     assert loop.errors == []
-    assert_switched(loop.serials, serial(old / "tls.crt"), serial(new / "tls.crt"))
+    assert_switched(loop.serials, after, serial(old / "tls.crt"), serial(new / "tls.crt"))
     assert server.stop() == 0
 
 
@@ -492,6 +497,16 @@ def test_sigterm_stops_cleanly_and_removes_the_metrics_directory(certs, tmp_path
     log = server.log()
     for sign in ("Traceback", "Exception ignored", "Warning:"):
         assert sign not in log, log
+
+
+def test_sigterm_while_a_worker_is_still_starting_stops_at_once(certs, tmp_path, start_webhook):
+    # Stopped as soon as the first worker answers, while the second may still be
+    # starting: it must not lose the signal and be killed after granian's timeout.
+    server = start_webhook(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
+    started = time.monotonic()
+    assert server.stop() == 0
+    assert time.monotonic() - started < 5, server.log()
+    assert "refused to gracefully stop" not in server.log()
 
 
 def test_missing_certificate_stops_the_start_with_a_hint(tmp_path):

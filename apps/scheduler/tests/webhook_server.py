@@ -53,6 +53,17 @@ def handshake(port: int, trust_file: Path, minimum=None, maximum=None, ciphers=N
         return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
 
 
+def worker_pids(master: int) -> set[int]:
+    """The PIDs of `master`'s children: the webhook's workers, from /proc."""
+    found = set()
+    for task in Path(f"/proc/{master}/task").iterdir():
+        try:
+            found.update(int(pid) for pid in (task / "children").read_text().split())
+        except FileNotFoundError:
+            continue  # a thread of the master that ended meanwhile
+    return found
+
+
 class WebhookProcess:
     """`gpu-scheduler webhook` as a subprocess; its log goes to workdir/webhook.log."""
 
