@@ -95,6 +95,27 @@ class WebhookProcess(ManagedProcess):
         self.wait_http_ok(f"{self.base_url}/readyz", timeout, ca_file=self.certs.ca_file)
         return self
 
+    def workers(self) -> set[int]:
+        """The PIDs of its worker processes, from /proc (not from its log)."""
+        found = set()
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                found.update(int(pid) for pid in (task / "children").read_text().split())
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+        return found
+
+    def wait_workers_replaced(self, old: set[int], timeout: float = 40) -> None:
+        """Until none of `old` runs and two new workers do: a new certificate is served by
+        new workers, started one at a time (webhook/server.py)."""
+
+        def replaced() -> None:
+            now = self.workers()
+            if now & old or len(now) != 2:
+                raise NotYet(f"workers {sorted(now)}, of which still serving the old pair: {sorted(now & old)}")
+
+        wait_for("the webhook's workers to be replaced", replaced, timeout)
+
 
 @dataclass(frozen=True)
 class LeaderElection:

@@ -369,6 +369,7 @@ def test_a_certificate_near_expiry_is_renewed_without_one_failed_handshake(api_c
             before = remaining_seconds(webhook)
             old_serial = x509.load_pem_x509_certificate(old.tls_cert_pem).serial_number
 
+            old_workers = webhook.workers()
             with Recorder(api_client, release) as recorder, Traffic(api_client, release, webhook.port) as traffic:
                 time.sleep(1)
                 result, seconds = renew_as_the_cronjob(release, kubeconfig, tmp_path)
@@ -376,6 +377,8 @@ def test_a_certificate_near_expiry_is_renewed_without_one_failed_handshake(api_c
                 new_serial = wait_for(
                     "the webhook to serve the renewed certificate", lambda: _new(webhook.port, old_serial), 30
                 )
+                webhook.wait_workers_replaced(old_workers)
+                replaced = len(traffic.serials)
                 time.sleep(2)  # traffic on the renewed certificate too
 
             after = remaining_seconds(webhook)
@@ -396,9 +399,11 @@ def test_a_certificate_near_expiry_is_renewed_without_one_failed_handshake(api_c
     assert traffic.admission_errors == [] and traffic.admissions > 20
     assert traffic.handshake_errors == [] and traffic.handshakes > 20
     assert volume.errors == [] and len(volume.swaps) == 2
-    # Served: the old certificate, then the new one, never back.
-    switch = traffic.serials.index(new_serial)
-    assert set(traffic.serials[:switch]) == {old_serial} and set(traffic.serials[switch:]) == {new_serial}
+    # Served: the old certificate, then the new one. While the workers are replaced one at
+    # a time a connection may get either (both CAs are trusted by then, as checked per
+    # handshake); once the old workers have exited, only the new one.
+    assert traffic.serials[0] == old_serial and set(traffic.serials) == {old_serial, new_serial}
+    assert len(traffic.serials) > replaced and set(traffic.serials[replaced:]) == {new_serial}
     # etcd stored a caBundle trusting the new CA before the Secret holding its certificate.
     trusted_new = [rv for rv, kind, held in recorder.events if kind == "config" and all(new_ca in b for b in held)]
     secret_new = [rv for rv, kind, held in recorder.events if kind == "secret" and held == new_serial]
@@ -453,12 +458,15 @@ def test_an_expired_certificate_refuses_our_pods_until_the_cronjob_renews_it(api
             refused = wait_for("the API server to call the webhook", lambda: _refused(api_client, release), 30)
             not_ready = webhook_get(webhook, "/readyz")
             before = remaining_seconds(webhook)
+            old_workers = webhook.workers()
 
             result, _ = renew_as_the_cronjob(release, kubeconfig, tmp_path)
             assert result.returncode == 0, result.stderr
             recovered = time.monotonic()
             wait_for("our pods to be admitted again", lambda: _admitted(api_client, release), 30)
             print(f"\nadmitted again {time.monotonic() - recovered:.1f} s after the CronJob's command ended")
+            # Each worker reports the certificate it serves: ask once both are new.
+            webhook.wait_workers_replaced(old_workers)
             ready = webhook_get(webhook, "/readyz")
             after = remaining_seconds(webhook)
         finally:
