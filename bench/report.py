@@ -46,9 +46,9 @@ NOTE_SHARED = (
 )
 
 
-def webhook_server(results: dict) -> str:
+def webhook_server(machine: dict) -> str:
     # Runs recorded before the webhook moved to granian (2026-11-28) do not say: gunicorn.
-    return (results.get("machine") or {}).get("webhook_server", "gunicorn")
+    return machine.get("webhook_server", "gunicorn")
 
 
 def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
@@ -64,7 +64,7 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         f"{BIND_WORKERS} bind workers (its default, passed explicitly), client qps {OUR_QPS} / burst {OUR_BURST}, "
         "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
         "is measured), info logging.",
-        f"Its webhook runs as deployed (`gpu-scheduler webhook`: {webhook_server({'machine': machine})}, "
+        f"Its webhook runs as deployed (`gpu-scheduler webhook`: {webhook_server(machine)}, "
         "TLS, 2 workers) and is registered with "
         "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
         f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
@@ -612,10 +612,15 @@ def render_markdown(results: dict, checked: list[dict]) -> str:
             "",
             "## 3. Admission latency and CPU",
             "",
-            *admission_lines(results["admission"], webhook_server(results)),
+            *admission_lines(results["admission"], webhook_server(results.get("machine") or {})),
         ]
     if results.get("memory"):
-        lines += ["", "## 4. Memory", "", *memory_lines(results["memory"], webhook_server(results))]
+        lines += [
+            "",
+            "## 4. Memory",
+            "",
+            *memory_lines(results["memory"], webhook_server(results.get("machine") or {})),
+        ]
     if results.get("scale"):
         lines += ["", "## Scale: scheduler_perf's size", "", *scale_lines(results["scale"])]
     if results.get("errors"):

@@ -4,7 +4,7 @@ granian is an HTTP server written in Rust: it parses HTTP and speaks TLS (rustls
 outside the GIL and calls the Flask app in a pool of Python threads in each worker
 process. Measured on the whole webhook it costs 0.51-0.54 CPU ms per admission at
 500/s against 0.61-0.67 on gunicorn's gevent worker, which the webhook ran on
-before, and 0.33 against 0.54 ms for the same answer from a bare Flask route (make
+before, and 0.33 against 0.48 ms for the same answer from a bare Flask route (make
 bench, stack floor of the 2026-11-28 00:09 run; docs/benchmarks.md).
 
 A granian worker loads the certificate and key from their files when it starts, so
@@ -129,19 +129,6 @@ class ReloadingTLS:
             return _file_identity(self.cert_file), _file_identity(self.key_file)
         except OSError:
             return None  # mid-swap: a file is briefly missing
-
-    def ready(self) -> bool:
-        """Whether the certificate being served has not expired (rotation works)."""
-        return bool(self.status())
-
-    def status(self) -> CertificateStatus:
-        """The certificate a new connection gets (the files are checked first), and its expiry."""
-        self.context()
-        return CertificateStatus(self._not_after, datetime.datetime.now(datetime.UTC))
-
-    def not_after(self) -> datetime.datetime | None:
-        """When the certificate a new connection gets expires; None if it cannot be read."""
-        return self.status().not_after
 
     def context(self) -> ssl.SSLContext:
         with self._lock:
