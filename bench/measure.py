@@ -69,7 +69,7 @@ def apiserver_figures(before: dict[str, float], after: dict[str, float], bound: 
 
 
 def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:
-    """The processes whose CPU a run counts: the runner (when it runs), the webhook (gunicorn and
+    """The processes whose CPU a run counts: the runner (when it runs), the webhook (granian's master and
     workers) and the control plane.
 
     On two shared cores, CPU per pod says what a throughput figure costs and

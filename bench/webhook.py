@@ -1,4 +1,4 @@
-"""gpu-scheduler's webhook as deployed (gunicorn, TLS, 2 workers), registered as the chart registers it.
+"""gpu-scheduler's webhook as deployed (granian, TLS, 2 workers), registered as the chart registers it.
 
 The configurations are the chart's own (`helm template`: rules,
 matchConditions, failurePolicy, timeouts), rendered for the benchmark's
@@ -136,7 +136,7 @@ class Webhook:
         return ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
 
     def start(self) -> float:
-        """Writes a CA and serving certificate for 127.0.0.1, starts gunicorn, waits for /readyz."""
+        """Writes a CA and serving certificate for 127.0.0.1, starts the webhook, waits for /readyz."""
         result = subprocess.run(
             [str(GPU_SCHEDULER), "certs", "--out-dir", str(self.certs), "--ip", "127.0.0.1"],
             capture_output=True,

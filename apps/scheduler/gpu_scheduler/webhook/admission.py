@@ -15,9 +15,10 @@ the HTTP layer answers 400 without the process noticing.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import orjson
 
 from ..placement import (
     CUDA_ENV,
@@ -329,7 +330,7 @@ def _patched(request: dict, operations: list[dict], fields: dict, warnings: list
     if not operations:
         return _allow(request, fields, warnings)
     extra = {"warnings": warnings} if warnings else {}
-    patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
+    patch = base64.b64encode(orjson.dumps(operations)).decode("ascii")
     review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch, **extra)
     return Decision(review_out, PATCHED, fields)
 

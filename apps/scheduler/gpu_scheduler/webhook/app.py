@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
@@ -36,14 +37,21 @@ def _status(code: int, reason: str, message: str) -> Response:
 
 
 def parse_body(data: bytes) -> object:
-    """The request body as JSON; BadRequest for anything that is not UTF-8 JSON."""
+    """The request body as JSON; BadRequest for anything that is not UTF-8 JSON.
+
+    orjson, not json: the Flask app's CPU per admission fell from 152-162 to
+    134-144 us (docs/benchmarks.md). Its one error type is told apart here, so
+    the client still learns which of the three is wrong. orjson nests at most
+    1,024 levels deep; no pod comes near."""
     try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise admission.BadRequest(f"the body is not UTF-8 ({err.reason} at byte {err.start})") from None
-    except RecursionError:
-        raise admission.BadRequest("the body's JSON is nested too deeply") from None
-    except ValueError as err:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise admission.BadRequest(f"the body is not UTF-8 ({bad.reason} at byte {bad.start})") from None
+        if "depth limit" in str(err):
+            raise admission.BadRequest("the body's JSON is nested too deeply") from None
         raise admission.BadRequest(f"the body is not JSON ({err})") from None
 
 
@@ -84,7 +92,7 @@ def create_app(
                 }
             },
         )
-        return Response(json.dumps(decision.review), mimetype="application/json")
+        return Response(orjson.dumps(decision.review), mimetype="application/json")
 
     def _reject(operation: str, started: float, code: int, reason: str, message: str) -> Response:
         seconds = time.perf_counter() - started
