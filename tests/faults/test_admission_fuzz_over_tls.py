@@ -7,7 +7,7 @@ the pure decision functions; this drives the running server: TLS, granian's HTTP
 Flask's body limit and the JSON decoder included. TLS versions and certificate rotation over
 the wire are proven in apps/scheduler/tests/test_webhook_server.py (the real CLI process):
 test_tls_1_1_is_refused_by_the_server, test_tls_1_2_and_1_3_are_accepted,
-test_certificate_rewritten_in_place_is_served_without_a_failed_handshake and
+test_certificate_rewritten_in_place_is_served_once_whole and
 test_secret_volume_symlink_swap_is_followed.
 
 The tests of this module share one webhook and run in order: the categories, then the

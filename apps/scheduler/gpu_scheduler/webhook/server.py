@@ -11,8 +11,11 @@ A granian worker loads the certificate and key from their files when it starts, 
 a new pair needs new workers. The master watches the files (ReloadingTLS, checked by
 CertificateWatcher) and, once a new pair has loaded whole in Python (the key belongs
 to the certificate), sends itself SIGHUP; granian then starts a new worker before it
-stops each old one, so the port is served throughout and rotation costs no failed
-handshake. A pair that fails to load (the certificate written but not yet its key, a
+stops each old one, so the port is served throughout. A TLS handshake that an old
+worker has in progress when it stops is cut, though: granian handshakes inside the
+worker's listener and drops it with them, and that client reads EOF (a new connection
+then succeeds). kube-apiserver keeps its connections to the webhook open, so few
+handshakes happen at all. A pair that fails to load (the certificate written but not yet its key, a
 Secret volume mid-update) restarts nothing: the workers keep serving the previous one.
 Each worker reports the certificate it serves, read once when it starts
 (served_certificate), to /readyz and /metrics.
