@@ -9,6 +9,13 @@ KUBE_PINNED = "kube_pinned"
 CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
 RUNNERS = (OURS, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
+# gpu-scheduler under a schedulerName the bench's webhook registration does not match, so that its
+# pods are created without the admission call: what the scheduler costs apart from the webhook, and
+# what the admission costs the control plane (its CPU per pod against ours'). A diagnostic, run only
+# when --runners names it (not a target's runner).
+OURS_UNADMITTED = "ours_unadmitted"
+OPTIONAL_RUNNERS = (OURS_UNADMITTED,)
+ALL_RUNNERS = RUNNERS + OPTIONAL_RUNNERS
 KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED)
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
@@ -31,6 +38,7 @@ LABELS = {
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
     CEILING: f"bare binder in Go ({CEILING_WORKERS} connections)",
     PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
+    OURS_UNADMITTED: "gpu-scheduler, its pods not sent to the webhook",
 }
 
 # For the plot's axis.
@@ -41,6 +49,7 @@ SHORT_LABELS = {
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
     CEILING: "Go\nbinder",
     PYTHON_BINDER: "Python\nbinder",
+    OURS_UNADMITTED: "gpu-scheduler\nno admission",
 }
 
 # Ratio name -> (numerator, denominators); each is taken per round, between runs made side by side.
@@ -54,6 +63,7 @@ RATIOS = {
     "ours_over_ceiling": (OURS, (CEILING, PYTHON_BINDER)),
     "ours_over_go_binder": (OURS, (CEILING,)),
     "ours_over_python_binder": (OURS, (PYTHON_BINDER,)),
+    "unadmitted_over_kube_matched": (OURS_UNADMITTED, (KUBE_MATCHED,)),
 }
 RATIO_LABELS = {
     "ours_over_kube_pinned": f"{LABELS[OURS]} / {LABELS[KUBE_PINNED]}",
@@ -62,6 +72,7 @@ RATIO_LABELS = {
     "ours_over_ceiling": f"{LABELS[OURS]} / ceiling (the faster bare binder of the round)",
     "ours_over_go_binder": f"{LABELS[OURS]} / bare binder in Go",
     "ours_over_python_binder": f"{LABELS[OURS]} / {LABELS[PYTHON_BINDER]}",
+    "unadmitted_over_kube_matched": f"{LABELS[OURS_UNADMITTED]} / {LABELS[KUBE_MATCHED]}",
 }
 
 # CPU per pod is compared with the kube-scheduler runs at our client settings: ratio name ->

@@ -15,6 +15,8 @@ from .webhook import Webhook
 
 NAMESPACE = "gpu-bench"
 OUR_SCHEDULER = "bench-gpu-scheduler"
+# Not the webhook's schedulerName: its matchConditions send these pods on uncalled.
+OUR_UNADMITTED_SCHEDULER = "bench-gpu-scheduler-unadmitted"
 KUBE_SCHEDULER = "bench-kube-scheduler"
 CEILING_SCHEDULER = "bench-ceiling"
 PYTHON_BINDER_SCHEDULER = "bench-python-binder"
@@ -36,7 +38,7 @@ class Settings:
     out: Path
     phases: tuple[str, ...]
     profile: str = ""  # py-spy's view of gpu-scheduler during its runs: "" (none), "all" or "gil" (profile.py)
-    runners: tuple[str, ...] = ()  # contenders keys of the throughput phase, in contenders.RUNNERS order
+    runners: tuple[str, ...] = ()  # contenders keys of the throughput phase, in contenders.ALL_RUNNERS order
     modes: tuple[str, ...] = ("burst", "drain")
     admission_workloads: tuple[str, ...] = ("repeated", "distinct")
     scale: bool = False  # `make bench-scale`: the scale phase only

@@ -14,18 +14,34 @@ import time
 import urllib.request
 
 from . import apiserver_work, contenders, runners
-from .context import CEILING_SCHEDULER, KUBE_SCHEDULER, OUR_SCHEDULER, PYTHON_BINDER_SCHEDULER, Bench
+from .context import (
+    CEILING_SCHEDULER,
+    KUBE_SCHEDULER,
+    OUR_SCHEDULER,
+    OUR_UNADMITTED_SCHEDULER,
+    PYTHON_BINDER_SCHEDULER,
+    Bench,
+)
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
 from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
+from .webhook import dry_run_admitted
 from .workload import bench_pods
 
 
 def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.OURS:
         return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
+    if key == contenders.OURS_UNADMITTED:
+        # Its figures say "without the admission" only while its pods are not sent to the webhook.
+        admitted, _ = dry_run_admitted(bench.api, bench.namespace, OUR_UNADMITTED_SCHEDULER)
+        if admitted:
+            raise RuntimeError(
+                f"the webhook admits pods of {OUR_UNADMITTED_SCHEDULER}: {contenders.LABELS[key]} would not be"
+            )
+        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_UNADMITTED_SCHEDULER, key=key)
     if key == contenders.CEILING:
         return runners.ceiling(bench.api, bench.logs, CEILING_SCHEDULER)
     if key == contenders.PYTHON_BINDER:
@@ -50,7 +66,7 @@ def attempt_seconds(runner: Runner) -> float | None:
 
 
 def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
-    if not (bench.settings.profile and runner.key == contenders.OURS):
+    if not (bench.settings.profile and runner.key in (contenders.OURS, contenders.OURS_UNADMITTED)):
         return None
     out = bench.settings.out / "profiles" / f"{label.replace(' ', '-')}.txt"
     return Profiler(runner.process.pid, out, bench.settings.profile)

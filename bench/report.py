@@ -18,6 +18,7 @@ from .contenders import (
     OUR_BURST,
     OUR_QPS,
     OURS,
+    OURS_UNADMITTED,
     RATIO_LABELS,
     RATIOS,
     RENEW_DEADLINE_SECONDS,
@@ -359,7 +360,7 @@ def throughput_lines(tp: dict) -> list[str]:
                 _runs(s),
                 _rate(s),
                 num(s["launch_to_first_bind_s"], 2, " s"),
-                num(s["attempt_ms"], 1, " ms") if key == OURS else "—",
+                num(s["attempt_ms"], 1, " ms") if key in (OURS, OURS_UNADMITTED) else "—",
                 cpu_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]

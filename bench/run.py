@@ -122,8 +122,10 @@ def parse_settings(argv: list[str] | None) -> Settings:
     add(
         "--runners",
         default=os.environ.get("BENCH_RUNNERS", ",".join(contenders.RUNNERS)),
-        help=f"comma-separated subset of {','.join(contenders.RUNNERS)} for the throughput and scale "
-        "phases (env BENCH_RUNNERS); a ratio needs both of its runners",
+        help=f"comma-separated subset of {','.join(contenders.ALL_RUNNERS)} for the throughput and scale "
+        f"phases (env BENCH_RUNNERS; default: all but {','.join(contenders.OPTIONAL_RUNNERS)}, gpu-scheduler "
+        "with its pods kept from the webhook, which tells the admission's cost apart); a ratio needs both "
+        "of its runners",
     )
     add(
         "--modes",
@@ -230,7 +232,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
     except ValueError as err:
         parser.error(f"--profile/BENCH_PROFILE: {err}")
     phases = _names(args.phases, SCALE_PHASES if scale_run else PHASES, "phase(s)", parser)
-    runners = _names(args.runners, contenders.RUNNERS, "runner(s)", parser)
+    runners = _names(args.runners, contenders.ALL_RUNNERS, "runner(s)", parser)
     modes = _names(args.modes, throughput.MODES, "mode(s)", parser)
     workloads = _names(args.admission_workloads, admission.WORKLOADS, "admission workload(s)", parser)
     if args.profile and not profile.available():

@@ -113,10 +113,15 @@ class Runner:
             print(f"    warning: {self.process.name} exited with {code}; see {self.process.log_path}", file=sys.stderr)
 
 
-def ours(api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, scheduler_name: str) -> Runner:
+def ours(
+    api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, scheduler_name: str, key: str = OURS
+) -> Runner:
     """gpu-scheduler as in production: every namespace, leader election on, its default workers and
     client settings (given explicitly, so that the bench's labels and the Python binder's threads
     say the truth).
+
+    key OURS_UNADMITTED: the same, on its own Lease, under a scheduler_name the webhook does
+    not match (contenders.OURS_UNADMITTED).
 
     --gpu-sharing=allow because the bench's maps share GPUs once there are
     more pods than nodes x 8 (see workload.placement), and sharing is not what
@@ -144,7 +149,7 @@ def ours(api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, schedu
             "--leader-elect-retry-period",
             str(RETRY_PERIOD_SECONDS),
             "--leader-elect-resource-name",
-            lease_name(OURS),
+            lease_name(key),
             "--leader-elect-resource-namespace",
             lease_namespace,
             "--workers",
@@ -158,7 +163,7 @@ def ours(api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, schedu
             "--bind-address",
             "127.0.0.1",
         ],
-        logs / "gpu-scheduler.log",
+        logs / ("gpu-scheduler.log" if key == OURS else f"gpu-scheduler-{key}.log"),
     )
 
     def ready() -> bool:
@@ -166,12 +171,12 @@ def ours(api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, schedu
         return http_ok(f"{base}/readyz") and http_ok(f"{base}/metrics", contains=b"\ngpu_scheduler_leader 1.0")
 
     return Runner(
-        OURS,
+        key,
         scheduler_name,
         process,
         ready,
         metrics_url=f"{base}/metrics",
-        before_start=lambda: clear_lease(api, lease_namespace, lease_name(OURS)),
+        before_start=lambda: clear_lease(api, lease_namespace, lease_name(key)),
     )
 
 

@@ -20,7 +20,7 @@ MODES = {"burst": measure_burst, "drain": measure_drain}
 def run(bench: Bench) -> dict:
     settings = bench.settings
     # Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
-    order = [key for key in contenders.RUNNERS if key in settings.runners]
+    order = [key for key in contenders.ALL_RUNNERS if key in settings.runners]
     runs: dict[str, list[dict]] = {mode: [] for mode in settings.modes}
     for round_no in range(1, settings.runs + 1):
         for mode in settings.modes:

@@ -72,25 +72,30 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
     return configurations
 
 
-def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None:
-    """Waits until the apiserver sends the namespace's pods of scheduler_name through the webhook:
-    a server-side dry run of such a pod comes back with CUDA_VISIBLE_DEVICES injected."""
+def dry_run_admitted(api: KubeApi, namespace: str, scheduler_name: str) -> tuple[bool, bytes]:
+    """Whether the apiserver sends a pod of scheduler_name in namespace through the webhook: a
+    server-side dry run of one comes back with CUDA_VISIBLE_DEVICES injected. Also the answer."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "webhook-probe-0", "annotations": {MAP_ANNOTATION: "0=bn-0:0"}},
         "spec": {"schedulerName": scheduler_name, "containers": [{"name": "probe", "image": PAUSE_IMAGE}]},
     }
+    status, answer = api.request("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json.dumps(pod).encode())
+    if status != 201:
+        return False, answer
+    env = json.loads(answer)["spec"]["containers"][0].get("env") or []
+    return {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env, answer
+
+
+def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None:
+    """Waits until the apiserver sends the namespace's pods of scheduler_name through the webhook."""
     deadline = time.monotonic() + REGISTRATION_TIMEOUT
     answer = b""
     while time.monotonic() < deadline:
-        status, answer = api.request(
-            "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json.dumps(pod).encode()
-        )
-        if status == 201:
-            env = json.loads(answer)["spec"]["containers"][0].get("env") or []
-            if {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env:
-                return
+        admitted, answer = dry_run_admitted(api, namespace, scheduler_name)
+        if admitted:
+            return
         time.sleep(0.5)
     raise TimeoutError(
         f"the apiserver did not call the webhook within {REGISTRATION_TIMEOUT:.0f}s; "

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import bare_binder, contenders, runners, scale, throughput
-from bench.contenders import KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, OURS, RUNNERS, round_order
+from bench import bare_binder, contenders, context, measure, runners, scale, throughput
+from bench.contenders import KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, OURS, OURS_UNADMITTED, RUNNERS, round_order
+from bench.run import parse_settings
 
 
 class FakeApi:
@@ -185,3 +186,49 @@ def test_the_python_binder_lists_every_namespace_and_binds_in_the_pods_own():
     binder.offer(pod)
     binder.bind(binder.next_pod())
     assert api.requests == [("POST", "/api/v1/namespaces/team-a/pods/p-0/binding")]
+
+
+def test_gpu_scheduler_without_admission_runs_only_when_named(monkeypatch):
+    monkeypatch.delenv("BENCH_RUNNERS", raising=False)
+    assert OURS_UNADMITTED not in parse_settings([]).runners
+    named = parse_settings(["--runners", "ours,ours_unadmitted,kube_matched"]).runners
+    assert set(named) == {OURS, OURS_UNADMITTED, KUBE_MATCHED}
+
+
+@dataclass
+class ProbedBench:
+    """What make_runner reads of a Bench, with an apiserver that answers the dry-run probe."""
+
+    api: FakeApi
+    logs: Path
+    kubeconfig: str = "/k"
+    namespace: str = "gpu-bench"
+
+
+def probe_answer(env: list[dict]) -> tuple[int, bytes]:
+    return 201, json.dumps({"spec": {"containers": [{"name": "probe", "env": env}]}}).encode()
+
+
+def test_gpu_scheduler_without_admission_is_ours_under_a_name_the_webhook_does_not_call(tmp_path: Path):
+    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
+    bench = ProbedBench(FakeApi({probe: probe_answer([])}), tmp_path)
+    runner = measure.make_runner(bench, OURS_UNADMITTED)
+    ours = measure.make_runner(bench, OURS)
+    assert runner.key == OURS_UNADMITTED
+    assert runner.scheduler_name != ours.scheduler_name == context.OUR_SCHEDULER
+    flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
+    assert flags["--scheduler-name"] == runner.scheduler_name
+    lease = flags["--leader-elect-resource-name"]
+    assert lease == contenders.lease_name(OURS_UNADMITTED) != contenders.lease_name(OURS)
+    # Otherwise the same process as ours: every other flag alike.
+    ours_flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
+    different = {k for k in flags if flags[k] != ours_flags.get(k)}
+    assert different == {"--scheduler-name", "--leader-elect-resource-name", "--metrics-port"}
+
+
+def test_gpu_scheduler_without_admission_refuses_to_run_when_the_webhook_admits_its_pods(tmp_path: Path):
+    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
+    admitted = probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])
+    bench = ProbedBench(FakeApi({probe: admitted}), tmp_path)
+    with pytest.raises(RuntimeError, match="the webhook admits pods of bench-gpu-scheduler-unadmitted"):
+        measure.make_runner(bench, OURS_UNADMITTED)
