@@ -24,6 +24,7 @@ from .context import (
 )
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
+from .preadmitted import as_admitted
 from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
@@ -47,6 +48,12 @@ def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.PYTHON_BINDER:
         return runners.python_binder(bench.kubeconfig, bench.logs, PYTHON_BINDER_SCHEDULER)
     return runners.kube(bench.api, key, bench.kubeconfig, bench.namespace, bench.logs, KUBE_SCHEDULER)
+
+
+def runner_pods(bench: Bench, runner: Runner, pods: int, nodes: int) -> list[dict]:
+    """The burst's pods for runner; ours_unadmitted's as the webhook would have admitted them."""
+    bodies = bench_pods(pods, nodes, bench.settings.group, runner.scheduler_name, bench.namespace)
+    return [as_admitted(pod) for pod in bodies] if runner.key == contenders.OURS_UNADMITTED else bodies
 
 
 def attempt_seconds(runner: Runner) -> float | None:
@@ -106,7 +113,7 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     try:
         work = WorkMeter()
         work.measure_idle(cpu_groups(bench, runner))
-        pod_bodies = bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace)
+        pod_bodies = runner_pods(bench, runner, pods, nodes)
         counted_before = apiserver_work.fetch(bench.api)  # outside the CPU window: /metrics costs the apiserver
         work.start(cpu_groups(bench, runner))
         result = run_burst(
@@ -136,7 +143,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     settings = bench.settings
     runner = make_runner(bench, key)
     creator = Creator(bench.api, bench.namespace, settings.threads)
-    creator.start(bench_pods(pods, nodes, settings.group, runner.scheduler_name, bench.namespace))
+    creator.start(runner_pods(bench, runner, pods, nodes))
     creator.done.wait(settings.burst_timeout(pods))
     names = creator.succeeded()
     settled = bench.settle()
