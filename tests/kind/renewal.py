@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
 import subprocess
 import threading
 import time
@@ -174,12 +175,21 @@ class Admissions:
                     else:
                         self.failures.append(f"{at} admitted without CUDA_VISIBLE_DEVICES=0: {env}")
                 except ApiException as err:
-                    self.failures.append(f"{at} {err.status}: {str(err.body)[:300]}")
+                    self.failures.append(f"{at} {err.status}: {status_message(err.body)}")
                 except (HTTPError, OSError) as err:
                     self.failures.append(f"{at} {err.__class__.__name__}: {err}")
                 self._stop.wait(self.interval)
         finally:
             api.close()
+
+
+def status_message(body) -> str:
+    """The message of the API server's Status answer, whole: where a refused admission says why
+    (the webhook's error comes last in it)."""
+    try:
+        return json.loads(body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(body)[:2000]
 
 
 def job_log(kubectl: list[str], job: str) -> str:

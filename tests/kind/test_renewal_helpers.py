@@ -34,3 +34,26 @@ def test_the_same_certificate_with_most_of_its_lifetime_left_would_be_kept():
     young = renewal.expiring_bundle(installed.tls_cert_pem, days_left=25, lifetime_days=30)
 
     assert judged(young) is None
+
+
+# A refused admission's Status as kube-apiserver 1.34 answered it (recorded 2026-11-29 from
+# tests/faults/test_rotation_under_admission_load.py against an HTTP/1.1-only webhook). The KinD
+# renewal test kept the first 300 characters of such a body, which cut the webhook's error off
+# at "write tcp 172.19.0.6:36978-" in a fresh-clone CI run the same day.
+REFUSED = (
+    '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Internal error occurred: '
+    'failed calling webhook \\"pods.mutate.gpu-scheduler\\": failed to call webhook: Post '
+    '\\"https://127.0.0.1:39547/mutate?timeout=5s\\": write tcp 127.0.0.1:39036-\\u003e127.0.0.1:39547: '
+    'write: broken pipe","reason":"InternalError","details":{"causes":[{"message":"failed calling webhook '
+    '\\"pods.mutate.gpu-scheduler\\": failed to call webhook: Post \\"https://127.0.0.1:39547/mutate?timeout=5s'
+    '\\": write tcp 127.0.0.1:39036-\\u003e127.0.0.1:39547: write: broken pipe"}]},"code":500}'
+)
+
+
+def test_a_refused_admission_is_reported_with_its_whole_message():
+    message = renewal.status_message(REFUSED)
+
+    assert message.startswith("Internal error occurred: failed calling webhook")
+    assert message.endswith("write tcp 127.0.0.1:39036->127.0.0.1:39547: write: broken pipe")
+    assert renewal.status_message("upstream connect error") == "upstream connect error"
+    assert renewal.status_message(None) == "None"

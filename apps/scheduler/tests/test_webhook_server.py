@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -313,6 +314,25 @@ def test_tls_1_2_and_1_3_are_accepted(server, certs):
     expected = serial(certs / "tls.crt")
     assert handshake(server.port, certs / "ca.crt", maximum=ssl.TLSVersion.TLSv1_2) == expected
     assert handshake(server.port, certs / "ca.crt", minimum=ssl.TLSVersion.TLSv1_3) == expected
+
+
+def negotiated_protocol(port: int, trust_file: Path, offered: list[str]) -> str | None:
+    context = ssl.create_default_context(cafile=str(trust_file))
+    context.set_alpn_protocols(offered)
+    with (
+        socket.create_connection((HOST, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=HOST) as tls,
+    ):
+        return tls.selected_alpn_protocol()
+
+
+def test_http2_is_chosen_when_offered_and_http_1_1_still_served(server, certs):
+    # kube-apiserver offers h2 first (Go's HTTP/2 transport): over HTTP/2 a worker stopped for a
+    # new certificate sends GOAWAY instead of closing a connection under a request
+    # (tests/faults/test_rotation_under_admission_load.py). Probes and scrapers speak HTTP/1.1.
+    assert negotiated_protocol(server.port, certs / "ca.crt", ["h2", "http/1.1"]) == "h2"
+    assert negotiated_protocol(server.port, certs / "ca.crt", ["http/1.1"]) == "http/1.1"
+    assert get(server, "/healthz").status_code == 200  # requests: HTTP/1.1 without ALPN
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")

@@ -11,14 +11,36 @@ A granian worker loads the certificate and key from their files when it starts, 
 a new pair needs new workers. The master watches the files (ReloadingTLS, checked by
 CertificateWatcher) and, once a new pair has loaded whole in Python (the key belongs
 to the certificate), sends itself SIGHUP; granian then starts a new worker before it
-stops each old one, so the port is served throughout. A TLS handshake that an old
-worker has in progress when it stops is cut, though: granian handshakes inside the
-worker's listener and drops it with them, and that client reads EOF (a new connection
-then succeeds). kube-apiserver keeps its connections to the webhook open, so few
-handshakes happen at all. A pair that fails to load (the certificate written but not yet its key, a
-Secret volume mid-update) restarts nothing: the workers keep serving the previous one.
-Each worker reports the certificate it serves, read once when it starts
-(served_certificate), to /readyz and /metrics.
+stops each old one, so the port is served throughout. A pair that fails to load (the
+certificate written but not yet its key, a Secret volume mid-update) restarts
+nothing: the workers keep serving the previous one. Each worker reports the
+certificate it serves, read once when it starts (served_certificate), to /readyz and
+/metrics.
+
+HTTP/2 is offered first (ALPN h2, then http/1.1) for what a stopping worker does to
+its connections: it closes the idle ones at once, and it closes an HTTP/1.1 one idle
+for 30 s anyway (hyper's header read timeout). kube-apiserver keeps an idle
+connection to the webhook for 90 s and reuses it; a POST it writes on an HTTP/1.1
+connection the worker is closing fails (Go retries no POST it began to write), and
+the admission is refused: 2, 6 and 1 of about 10,500 admissions over 6 rotations in
+three runs of tests/faults/test_rotation_under_admission_load.py; one in a renewal on
+KinD.
+Over HTTP/2 a stopping worker first sends GOAWAY, naming the last request it will
+answer: the API server sends the next ones down another connection and retries those
+the GOAWAY turned away (0 failed in three runs of the same test). The kubelet's probes
+and Prometheus keep HTTP/1.1. A TLS handshake a worker has in progress when it stops
+is still dropped with its listener; the API server dials only when every connection
+it has is busy or gone, so it meets that only if it dials in the millisecond a worker
+stops.
+
+A connection takes H2_STREAMS_PER_CONNECTION requests at a time: a Go client with
+more in flight opens another connection, which the kernel may give to another worker,
+as over HTTP/1.1. With granian's default (200) a Go client sends everything down one
+connection to one worker: make bench's vegeta at 500 new maps per second had a p99
+of 75 ms, against 4 ms with 2 and 4 ms over HTTP/1.1, at the same CPU per request
+(BENCH_PHASES=admission, 2026-11-29 10:12, 10:23 and 10:18). A burst through the API
+server was about 11% slower over HTTP/2 than over HTTP/1.1 (6 rounds each, alternating;
+docs/benchmarks.md): the price of admissions that a rotation does not refuse.
 """
 
 from __future__ import annotations
@@ -45,6 +67,7 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE = 1.0  # seconds
 WATCH_INTERVAL = 1.0  # seconds between two checks of the certificate files
+H2_STREAMS_PER_CONNECTION = 2  # HTTP/2 requests in flight on one connection (module docstring)
 
 
 class TLSLoadError(Exception):
@@ -250,6 +273,7 @@ def _granian_logging(level: str) -> dict:
 def serve(options: ServerOptions, tls: ReloadingTLS, app_factory: Callable[[], Flask]) -> int:
     """Serve `app_factory()`'s app (made in each worker) until SIGTERM or SIGINT; the exit code."""
     from granian.constants import HTTPModes, Interfaces, SSLProtocols
+    from granian.http import HTTP2Settings
     from granian.log import LogLevels
     from granian.server import Server
 
@@ -282,10 +306,10 @@ def serve(options: ServerOptions, tls: ReloadingTLS, app_factory: Callable[[], F
         interface=Interfaces.WSGI,
         workers=options.workers,
         blocking_threads=options.threads,
-        # HTTP/1.1 only: the API server then opens several connections to the
-        # webhook and the kernel spreads them over the workers; over HTTP/2 it
-        # would send every admission down one connection, to one worker.
-        http=HTTPModes.http1,
+        # h2 or http/1.1 by ALPN: HTTP/2's GOAWAY lets a worker stop without
+        # failing a request of the API server (module docstring).
+        http=HTTPModes.auto,
+        http2_settings=HTTP2Settings(max_concurrent_streams=H2_STREAMS_PER_CONNECTION),
         ssl_cert=Path(tls.cert_file),
         ssl_key=Path(tls.key_file),
         ssl_protocol_min=SSLProtocols.tls12,
