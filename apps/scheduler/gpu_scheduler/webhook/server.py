@@ -24,14 +24,13 @@ connection to the webhook for 90 s and reuses it; a POST it writes on an HTTP/1.
 connection the worker is closing fails (Go retries no POST it began to write), and
 the admission is refused: 2, 6 and 1 of about 10,500 admissions over 6 rotations in
 three runs of tests/faults/test_rotation_under_admission_load.py; one in a renewal on
-KinD.
-Over HTTP/2 a stopping worker first sends GOAWAY, naming the last request it will
-answer: the API server sends the next ones down another connection and retries those
-the GOAWAY turned away (0 failed in three runs of the same test). The kubelet's probes
-and Prometheus keep HTTP/1.1. A TLS handshake a worker has in progress when it stops
-is still dropped with its listener; the API server dials only when every connection
-it has is busy or gone, so it meets that only if it dials in the millisecond a worker
-stops.
+KinD. Over HTTP/2 a stopping worker first sends GOAWAY, naming the last request it
+will answer: the API server sends the next ones down another connection and retries
+those the GOAWAY turned away (0 failed in three runs of the same test). The kubelet's
+probes and Prometheus keep HTTP/1.1. A TLS handshake a worker has in progress when it
+stops is still dropped with its listener; the API server dials only when every
+connection it has is busy or gone, so it meets that only if it dials in the
+millisecond a worker stops.
 
 A connection takes H2_STREAMS_PER_CONNECTION requests at a time: a Go client with
 more in flight opens another connection, which the kernel may give to another worker,
