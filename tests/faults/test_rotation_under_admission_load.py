@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from e2e import webhook_registration
-from e2e.components import WebhookProcess, make_certs
+from e2e.components import Certs, WebhookProcess, make_certs
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
@@ -117,7 +117,7 @@ def test_rotations_under_concurrent_admissions_fail_no_admission(api_client, ns,
     # Every CA trusted from the start: what is tested is the connections, not the trust.
     ca_bundle = base64.b64encode(b"".join(b.ca_file.read_bytes() for b in bundles)).decode()
     scheduler_name = f"rotation-{uuid.uuid4().hex[:6]}"
-    certs = type(bundles[0])(bundles[0].ca_file, served / "tls.crt", served / "tls.key", ca_bundle)
+    certs = Certs(bundles[0].ca_file, served / "tls.crt", served / "tls.key", ca_bundle)
     webhook = track(WebhookProcess(certs, tmp_path / "webhook.log", scheduler_name))
     try:
         webhook.start_and_wait()
