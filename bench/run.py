@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         api,
         api_client,
         BenchCluster(api, NAMESPACE),
-        Webhook(settings.out, OUR_SCHEDULER, free_port()),
+        Webhook(settings.out, OUR_SCHEDULER, free_port(), kubeconfig),
         started,
         control_plane_processes=(
             control_plane_processes(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else {}

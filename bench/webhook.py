@@ -104,7 +104,7 @@ def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None
 
 
 class Webhook:
-    def __init__(self, out_dir: Path, scheduler_name: str, port: int, workers: int = 2) -> None:
+    def __init__(self, out_dir: Path, scheduler_name: str, port: int, kubeconfig: str, workers: int = 2) -> None:
         self.out_dir = out_dir
         self.scheduler_name = scheduler_name
         self.port = port
@@ -128,6 +128,13 @@ class Webhook:
                 str(workers),
                 "--scheduler-name",
                 scheduler_name,
+                # As the chart deploys it (webhook.readNodes defaults to true): each
+                # admission looks up its line's node, a GET per node and worker every
+                # CACHE_SECONDS (webhook/nodes.py), which the figures must include.
+                "--read-nodes",
+                "true",
+                "--kubeconfig",
+                kubeconfig,
             ],
             out_dir / "logs" / "webhook.log",
         )

@@ -252,7 +252,8 @@ def test_without_node_access_a_pod_created_on_a_node_its_line_may_name_by_alias_
 
 class Nodes:
     """The webhook's NodeReader as admission uses it, over a fixed set of nodes
-    (the reader itself runs against kube-apiserver in test_webhook_node_reader_cluster)."""
+    (the reader itself: test_webhook_nodes.py, and against kube-apiserver
+    tests/e2e/test_webhook_node_reader.py)."""
 
     alias_label = "gpu-node-name"
 

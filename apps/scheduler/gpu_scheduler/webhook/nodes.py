@@ -41,7 +41,8 @@ class NodeReadError(Exception):
 
 
 class NodeReader:
-    """GET /api/v1/nodes/<name>, cached per name for CACHE_SECONDS; thread-safe."""
+    """GET /api/v1/nodes/<name> from the apiserver's cache (a 404 confirmed from etcd),
+    kept per name for CACHE_SECONDS; thread-safe."""
 
     def __init__(self, client: KubeClient, alias_label: str, clock=time.monotonic) -> None:
         self._client = client
@@ -68,15 +69,28 @@ class NodeReader:
 
     def _read(self, name: str) -> NodeFacts | None:
         path = f"/api/v1/nodes/{quote(name, safe='')}"
+        deadline = time.monotonic() + READ_TIMEOUT_SECONDS
+        # resourceVersion=0: from kube-apiserver's watch cache, not a quorum read from
+        # etcd; this reader keeps what it reads for seconds anyway.
+        node = self._get(name, path, {"resourceVersion": "0"}, deadline)
+        if node is None:
+            # A 404 refuses a pod created on that node, and the cache may not yet hold
+            # a node created a moment ago: etcd confirms it.
+            node = self._get(name, path, None, deadline)
+        if node is None:
+            return None
+        metadata = node.get("metadata") or {}
+        alias = (metadata.get("labels") or {}).get(self._alias_label)
+        return NodeFacts(name, alias if isinstance(alias, str) else None, _inventory(name, metadata))
+
+    def _get(self, name: str, path: str, query: dict[str, str] | None, deadline: float) -> dict | None:
+        """The node, or None for a 404; NodeReadError for any other failure."""
         try:
-            node = self._client.call("GET", path, timeout=READ_TIMEOUT_SECONDS)
+            return self._client.call("GET", path, query=query, timeout=max(deadline - time.monotonic(), 0.001))
         except ApiError as err:
             if err.status == 404:
                 return None
             raise NodeReadError(f"could not read node {name}: {err}") from None
-        metadata = node.get("metadata") or {}
-        alias = (metadata.get("labels") or {}).get(self._alias_label)
-        return NodeFacts(name, alias if isinstance(alias, str) else None, _inventory(name, metadata))
 
 
 def _inventory(name: str, metadata: dict) -> Inventory | None:
