@@ -66,7 +66,7 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
         "is measured), info logging.",
         f"Its webhook runs as deployed (`gpu-scheduler webhook`: {webhook_server(machine)}, "
-        "TLS, 2 workers) and is registered with "
+        "TLS, 2 workers, reading the node of each pod's map line as `webhook.readNodes` has it) and is registered with "
         "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
         f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
         "admission call as in production; the other "

@@ -1,4 +1,4 @@
-"""gpu-scheduler's webhook as deployed (granian, TLS, 2 workers), registered as the chart registers it.
+"""gpu-scheduler's webhook as deployed (granian, TLS, 2 workers, reading nodes), registered as the chart registers it.
 
 The configurations are the chart's own (`helm template`: rules,
 matchConditions, failurePolicy, timeouts), rendered for the benchmark's
