@@ -9,6 +9,8 @@ import pytest
 from gpu_scheduler.kube.client import ApiError
 from gpu_scheduler.webhook.nodes import CACHE_SECONDS, NodeFacts, NodeReader, NodeReadError
 
+# What the API server answers from its watch cache; written out, not imported, so that a
+# reader asking etcd (no resourceVersion) fails these tests.
 FROM_CACHE = {"resourceVersion": "0"}
 
 

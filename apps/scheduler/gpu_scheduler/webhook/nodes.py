@@ -25,6 +25,9 @@ CACHE_SECONDS = 10.0
 # Well inside the webhook's own timeoutSeconds (chart default 10), so that an
 # apiserver too slow to answer gets a warning, not a failed admission.
 READ_TIMEOUT_SECONDS = 2.0
+# A GET with this query is answered from kube-apiserver's watch cache, not by a quorum
+# read from etcd; this reader keeps what it reads for seconds anyway.
+FROM_WATCH_CACHE = {"resourceVersion": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +73,7 @@ class NodeReader:
     def _read(self, name: str) -> NodeFacts | None:
         path = f"/api/v1/nodes/{quote(name, safe='')}"
         deadline = time.monotonic() + READ_TIMEOUT_SECONDS
-        # resourceVersion=0: from kube-apiserver's watch cache, not a quorum read from
-        # etcd; this reader keeps what it reads for seconds anyway.
-        node = self._get(name, path, {"resourceVersion": "0"}, deadline)
+        node = self._get(name, path, FROM_WATCH_CACHE, deadline)
         if node is None:
             # A 404 refuses a pod created on that node, and the cache may not yet hold
             # a node created a moment ago: etcd confirms it.
