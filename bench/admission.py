@@ -271,7 +271,33 @@ def measure_stack_floor(bench: Bench, body: bytes, out: Path) -> list[dict]:
     return rows
 
 
+def not_run_row(rate: int, seconds: float, reason: str) -> dict:
+    """A run the phase did not make (an earlier step failed): no figures, and why, so its
+    targets MISS naming the reason (summary.headline_metrics) instead of the phase's
+    finished runs being dropped with it."""
+    nan = float("nan")
+    return {
+        "rate": rate,
+        "duration_s": seconds,
+        "requests": 0,
+        "achieved_rate": nan,
+        "throughput": nan,
+        "p50_ms": nan,
+        "p99_ms": nan,
+        "max_ms": nan,
+        "mean_ms": nan,
+        "errors": None,
+        "error_samples": [],
+        "cpu_s": nan,
+        "cpu_ms_per_request": nan,
+        "not_run": reason,
+    }
+
+
 def run(bench: Bench) -> dict:
+    """Every rate of every workload, then the stack's floor. A step that fails stops the phase
+    there: the runs already made are kept, the rest are rows that say why they were not made,
+    and the result's "stopped" says what failed (bench.run records it as the phase's error)."""
     settings = bench.settings
     out = settings.out / "admission"
     out.mkdir(parents=True, exist_ok=True)
@@ -282,41 +308,74 @@ def run(bench: Bench) -> dict:
     attack(bench, repeated_targets, *WARMUP, out / "warmup.bin")
 
     durations = tuple(seconds_at(settings, rate) for rate in settings.admission_rates)
-    workloads = []
+    workloads, stopped = [], None
     for key in settings.admission_workloads:
         rows = []
         groups = distinct_groups(settings.admission_rates, durations)
         for rate, seconds, rate_groups in zip(settings.admission_rates, durations, groups, strict=True):
-            lazy = key == DISTINCT
-            if key == REPEATED:
-                ready_for_a_run(bench, repeated)
-                targets = repeated_targets
-            else:
-                # A map of this run's, answered before its run: not sent again.
-                ready_for_a_run(bench, review_body(rate_groups[-1], settings))
-                bodies = (review_body(g, settings) for g in rate_groups[:-1])
-                targets = write_targets(out / f"distinct-{rate}.json", url, bodies)
-            bench.phase(f"admission, {WORKLOADS[key]}: {rate} requests/s for {seconds:g}s")
-            cpu = CpuMeter({"webhook": [bench.webhook.process.pid]})
-            report = attack(bench, targets, rate, seconds, out / f"{key}-{rate}.bin", lazy=lazy)
-            if lazy:
-                targets.unlink()  # hundreds of MB for a held minute, and never read again
-            figures = row(rate, seconds, report, cpu.used()["webhook"])
-            saturated = admission_saturation(figures)
-            bench.phase(
-                f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, max {figures['max_ms']:.1f}ms, "
-                f"answered {figures['throughput']:.0f}/s, errors {figures['errors']}, "
-                f"webhook CPU {figures['cpu_ms_per_request']:.3f} ms/request"
-                + (f"; SATURATED ({saturated}): its targets MISS" if saturated else "")
-            )
-            rows.append(figures)
+            if stopped is None:
+                try:
+                    rows.append(_one_run(bench, key, rate, seconds, rate_groups, repeated, repeated_targets, out))
+                    continue
+                except Exception as err:  # noqa: BLE001 - keep what was measured, say why the rest was not
+                    stopped = f"{WORKLOADS[key]} at {rate}/s: {err.__class__.__name__}: {err}"
+                    bench.phase(f"  admission phase stopped ({stopped}); the runs made so far are kept")
+            rows.append(not_run_row(rate, seconds, f"the phase stopped before this run ({stopped})"))
         workloads.append({"key": key, "maps": WORKLOADS[key], "rates": rows})
-    ready_for_a_run(bench, repeated)  # the floor's servers must not share the cores with the webhook's backlog
+    floor: list[dict] = []
+    if stopped is None:
+        try:
+            ready_for_a_run(bench, repeated)  # the floor's servers must not share the cores with the webhook's backlog
+            floor = measure_stack_floor(bench, repeated, out)
+        except Exception as err:  # noqa: BLE001 - the webhook's own runs stand without the floor
+            stopped = f"the stack's floor: {err.__class__.__name__}: {err}"
+            bench.phase(f"  admission phase stopped ({stopped}); the runs made so far are kept")
     return {
         "endpoint": "/mutate",
         "map_lines": settings.group,
         "workers": bench.webhook.workers,
         "client_timeout_s": webhook_timeout_seconds(),
         "workloads": workloads,
-        "stack_floor": measure_stack_floor(bench, repeated, out),
+        "stack_floor": floor,
+        **({"stopped": stopped} if stopped else {}),
     }
+
+
+def _one_run(
+    bench: Bench,
+    key: str,
+    rate: int,
+    seconds: float,
+    rate_groups: range,
+    repeated: bytes,
+    repeated_targets: Path,
+    out: Path,
+) -> dict:
+    """One workload at one rate, from a webhook that answers and has gone idle."""
+    settings = bench.settings
+    url = f"{bench.webhook.url}/mutate"
+    lazy = key == DISTINCT
+    if key == REPEATED:
+        ready_for_a_run(bench, repeated)
+        targets = repeated_targets
+    else:
+        # A map of this run's, answered before its run: not sent again.
+        ready_for_a_run(bench, review_body(rate_groups[-1], settings))
+        bodies = (review_body(g, settings) for g in rate_groups[:-1])
+        targets = write_targets(out / f"distinct-{rate}.json", url, bodies)
+    bench.phase(f"admission, {WORKLOADS[key]}: {rate} requests/s for {seconds:g}s")
+    cpu = CpuMeter({"webhook": [bench.webhook.process.pid]})
+    try:
+        report = attack(bench, targets, rate, seconds, out / f"{key}-{rate}.bin", lazy=lazy)
+    finally:
+        if lazy:
+            targets.unlink(missing_ok=True)  # hundreds of MB for a held minute, and never read again
+    figures = row(rate, seconds, report, cpu.used()["webhook"])
+    saturated = admission_saturation(figures)
+    bench.phase(
+        f"  p50 {figures['p50_ms']:.2f}ms, p99 {figures['p99_ms']:.2f}ms, max {figures['max_ms']:.1f}ms, "
+        f"answered {figures['throughput']:.0f}/s, errors {figures['errors']}, "
+        f"webhook CPU {figures['cpu_ms_per_request']:.3f} ms/request"
+        + (f"; SATURATED ({saturated}): its targets MISS" if saturated else "")
+    )
+    return figures

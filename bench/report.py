@@ -421,6 +421,8 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
 
 
 def _saturated(row: dict) -> str:
+    if row.get("not_run"):
+        return f"not run: {row['not_run']}"
     why = admission_saturation(row)
     return f"**yes**: {why}" if why else "no"
 
@@ -446,7 +448,7 @@ def admission_lines(adm: dict, server: str) -> list[str]:
                 num(r["p50_ms"], 2, " ms"),
                 num(r["p99_ms"], 2, " ms"),
                 num(r["max_ms"], 1, " ms"),
-                str(r["errors"]),
+                "—" if r["errors"] is None else str(r["errors"]),
                 num(r.get("cpu_ms_per_request"), 3, " ms"),
                 _saturated(r),
             ]

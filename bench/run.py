@@ -328,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in settings.phases:
             try:
                 results[name] = phases[name](bench)
+                if results[name].get("stopped"):  # a phase that kept what it measured before it failed
+                    results["errors"][name] = results[name]["stopped"]
             except Exception as err:  # noqa: BLE001 - record it and go on: the other phases still tell something
                 traceback.print_exc()
                 results["errors"][name] = f"{err.__class__.__name__}: {err}"

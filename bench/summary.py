@@ -221,7 +221,10 @@ def headline_metrics(results: dict) -> dict[str, dict]:
             scale = f"{row['rate']}/s for {row['duration_s']:g}s, {workload['maps']}"
             name = f"admission.{workload['key']}.{row['rate']}"
             saturated = admission_saturation(row)
-            reason = f"webhook saturated at {row['rate']}/s: {saturated}" if saturated else None
+            if row.get("not_run"):
+                reason = f"not run: {row['not_run']}"
+            else:
+                reason = f"webhook saturated at {row['rate']}/s: {saturated}" if saturated else None
             metrics[f"{name}.p50_ms"] = _metric(row["p50_ms"], scale, reason)
             metrics[f"{name}.p99_ms"] = _metric(row["p99_ms"], scale, reason)
             metrics[f"{name}.errors"] = _metric(row["errors"], scale, reason)

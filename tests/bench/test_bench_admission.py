@@ -141,3 +141,50 @@ def test_a_webhook_that_stays_busy_ends_the_phase_rather_than_charge_the_next_ru
     monkeypatch.setattr(admission, "wait_quiet", lambda pids, timeout, quiet_cores: (120.0, 0.9))
     with pytest.raises(RuntimeError, match="still used 0.90 cores 120 s after the last run"):
         admission.ready_for_a_run(Bench(), b"{}")
+
+
+def test_a_phase_that_stops_keeps_the_runs_it_made_and_says_why_of_the_rest(monkeypatch, tmp_path: Path):
+    # The 2026-11-29 13:53 run: all six runs measured, then the wait before the stack's floor
+    # failed, and the phase's figures were all dropped with the error.
+    from bench import summary, targets
+
+    settings = parse_settings(["--quick", "--out", str(tmp_path), "--admission-rates", "100,500"])
+    bench = Bench()
+    bench.settings = settings
+    bench.webhook = type("W", (), {"url": "https://127.0.0.1:1", "workers": 2, "process": Webhook.process})
+    made = []
+
+    def one_run(_bench, key, rate, seconds, _groups, _repeated, _targets, _out):
+        if (key, rate) == ("distinct", 100):
+            raise RuntimeError("the webhook still used 1.95 cores 120 s after the last run")
+        made.append((key, rate))
+        return {
+            **admission.not_run_row(rate, seconds, "unused"),
+            "not_run": None,
+            "requests": rate * 3,
+            "throughput": float(rate),
+            "p50_ms": 1.0,
+            "p99_ms": 2.0,
+            "errors": 0,
+        }
+
+    monkeypatch.setattr(admission, "answering", lambda _bench, _body: None)
+    monkeypatch.setattr(admission, "attack", lambda *args, **kwargs: {})
+    monkeypatch.setattr(admission, "_one_run", one_run)
+    floor = []
+    monkeypatch.setattr(admission, "measure_stack_floor", lambda *args: floor.append(1) or [])
+    result = admission.run(bench)
+
+    assert made == [("repeated", 100), ("repeated", 500)]
+    assert not floor  # nothing more is measured once a step failed
+    assert result["stopped"].startswith("a new map per request (parse cache misses) at 100/s: RuntimeError")
+    by_key = {w["key"]: w["rates"] for w in result["workloads"]}
+    assert [r["p99_ms"] for r in by_key["repeated"]] == [2.0, 2.0]
+    assert [r["not_run"] for r in by_key["repeated"]] == [None, None]
+    assert all("1.95 cores" in r["not_run"] for r in by_key["distinct"])
+
+    metrics = summary.headline_metrics({"admission": result})
+    checked = {t["metric"]: t for t in targets.evaluate(targets.load(), metrics)}
+    assert checked["admission.repeated.500.p99_ms"]["status"] == targets.PASS
+    missed = checked["admission.distinct.500.p99_ms"]
+    assert missed["status"] == targets.MISS and missed["reason"].startswith("not run: the phase stopped")

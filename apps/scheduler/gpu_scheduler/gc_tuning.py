@@ -21,10 +21,6 @@ YOUNG_THRESHOLD = 14_000
 
 def tune_for_service() -> None:
     """Call once, after start-up's imports and before the serving loop."""
-    import os  # EXPERIMENT
-
-    if os.environ.get("EXP_NO_GC"):  # EXPERIMENT
-        return
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

@@ -20,11 +20,13 @@ from gpu_scheduler.placement import (
 )
 from gpu_scheduler.placement.grammar import (
     _DNS1123_SUBDOMAIN,
+    ENTRY_BYTES,
     MAX_ERRORS_KEPT,
     MAX_MAP_BYTES,
     _parse_line,
     _parse_plain_line,
     _ParsedMapCache,
+    parsed_size,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -197,15 +199,45 @@ def test_errors_past_the_kept_ones_are_counted_not_stored():
     assert str(caught.value).endswith(f"... and {MAX_ERRORS_KEPT + 50 - InvalidMapError.MAX_LISTED} more errors")
 
 
-def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_bytes():
-    cache = _ParsedMapCache(max_bytes=30)
-    first = cache("0=node1:0,1\n")  # 12 bytes
+def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_what_it_holds():
+    # Each map's size is its text plus ENTRY_BYTES per entry: 12 + 290, 10 + 290, 14 + 290.
+    cache = _ParsedMapCache(max_bytes=2 * ENTRY_BYTES + 30)
+    first = cache("0=node1:0,1\n")
     assert cache("0=node1:0,1\n") is first
-    cache("1=node2:2\n")  # 10 bytes
-    cache("2=node3:0,1,2\n")  # 14 bytes: 36 > 30, the least recently used goes
+    cache("1=node2:2\n")
+    assert cache.held_bytes == 12 + 10 + 2 * ENTRY_BYTES
+    cache("2=node3:0,1,2\n")  # over the bound: the least recently used goes
+    assert cache.held_bytes == 10 + 14 + 2 * ENTRY_BYTES
     assert cache("0=node1:0,1\n") is not first
     with pytest.raises(InvalidMapError):
         cache("nonsense")
+
+
+def test_the_parse_cache_counts_the_entries_not_only_the_text():
+    # 100 short lines: 1.5 KB of text, some 30 KB parsed. A bound of 4 KiB holds none of it.
+    text = "".join(f"{i}=n:0\n" for i in range(100))
+    cache = _ParsedMapCache(max_bytes=4096)
+    first = cache(text)
+    assert cache.held_bytes == 0
+    assert cache(text) is not first
+    assert parsed_size(text, first) == len(text) + 100 * ENTRY_BYTES
+
+
+def test_the_entry_cost_the_cache_assumes_is_what_an_entry_holds():
+    # ENTRY_BYTES is a measurement; a change to MapEntry that makes it much larger
+    # must change the bound with it.
+    import tracemalloc
+
+    text = "".join(f"{i}=bn-{i % 100}:{i % 8}\n" for i in range(10_000))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        parsed = parse(text)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    per_entry = held / len(parsed)
+    assert 0.5 * ENTRY_BYTES < per_entry < 1.5 * ENTRY_BYTES, per_entry
 
 
 def test_the_shared_parse_cache_parses_like_the_parser():
