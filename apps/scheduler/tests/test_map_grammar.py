@@ -10,6 +10,7 @@ from gpu_scheduler.placement import (
     InvalidMapError,
     InvalidNodeError,
     MalformedEntryError,
+    MapEntry,
     MapLineError,
     MapTooLargeError,
     MigDeviceError,
@@ -24,8 +25,10 @@ from gpu_scheduler.placement.grammar import (
     MAX_ERRORS_KEPT,
     MAX_MAP_BYTES,
     _parse_line,
+    _parse_line_by_line,
     _parse_plain_line,
     _ParsedMapCache,
+    _read_plain_map,
     parsed_size,
 )
 from hypothesis import given, settings
@@ -200,7 +203,7 @@ def test_errors_past_the_kept_ones_are_counted_not_stored():
 
 
 def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_what_it_holds():
-    # Each map's size is its text plus ENTRY_BYTES per entry: 12 + 290, 10 + 290, 14 + 290.
+    # Each map's size is its text plus ENTRY_BYTES per entry.
     cache = _ParsedMapCache(max_bytes=2 * ENTRY_BYTES + 30)
     first = cache("0=node1:0,1\n")
     assert cache("0=node1:0,1\n") is first
@@ -214,7 +217,7 @@ def test_the_parse_cache_returns_the_same_map_and_is_bounded_by_what_it_holds():
 
 
 def test_the_parse_cache_counts_the_entries_not_only_the_text():
-    # 100 short lines: 1.5 KB of text, some 30 KB parsed. A bound of 4 KiB holds none of it.
+    # 100 short lines: 0.6 KB of text, some 20 KB parsed. A bound of 4 KiB holds none of it.
     text = "".join(f"{i}=n:0\n" for i in range(100))
     cache = _ParsedMapCache(max_bytes=4096)
     first = cache(text)
@@ -281,3 +284,48 @@ def test_a_plain_map_and_the_same_map_with_spaces_parse_alike():
     plain = "\n".join(f"{i}=n{i % 7}:{i % 8},{(i + 1) % 8}" for i in range(200))
     spaced = "\n".join(f" {i} = n{i % 7} : {i % 8} , {(i + 1) % 8} " for i in range(200))
     assert parse(plain).to_json() == parse(spaced).to_json()
+
+
+# Whole maps near the plain form: the whole-map reader must accept only maps the line-by-line
+# checks accept, and read them the same way (entries, devices as written, line numbers).
+_MAP_LINES = st.lists(
+    st.one_of(
+        st.builds(
+            lambda index, node, devices: f"{index}={node}:{','.join(devices)}",
+            _PLAIN_PARTS["index"],
+            _PLAIN_PARTS["node"],
+            _PLAIN_PARTS["devices"],
+        ),
+        st.sampled_from(["", "# comment", "1=node1:0\r", "4=node1:0", "4=node2:1", "5= node1:0"]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=500)
+@given(lines=_MAP_LINES, newline_at_end=st.booleans())
+def test_the_whole_map_reader_agrees_with_the_line_by_line_checks(lines, newline_at_end):
+    text = "\n".join(lines) + ("\n" if newline_at_end else "")
+    fast = _read_plain_map(text)
+    try:
+        full = _parse_line_by_line(text)
+    except InvalidMapError:
+        full = None
+    if fast is not None:
+        assert full is not None, text
+        assert dict(fast.items()) == dict(full.items()), text
+
+
+def test_the_whole_map_reader_reads_the_maps_it_is_for():
+    text = "".join(f"{i}=bn-{i % 100}:{i % 8}\n" for i in range(100))
+    parsed = _read_plain_map(text)
+    assert parsed is not None and len(parsed) == 100
+    assert parsed[42] == MapEntry(index=42, node="bn-42", devices=("2",), line=43)
+    assert _read_plain_map("0=node1:0,1\n1=node2:2") is not None  # no newline at the end
+    # Anything else is left to the line-by-line checks, which say what is wrong.
+    for text in ("0=node1:0\n\n1=node2:1\n", "# c\n0=node1:0\n", "0=node1:0\n0=node2:1\n", "0=Node1:0\n"):
+        assert _read_plain_map(text) is None, text
+    assert _read_plain_map("0=node1:1,01\n") is None  # one device twice
+    assert _read_plain_map("2147483648=node1:0\n") is None
+    assert _read_plain_map("0=node1:2147483648\n") is None
