@@ -12,7 +12,8 @@ MODULE_DIR="$REPO_ROOT/bench/tools"
 VERSION="$(awk '$1 == "github.com/tsenart/vegeta/v12" {print $2; exit}' "$MODULE_DIR/go.mod")"
 [[ -n "$VERSION" ]] || die "no github.com/tsenart/vegeta/v12 version in $MODULE_DIR/go.mod"
 command -v go >/dev/null || die "go not found: the benchmark builds vegeta $VERSION and its ceiling binder with it"
-export GOMODCACHE="$CACHE_DIR/go/mod" GOCACHE="$CACHE_DIR/go/build"
+# Go's module and build caches stay in their default places, shared by every clone on the
+# machine (content-addressed), as scripts/build-control-plane.sh has them.
 export GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
 cd "$MODULE_DIR"
 

@@ -129,8 +129,9 @@ class Webhook:
                 "--scheduler-name",
                 scheduler_name,
                 # As the chart deploys it (webhook.readNodes defaults to true): each
-                # admission looks up its line's node, a GET per node and worker every
-                # CACHE_SECONDS (webhook/nodes.py), which the figures must include.
+                # worker watches the nodes that publish GPUs (webhook/gpu_nodes.py; none
+                # of the bench's) and reads a node when a pod is created on one, which
+                # the figures must include.
                 "--read-nodes",
                 "true",
                 "--kubeconfig",

@@ -97,9 +97,10 @@ EXPECTED_RBAC = {
     ("ClusterRole", "gpu-scheduler-smoke-test"): [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     ],
-    # webhook.readNodes: one named Node (a map's alias label).
+    # webhook.readNodes: one named Node (a map's alias label), and a watch of the nodes that
+    # publish GPUs (webhook/gpu_nodes.py).
     ("ClusterRole", "gpu-scheduler-webhook"): [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     ],
     # The inventory agent: GET its Node, PATCH what it publishes (agent/runner.py).
     ("ClusterRole", "gpu-scheduler-agent"): [

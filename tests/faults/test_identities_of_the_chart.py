@@ -9,11 +9,11 @@ by `kubectl auth can-i --as=...` and, attempted for real with the token, answere
 
 tests/delivery/test_helm_install.py already runs the certificate Jobs' commands with their
 token and checks with `can-i` what that account may not do; here the same account's
-forbidden actions are attempted for real. The webhook's account may only get single nodes
-(webhook.readNodes): its real NodeReader reads a node's alias with the account's token, and
-everything else is refused; with readNodes=false it has no RBAC and no token at all
-(tests/delivery/test_helm_template.py). Read-only
-root file systems and non-root users are the chart's golden tests
+forbidden actions are attempted for real. The webhook's account may only read nodes
+(webhook.readNodes): its real NodeReader reads a node's alias and its watch of the nodes
+that publish GPUs lists with the account's token, and everything else is refused; with
+readNodes=false it has no RBAC and no token at all (tests/delivery/test_helm_template.py).
+Read-only root file systems and non-root users are the chart's golden tests
 (tests/delivery/test_pod_security.py).
 """
 
@@ -432,11 +432,13 @@ def test_private_keys_are_owner_only_and_never_printed(kubeconfig, release, cert
     assert set(secret.data) == {"tls.crt", "tls.key", "ca.crt"}
 
 
-def test_the_webhook_account_reads_a_node_and_nothing_else(kubeconfig, release, api_client, tmp_path):
-    """The webhook's NodeReader (webhook.readNodes, the chart's default) with a token of the
-    chart's webhook ServiceAccount: a node and its alias label are read, a missing node is
-    None, and listing nodes or reading anything else is refused."""
+def test_the_webhook_account_reads_nodes_and_nothing_else(kubeconfig, release, api_client, tmp_path):
+    """The webhook's NodeReader and its watch of the nodes that publish GPUs (webhook.readNodes,
+    the chart's default) with a token of the chart's webhook ServiceAccount: a node and its
+    alias label are read, a missing node is None, the watch lists and stays current, and
+    writing a node or reading anything else is refused."""
     from gpu_scheduler.kube.client import ApiError, KubeClient, load_configuration
+    from gpu_scheduler.webhook.gpu_nodes import PublishedGpus
     from gpu_scheduler.webhook.nodes import NodeFacts, NodeReader
 
     identity = token_kubeconfig(kubeconfig, release, "webhook", tmp_path / "kubeconfig")
@@ -446,7 +448,26 @@ def test_the_webhook_account_reads_a_node_and_nothing_else(kubeconfig, release, 
     labels = client.CoreV1Api(api_client).read_node(name).metadata.labels or {}
     assert reader.node(name) == NodeFacts(name, labels.get("gpu-node-name"))
     assert reader.node(f"no-such-node-{uuid.uuid4().hex[:6]}") is None
-    for path in ("/api/v1/nodes", f"/api/v1/namespaces/{release.namespace}/pods", "/api/v1/namespaces"):
+    published = PublishedGpus(kube)
+    published.start()
+    try:
+
+        def listed() -> None:
+            if not published.current():
+                raise NotYet(published.informer.current() or "not listed yet")
+
+        wait_for("the webhook's watch of the nodes that publish GPUs to list", listed, timeout=30)
+    finally:
+        published.informer.stop()
+    for path in (f"/api/v1/namespaces/{release.namespace}/pods", "/api/v1/namespaces", "/api/v1/secrets"):
         with pytest.raises(ApiError) as refused:
             kube.call("GET", path)
         assert refused.value.status == 403, path
+    with pytest.raises(ApiError) as refused:
+        kube.call(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            body={"metadata": {"labels": {"gpu-scheduler-test": "written"}}},
+            content_type="application/merge-patch+json",
+        )
+    assert refused.value.status == 403

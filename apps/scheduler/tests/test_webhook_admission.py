@@ -269,6 +269,11 @@ class Nodes:
             return None
         return NodeFacts(name, self.aliases[name], self.inventories.get(name))
 
+    def inventory(self, name):
+        # As NodeReader does before its watch of the nodes that publish GPUs is current.
+        facts = self.node(name)
+        return None if facts is None else facts.inventory
+
 
 def test_a_pod_created_on_the_node_whose_alias_its_line_names_is_admitted_without_a_warning():
     nodes = Nodes({"kind-worker": "node3"})

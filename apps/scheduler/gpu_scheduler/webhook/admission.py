@@ -267,17 +267,17 @@ def _devices_not_on_node(who: str, entry: MapEntry, nodes: NodeReader | None) ->
     if nodes is None:
         return None
     try:
-        node = nodes.node(entry.node)
+        inventory = nodes.inventory(entry.node)
     except NodeReadError:
         return None
-    if node is None or node.inventory is None:
+    if inventory is None:
         return None
-    unknown = [d for d in entry.devices if node.inventory.resolve(d) is None]
+    unknown = [d for d in entry.devices if inventory.resolve(d) is None]
     if not unknown:
         return None
     return (
         f"pod {who}: line {entry.line} of its {MAP_ANNOTATION} names GPU {', '.join(unknown)} on node {entry.node}, "
-        f"which has no such GPU (its GPUs: {node.inventory.describe()})"
+        f"which has no such GPU (its GPUs: {inventory.describe()})"
     )
 
 

@@ -138,12 +138,15 @@ def run(args: argparse.Namespace) -> int:
         reader = None
         if configuration is not None:
             from ..kube.client import USER_AGENT, KubeClient
+            from .gpu_nodes import PublishedGpus
             from .nodes import NodeReader
 
             # direct=False: the direct transport keeps a connection per thread, and a
             # worker has --threads of them; urllib3's pool shares 4 among them.
             client = KubeClient(configuration, pool_size=4, user_agent=USER_AGENT + "-webhook", direct=False)
-            reader = NodeReader(client, args.alias_label)
+            published = PublishedGpus(client)
+            published.start()
+            reader = NodeReader(client, args.alias_label, published=published)
         # The certificate this worker serves: the one on disk when it started.
         status = served_certificate(tls.cert_file)
         return create_app(args.scheduler_name, WebhookMetrics(lambda: status().not_after), ready=status, nodes=reader)

@@ -1,12 +1,11 @@
-"""What the webhook reads of a node: its alias label and its published GPUs, by a GET of
-that one node.
+"""What the webhook reads of a node: its alias label and its published GPUs.
 
 A pod created with spec.nodeName set, whose map line names another node, needs
 the alias (no scheduler runs for such a pod, so only admission can say that its
-containers would get another node's devices); a pod whose line names a node
-that publishes its GPUs (gpu-scheduler agent) has its devices checked against
-them. A GET per node with a short cache costs less than a node informer in
-every granian worker.
+containers would get another node's devices): a GET of that one node, kept a
+few seconds. A pod whose line names a node that publishes its GPUs (gpu-scheduler
+agent) has its devices checked against them: from a watch of only the nodes that
+publish GPUs (gpu_nodes.py), or, until that watch is current, from the same GET.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from urllib.parse import quote
 
 from ..kube.client import ApiError, KubeClient
 from ..scheduling.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError
+from .gpu_nodes import PublishedGpus
 
 # A node's alias label rarely changes; a few seconds of staleness only delays
 # when a relabelled node's pods are judged by the new label.
@@ -47,10 +47,13 @@ class NodeReader:
     """GET /api/v1/nodes/<name> from the apiserver's cache (a 404 confirmed from etcd),
     kept per name for CACHE_SECONDS; thread-safe."""
 
-    def __init__(self, client: KubeClient, alias_label: str, clock=time.monotonic) -> None:
+    def __init__(
+        self, client: KubeClient, alias_label: str, clock=time.monotonic, published: PublishedGpus | None = None
+    ) -> None:
         self._client = client
         self._alias_label = alias_label
         self._clock = clock
+        self._published = published
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, NodeFacts | None]] = {}
 
@@ -69,6 +72,15 @@ class NodeReader:
         with self._lock:
             self._cache[name] = (now, facts)
         return facts
+
+    def inventory(self, name: str) -> Inventory | None:
+        """The GPUs node `name` publishes: from the watch of the nodes that publish GPUs
+        while it is current (gpu_nodes.py), else from a read of the node; None when it
+        publishes none or is no node. NodeReadError when it cannot be known."""
+        if self._published is not None and self._published.current():
+            return self._published.inventory(name)
+        facts = self.node(name)
+        return None if facts is None else facts.inventory
 
     def _read(self, name: str) -> NodeFacts | None:
         path = f"/api/v1/nodes/{quote(name, safe='')}"
