@@ -14,6 +14,9 @@ import threading
 import time
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.errors
 import pytest
 import requests
 from cryptography import x509
@@ -566,3 +569,59 @@ def test_missing_certificate_stops_the_start_with_a_hint(tmp_path):
     assert "cannot load certificate" in result.stderr
     assert "gpu-scheduler certs" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def cancelled_http2_requests(port: int, trust_file: Path, body: bytes, count: int) -> None:
+    """`count` POSTs to /mutate over HTTP/2, each reset by the client (RST_STREAM CANCEL) after
+    half its body, as kube-apiserver resets a webhook call it gives up on (its timeout, a
+    create whose client went away)."""
+    context = ssl.create_default_context(cafile=str(trust_file))
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((HOST, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=HOST) as tls,
+    ):
+        assert tls.selected_alpn_protocol() == "h2"
+        connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        connection.initiate_connection()
+        tls.sendall(connection.data_to_send())
+        for _ in range(count):
+            stream = connection.get_next_available_stream_id()
+            headers = [
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", f"{HOST}:{port}"),
+                (":path", "/mutate"),
+                ("content-type", "application/json"),
+                ("content-length", str(len(body))),
+            ]
+            connection.send_headers(stream, headers)
+            connection.send_data(stream, body[: len(body) // 2])
+            tls.sendall(connection.data_to_send())
+            time.sleep(0.02)  # the request reaches a Python thread, which waits for the rest
+            connection.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+            tls.sendall(connection.data_to_send())
+
+
+def process_cpu_seconds(pids) -> float:
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_requests_reset_by_their_client_leave_the_webhook_idle(certs, start_webhook, tmp_path):
+    # Bug 6 (docs/faults.md): werkzeug read the body in pieces, and granian's piecewise read of
+    # a request its client had reset kept a Rust thread spinning for minutes: 0.9-1.2 cores
+    # busy after 300 requests cancelled by vegeta (3 runs of 3), 1.6 cores after an overload.
+    webhook = start_webhook(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
+    body = json.dumps(golden("mutate-statefulset-pod")).encode()
+    cancelled_http2_requests(webhook.port, certs / "ca.crt", body, count=20)
+    time.sleep(1)  # the resets reach the workers
+    pids = [webhook.process.pid, *worker_pids(webhook.process.pid)]
+    before, started = process_cpu_seconds(pids), time.monotonic()
+    time.sleep(3)
+    cores = (process_cpu_seconds(pids) - before) / (time.monotonic() - started)
+    assert cores < 0.1, f"the webhook kept {cores:.2f} cores busy after its requests were reset"
+    assert post(webhook, "/mutate", golden("mutate-statefulset-pod")).status_code == 200

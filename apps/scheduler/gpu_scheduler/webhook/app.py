@@ -36,6 +36,23 @@ def _status(code: int, reason: str, message: str) -> Response:
     return Response(json.dumps(body), status=code, mimetype="application/json")
 
 
+def request_body() -> bytes:
+    """The request's body, read whole.
+
+    werkzeug's get_data() reads wsgi.input in pieces (readinto), and in granian such a
+    read of a request whose client has gone (an HTTP/2 stream reset, a connection closed
+    while the request waited for a thread) keeps one of its Rust threads spinning for
+    minutes after the load that left it: after a minute of 1,500 new maps a second,
+    1.6-1.7 cores busy with no request to serve (docs/faults.md, bug 6). Read with no
+    size, granian collects the body once, and a body cut short is only short (then not
+    JSON: a 400 no one reads). A body of unknown length, or over MAX_BODY, goes through
+    werkzeug, which bounds it (413)."""
+    length = request.content_length
+    if length is not None and length <= MAX_BODY:
+        return request.environ["wsgi.input"].read()
+    return request.get_data(cache=False)
+
+
 def parse_body(data: bytes) -> object:
     """The request body as JSON; BadRequest for anything that is not UTF-8 JSON.
 
@@ -69,7 +86,7 @@ def create_app(
         try:
             # Reading the body here (not in Flask) makes an oversized one raise
             # RequestEntityTooLarge inside this try, so it is counted too.
-            review = parse_body(request.get_data(cache=False))
+            review = parse_body(request_body())
             decision = decide(review, scheduler_name)
         except (admission.BadRequest, RecursionError) as err:
             message = str(err) if isinstance(err, admission.BadRequest) else "the AdmissionReview is nested too deeply"
