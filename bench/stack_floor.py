@@ -25,7 +25,8 @@ import json
 import ssl
 import tempfile
 
-from flask import Flask, Response, request
+from flask import Flask, Response
+from gpu_scheduler.webhook.app import request_body
 from gpu_scheduler.webhook.server import ReloadingTLS, ServerOptions, serve
 from gunicorn.app.base import BaseApplication
 
@@ -52,7 +53,7 @@ def flask_app() -> Flask:
 
     @app.post("/mutate")
     def mutate() -> Response:
-        request.get_data(cache=False)
+        request_body()  # as the webhook reads it (webhook/app.py)
         return Response(ANSWER, mimetype="application/json")
 
     @app.get("/readyz")
