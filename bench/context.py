@@ -47,6 +47,7 @@ class Settings:
     strict: bool = False  # exit non-zero when a target is missed (BENCH_STRICT=1)
     admission_hold_seconds: float = 60.0  # the highest admission rate is held this long
     record: bool = False  # keep the results and plot in docs/bench/ (BENCH_RECORD=1)
+    webhook_workers: int = 2  # the webhook's worker processes (the chart's webhook.workers)
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.

@@ -23,7 +23,7 @@ from pathlib import Path
 from kubernetes import config as kube_config
 
 from . import admission, contenders, machine, memory, profile, report, scale, statefulset, throughput
-from .chart import webhook_timeout_seconds
+from .chart import webhook_timeout_seconds, webhook_workers
 from .cluster import BenchCluster, cluster_answers, local_script
 from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
@@ -131,6 +131,12 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "--modes",
         default=os.environ.get("BENCH_MODES", ",".join(throughput.MODES)),
         help=f"comma-separated subset of {','.join(throughput.MODES)} (env BENCH_MODES)",
+    )
+    add(
+        "--webhook-workers",
+        type=int,
+        default=int(os.environ.get("BENCH_WEBHOOK_WORKERS") or webhook_workers()),
+        help="the webhook's worker processes (env BENCH_WEBHOOK_WORKERS; default the chart's webhook.workers)",
     )
     add(
         "--threads",
@@ -244,6 +250,8 @@ def parse_settings(argv: list[str] | None) -> Settings:
         parser.error(f"--pods/BENCH_PODS must be within 1-10000, got {args.pods}")
     if args.runs < 1:
         parser.error(f"--runs/BENCH_RUNS must be at least 1, got {args.runs}")
+    if args.webhook_workers < 1:
+        parser.error(f"--webhook-workers/BENCH_WEBHOOK_WORKERS must be at least 1, got {args.webhook_workers}")
     if args.record and args.quick:
         parser.error(
             "--record/BENCH_RECORD with --quick/QUICK: a QUICK run's sizes are not the targets', it is not a run "
@@ -261,6 +269,7 @@ def parse_settings(argv: list[str] | None) -> Settings:
         group=args.group,
         runs=args.runs,
         threads=args.threads,
+        webhook_workers=args.webhook_workers,
         sts_replicas=args.sts_replicas,
         admission_rates=tuple(int(r) for r in args.admission_rates.split(",") if r),
         admission_seconds=args.admission_seconds,
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         api,
         api_client,
         BenchCluster(api, NAMESPACE),
-        Webhook(settings.out, OUR_SCHEDULER, free_port(), kubeconfig),
+        Webhook(settings.out, OUR_SCHEDULER, free_port(), kubeconfig, workers=settings.webhook_workers),
         started,
         control_plane_processes=(
             control_plane_processes(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else {}
