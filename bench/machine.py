@@ -56,6 +56,21 @@ def _memory_gib() -> float:
     return 0.0
 
 
+# A fixed piece of pure Python, timed: how fast this machine runs the interpreter, so that
+# runs on different machines can be told apart (the same code's figures moved 2-4x between
+# the machines of 2026-11-28 and 2026-12-01). Best of PROBE_REPEATS, in microseconds.
+PROBE_STATEMENT = "sum(range(10000))"
+PROBE_LOOPS, PROBE_REPEATS = 200, 5
+
+
+def python_speed_us() -> float:
+    """Microseconds per PROBE_STATEMENT on this machine, the best of PROBE_REPEATS timings."""
+    import timeit
+
+    best = min(timeit.repeat(PROBE_STATEMENT, number=PROBE_LOOPS, repeat=PROBE_REPEATS))
+    return round(best / PROBE_LOOPS * 1e6, 1)
+
+
 def describe() -> dict:
     return {
         "cores": os.cpu_count(),
@@ -63,6 +78,7 @@ def describe() -> dict:
         "cpu_model": _cpu_model(),
         "kernel": platform.release(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python_probe_us": python_speed_us(),
         "python": platform.python_version(),
         "gpu_scheduler": _first_line([str(GPU_SCHEDULER), "--version"]),
         "webhook_server": WEBHOOK_SERVER,

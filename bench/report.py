@@ -27,6 +27,7 @@ from .contenders import (
 )
 from .cpuwork import SETTLE_TIMEOUT_SECONDS
 from .kube_scheduler import PINNED_FILTERS
+from .machine import PROBE_STATEMENT
 from .paths import DEFAULT_OUT, RECORD_DIR
 from .summary import (
     CPU_RATIO_GROUPS,
@@ -116,9 +117,10 @@ def run_name(results: dict) -> str:
     modes = settings.get("modes")
     if not settings.get("scale") and modes and set(modes) != set(MODES):
         mode += f" BENCH_MODES={','.join(modes)}"  # a part of the throughput modes ran
+    probe = f", Python speed probe {m['python_probe_us']:g} us" if m.get("python_probe_us") else ""
     return (
         f"`{mode}` of {str(results.get('started', '?'))[:16].replace('T', ' ')} UTC, "
-        f"{m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB"
+        f"{m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB{probe}"
     )
 
 
@@ -129,8 +131,13 @@ def machine_lines(results: dict) -> list[str]:
         f"Run: {run_name(results)}; {num(results.get('duration_s'), 0)} s in all.",
         "",
         f"Machine: {m.get('cores')} cores ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, "
-        f"load average at start {m.get('load_average_at_start')}, at the end {m.get('load_average_at_end')}. "
-        f"Python {m.get('python')}; {m.get('gpu_scheduler')} at commit {m.get('commit')}; kube-apiserver "
+        f"load average at start {m.get('load_average_at_start')}, at the end {m.get('load_average_at_end')}"
+        + (
+            f", Python speed probe {m['python_probe_us']:g} us per `{PROBE_STATEMENT}` (lower is faster). "
+            if m.get("python_probe_us")
+            else ". "
+        )
+        + f"Python {m.get('python')}; {m.get('gpu_scheduler')} at commit {m.get('commit')}; kube-apiserver "
         f"{m.get('kube_apiserver')}; kube-scheduler {m.get('kube_scheduler')}; {m.get('kwok')}; {m.get('etcd')}; "
         f"vegeta {m.get('vegeta')}.",
     ]
