@@ -322,7 +322,7 @@ def test_a_critical_class_the_quota_counts_is_refused_for_the_agent(helm):
 # -- webhook.readNodes -----------------------------------------------------------------------
 
 
-def test_the_webhook_reads_single_nodes_by_default(render):
+def test_the_webhook_reads_and_watches_nodes_by_default(render):
     rendered = render(SCHEDULER_CHART)
     spec = pod_spec(rendered.one("Deployment", WEBHOOK))
     (container,) = spec["containers"]
@@ -331,7 +331,9 @@ def test_the_webhook_reads_single_nodes_by_default(render):
 
     assert spec["automountServiceAccountToken"] is True
     assert rendered.one("ServiceAccount", WEBHOOK)["automountServiceAccountToken"] is True
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    # A GET of the node a pre-bound pod names; a list+watch of the GPU nodes
+    # for the devices they publish. Never a write.
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WEBHOOK}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": WEBHOOK, "namespace": SCHEDULER_NAMESPACE}]
     assert env_of(container)["WEBHOOK_READ_NODES"] == {"name": "WEBHOOK_READ_NODES", "value": "true"}
