@@ -72,6 +72,50 @@ def attempt_seconds(runner: Runner) -> float | None:
     return total / count if total is not None and count else None
 
 
+# Pods of an incomplete run described in its figures, at most.
+DIAGNOSED_PODS = 5
+
+
+def unbound_diagnosis(bench: Bench, runner: Runner, unbound: list[str]) -> dict:
+    """What a run that left pods unbound leaves to go on, read before the runner stops: the
+    first unbound pods as kube-apiserver has them (phase, node, conditions, the scheduler name
+    and the placement the webhook wrote), and the runner's own queue by state when it has one
+    (gpu-scheduler's gpu_scheduler_pending_pods). Never a figure: the run is a MISS already."""
+    pods = []
+    for name in sorted(unbound)[:DIAGNOSED_PODS]:
+        try:
+            pod = bench.api.get(f"/api/v1/namespaces/{bench.namespace}/pods/{name}")
+        except Exception as err:  # noqa: BLE001 - a diagnosis says what it could not read
+            pods.append({"name": name, "error": str(err)})
+            continue
+        metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        pods.append(
+            {
+                "name": name,
+                "uid": metadata.get("uid"),
+                "created": metadata.get("creationTimestamp"),
+                "deleting": metadata.get("deletionTimestamp"),
+                "scheduler": spec.get("schedulerName"),
+                "node": spec.get("nodeName"),
+                "phase": status.get("phase"),
+                "conditions": status.get("conditions") or [],
+                "placement": (metadata.get("annotations") or {}).get("gpu-scheduler/placement"),
+            }
+        )
+    queue = {}
+    if runner.metrics_url:
+        try:
+            with urllib.request.urlopen(runner.metrics_url, timeout=5) as response:
+                text = response.read().decode()
+            for state in ("active", "in-flight", "backoff", "unschedulable"):
+                value = sample(text, "gpu_scheduler_pending_pods", queue=state)
+                if value is not None:
+                    queue[state] = value
+        except OSError as err:
+            queue = {"error": str(err)}
+    return {"unbound": len(unbound), "unbound_pods": pods, "runner_queue": queue}
+
+
 def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
     if not (bench.settings.profile and runner.key in (contenders.OURS, contenders.OURS_UNADMITTED)):
         return None
@@ -120,6 +164,8 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
             bench.api, bench.namespace, label, pod_bodies, settings.threads, settings.burst_timeout(pods)
         )
         figures = result.to_json()
+        if result.unbound:
+            figures["diagnosis"] = unbound_diagnosis(bench, runner, list(result.unbound))
         figures.update(work.finish())  # cpu_s: the burst's work, from before the first pod until settled
         figures.update(apiserver_figures(counted_before, apiserver_work.fetch(bench.api), figures.get("bound", 0)))
         figures.update(settled)
@@ -160,6 +206,8 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         runner.wait_ready()
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
         figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
+        if not complete:
+            figures["diagnosis"] = unbound_diagnosis(bench, runner, [n for n in names if n not in watcher.bound_at])
         figures.update(work.finish())
     finally:
         watcher.stop()

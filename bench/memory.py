@@ -4,8 +4,10 @@ The node cache holds mem_nodes bench nodes (plus the cluster's own), and a
 fresh gpu-scheduler binds mem_pods pods, which then sit in its bound-pod cache
 and its GPU ledger. Peak RSS is the kernel's VmHWM (/proc/<pid>/status) read
 before the process stops: the most it ever had resident, bursts included.
-For the webhook (gunicorn) it is read for the master and each worker; it has
-admitted every pod of the whole benchmark by then, including the vegeta load.
+For the webhook (granian) it is read for the master and each worker, with the sum of
+their PSS after the burst (each shared page counted once, near what the container's
+memory cgroup is charged); it has admitted every pod of the whole benchmark by then,
+including the vegeta load.
 """
 
 from __future__ import annotations

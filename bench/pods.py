@@ -160,6 +160,7 @@ class BurstResult:
     create_errors: list[str]
     create_retries: list[str]  # why create requests were sent again (429/5xx, e.g. a webhook timeout)
     complete: bool
+    unbound: tuple[str, ...] = ()  # pods created and never seen bound
 
     @property
     def pods_per_second(self) -> float:
@@ -270,4 +271,5 @@ def burst_result(
         create_errors=failures,
         create_retries=retries,
         complete=complete,
+        unbound=tuple(sorted(name for name in ok if name not in bound)),
     )

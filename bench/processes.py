@@ -150,14 +150,36 @@ def peak_rss_mib(pid: int) -> float | None:
     return None if kib is None else kib / 1024
 
 
-def tree_peak_rss_mib(pid: int) -> dict[str, float | int]:
-    """Peak RSS of a process and its descendants: the largest one and the sum.
+def pss_mib(pid: int) -> float | None:
+    """The process's proportional set size now (/proc/<pid>/smaps_rollup): its private pages
+    plus its share of those it shares, so the sum over processes is what they hold together,
+    near what their container's memory cgroup is charged for them. None if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
-    The sum overstates real use a little: forked workers share their
-    parent's pages until they write to them, and each VmHWM counts them.
+
+def tree_peak_rss_mib(pid: int) -> dict[str, float | int]:
+    """Peak RSS of a process and its descendants: the largest one and the sum, and the sum of
+    their PSS now.
+
+    The RSS sum overstates real use: forked workers share their parent's pages until they
+    write to them, and each VmHWM counts them. The PSS sum counts every page once, but is
+    read now, not at the peak.
     """
-    peaks = [p for p in (peak_rss_mib(q) for q in [pid, *descendants(pid)]) if p is not None]
-    return {"processes": len(peaks), "max_mib": max(peaks, default=0.0), "sum_mib": sum(peaks)}
+    tree = [pid, *descendants(pid)]
+    peaks = [p for p in (peak_rss_mib(q) for q in tree) if p is not None]
+    shares = [p for p in (pss_mib(q) for q in tree) if p is not None]
+    return {
+        "processes": len(peaks),
+        "max_mib": max(peaks, default=0.0),
+        "sum_mib": sum(peaks),
+        "pss_sum_mib": sum(shares) if shares else None,
+    }
 
 
 def cpu_seconds(pid: int) -> float | None:

@@ -248,10 +248,28 @@ def _runs(s: dict) -> str:
     return str(s["runs"]) + (f" (+{len(s['incomplete'])} incomplete)" if s.get("incomplete") else "")
 
 
+def diagnosis_text(diagnosis: dict | None) -> str:
+    """What an incomplete run's unbound pods looked like (measure.unbound_diagnosis), in a line."""
+    if not diagnosis:
+        return ""
+    pods = "; ".join(
+        f"{p['name']}: "
+        + (
+            p["error"]
+            if "error" in p
+            else f"phase {p.get('phase')}, node {p.get('node') or 'none'}, "
+            f"conditions {[c.get('type') + '=' + str(c.get('status')) for c in p.get('conditions') or []] or 'none'}"
+        )
+        for p in diagnosis.get("unbound_pods") or []
+    )
+    queue = diagnosis.get("runner_queue")
+    return f" (unbound: {pods}" + (f"; the scheduler's queue {queue}" if queue else "") + ")"
+
+
 def incomplete_lines(*modes: tuple[str, dict]) -> list[str]:
     """Every incomplete run, by round and why; none is in any median or ratio."""
     lines = [
-        f"- {mode}, round {item['round']}, {s['label']}: {item['reason']}"
+        f"- {mode}, round {item['round']}, {s['label']}: {item['reason']}{diagnosis_text(item.get('diagnosis'))}"
         for mode, figures in modes
         for s in (figures.get("summary") or {}).values()
         for item in s.get("incomplete", [])
@@ -547,13 +565,19 @@ def memory_lines(mem: dict, server: str) -> list[str]:
             num(wh["sum_mib"], 0, " MiB"),
             "—",
         ],
+        [
+            f"webhook, PSS summed over its {wh['processes']} processes after the burst (each page once: "
+            "near what its container is charged)",
+            "—",
+            num(wh.get("pss_sum_mib"), 0, " MiB"),
+        ],
     ]
     return [
         f"Peak RSS (VmHWM). The {mem['pods']:,} pods were bound by a freshly started gpu-scheduler at "
         f"{num(mem['pods_per_second'])} pods/s (p99 {ms(mem['latency_s']['p99'])}); the webhook has served "
         "every pod of the benchmark by then.",
         "",
-        *table(["process", "peak RSS", "RSS after the burst"], rows),
+        *table(["process", "peak RSS", "RSS (PSS where said) after the burst"], rows),
     ]
 
 

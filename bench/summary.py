@@ -86,7 +86,15 @@ def summarize_runner(runs: list[dict]) -> dict:
     return {
         "label": runs[0]["label"],
         "runs": len(complete),
-        "incomplete": [{"round": r.get("round"), "reason": incomplete_reason(r)} for r in runs if r not in complete],
+        "incomplete": [
+            {
+                "round": r.get("round"),
+                "reason": incomplete_reason(r),
+                **({"diagnosis": r["diagnosis"]} if r.get("diagnosis") else {}),
+            }
+            for r in runs
+            if r not in complete
+        ],
         "pods_per_second": median(rates),
         "pods_per_second_min": min(rates, default=math.nan),
         "pods_per_second_max": max(rates, default=math.nan),

@@ -148,6 +148,37 @@ def test_an_incomplete_round_is_listed_and_left_out_never_averaged_in():
     assert math.isnan(figures["ratios"]["ours_over_kube_matched"]["per_round"][2])
 
 
+def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report():
+    runs = burst_runs()
+    slow = next(r for r in runs if r["key"] == "ours" and r["round"] == 3)
+    slow.update(
+        complete=False,
+        bound=499,
+        diagnosis={
+            "unbound": 1,
+            "unbound_pods": [
+                {
+                    "name": "p-99",
+                    "phase": "Pending",
+                    "node": None,
+                    "conditions": [{"type": "PodScheduled", "status": "False"}],
+                },
+                {"name": "p-7", "error": "404 Not Found"},
+            ],
+            "runner_queue": {"active": 0.0, "backoff": 1.0},
+        },
+    )
+    data = results()
+    data["throughput"]["burst"] = summarize_throughput(runs)
+    (item,) = data["throughput"]["burst"]["summary"]["ours"]["incomplete"]
+    assert item["diagnosis"]["unbound"] == 1
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert (
+        "round 3, gpu-scheduler: timed out; 1 of 500 pods not bound (unbound: p-99: phase Pending, node none, "
+        "conditions ['PodScheduled=False']; p-7: 404 Not Found; the scheduler's queue {'active': 0.0, 'backoff': 1.0})"
+    ) in markdown
+
+
 def test_ratios_are_the_median_of_per_round_ratios_not_a_ratio_of_medians():
     ratios = summarize_throughput(burst_runs())["ratios"]
     assert ratios["ours_over_kube_matched"]["per_round"] == [1.5, 2.0, 310 / 210]
