@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from datetime import UTC, datetime
 
-from . import apiserver_work, contenders, runners
+from . import apiserver_work, audit, contenders, runners
 from .context import (
     CEILING_SCHEDULER,
     KUBE_SCHEDULER,
@@ -76,17 +77,29 @@ def attempt_seconds(runner: Runner) -> float | None:
 DIAGNOSED_PODS = 5
 
 
-def unbound_diagnosis(bench: Bench, runner: Runner, unbound: list[str]) -> dict:
+def unbound_diagnosis(
+    bench: Bench, runner: Runner, unbound: list[str], since: datetime, seen: dict[str, float] | None = None
+) -> dict:
     """What a run that left pods unbound leaves to go on, read before the runner stops: the
     first unbound pods as kube-apiserver has them (phase, node, conditions, the scheduler name
-    and the placement the webhook wrote), and the runner's own queue by state when it has one
-    (gpu-scheduler's gpu_scheduler_pending_pods). Never a figure: the run is a MISS already."""
+    and the placement the webhook wrote), whether the bench's own watch ever saw them (`seen`,
+    drain mode), every binding posted for them since the run began by kube-apiserver's audit
+    log, and the runner's own queue by state when it has one (gpu-scheduler's
+    gpu_scheduler_pending_pods). Never a figure: the run is a MISS already."""
+    diagnosed = sorted(unbound)[:DIAGNOSED_PODS]
+    log = audit.audit_log_path()
+    posted = audit.bindings_of(log, bench.namespace, set(diagnosed), since) if log else {}
     pods = []
-    for name in sorted(unbound)[:DIAGNOSED_PODS]:
+    for name in diagnosed:
+        found = {"bindings": posted.get(name) if log else "no audit log"}
+        if seen is not None:
+            found["seen_by_bench_watch"] = name in seen
         try:
             pod = bench.api.get(f"/api/v1/namespaces/{bench.namespace}/pods/{name}")
         except Exception as err:  # noqa: BLE001 - a diagnosis says what it could not read
-            pods.append({"name": name, "error": str(err)})
+            gone = getattr(err, "status", None) == 404
+            error = "not found: deleted" if gone else " ".join(str(err).split())[:200]
+            pods.append({"name": name, "error": error, **found})
             continue
         metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         pods.append(
@@ -100,6 +113,7 @@ def unbound_diagnosis(bench: Bench, runner: Runner, unbound: list[str]) -> dict:
                 "phase": status.get("phase"),
                 "conditions": status.get("conditions") or [],
                 "placement": (metadata.get("annotations") or {}).get("gpu-scheduler/placement"),
+                **found,
             }
         )
     queue = {}
@@ -160,13 +174,14 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         pod_bodies = runner_pods(bench, runner, pods, nodes)
         counted_before = apiserver_work.fetch(bench.api)  # outside the CPU window: /metrics costs the apiserver
         work.start(cpu_groups(bench, runner))
+        since = datetime.now(UTC)
         result = run_burst(
             bench.api, bench.namespace, label, pod_bodies, settings.threads, settings.burst_timeout(pods)
         )
         figures = result.to_json()
-        if result.unbound:
-            figures["diagnosis"] = unbound_diagnosis(bench, runner, list(result.unbound))
         figures.update(work.finish())  # cpu_s: the burst's work, from before the first pod until settled
+        if result.unbound:  # read after the window: it reads the audit log, and the run is a MISS anyway
+            figures["diagnosis"] = unbound_diagnosis(bench, runner, list(result.unbound), since)
         figures.update(apiserver_figures(counted_before, apiserver_work.fetch(bench.api), figures.get("bound", 0)))
         figures.update(settled)
         figures.update(
@@ -189,6 +204,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     settings = bench.settings
     runner = make_runner(bench, key)
     creator = Creator(bench.api, bench.namespace, settings.threads)
+    since = datetime.now(UTC)
     creator.start(runner_pods(bench, runner, pods, nodes))
     creator.done.wait(settings.burst_timeout(pods))
     names = creator.succeeded()
@@ -206,9 +222,10 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         runner.wait_ready()
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
         figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
-        if not complete:
-            figures["diagnosis"] = unbound_diagnosis(bench, runner, [n for n in names if n not in watcher.bound_at])
         figures.update(work.finish())
+        if not complete:
+            unbound = [n for n in names if n not in watcher.bound_at]
+            figures["diagnosis"] = unbound_diagnosis(bench, runner, unbound, since, watcher.first_seen)
     finally:
         watcher.stop()
         runner.stop()

@@ -248,20 +248,29 @@ def _runs(s: dict) -> str:
     return str(s["runs"]) + (f" (+{len(s['incomplete'])} incomplete)" if s.get("incomplete") else "")
 
 
+def _pod_diagnosis(pod: dict) -> str:
+    parts = [
+        pod["error"]
+        if "error" in pod
+        else f"phase {pod.get('phase')}, node {pod.get('node') or 'none'}, conditions "
+        f"{[c.get('type') + '=' + str(c.get('status')) for c in pod.get('conditions') or []] or 'none'}"
+    ]
+    if "seen_by_bench_watch" in pod:
+        parts.append("seen by the bench's watch" if pod["seen_by_bench_watch"] else "never seen by the bench's watch")
+    bindings = pod.get("bindings")
+    if isinstance(bindings, list):
+        posted = ", ".join(f"{b.get('code')} to {b.get('by', '').split('/')[0]}" for b in bindings)
+        parts.append(f"bindings posted: {posted or 'none'}")
+    elif bindings:
+        parts.append(str(bindings))
+    return f"{pod['name']}: " + ", ".join(parts)
+
+
 def diagnosis_text(diagnosis: dict | None) -> str:
     """What an incomplete run's unbound pods looked like (measure.unbound_diagnosis), in a line."""
     if not diagnosis:
         return ""
-    pods = "; ".join(
-        f"{p['name']}: "
-        + (
-            p["error"]
-            if "error" in p
-            else f"phase {p.get('phase')}, node {p.get('node') or 'none'}, "
-            f"conditions {[c.get('type') + '=' + str(c.get('status')) for c in p.get('conditions') or []] or 'none'}"
-        )
-        for p in diagnosis.get("unbound_pods") or []
-    )
+    pods = "; ".join(_pod_diagnosis(p) for p in diagnosis.get("unbound_pods") or [])
     queue = diagnosis.get("runner_queue")
     return f" (unbound: {pods}" + (f"; the scheduler's queue {queue}" if queue else "") + ")"
 

@@ -162,8 +162,15 @@ def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report(
                     "phase": "Pending",
                     "node": None,
                     "conditions": [{"type": "PodScheduled", "status": "False"}],
+                    "seen_by_bench_watch": True,
+                    "bindings": [],
                 },
-                {"name": "p-7", "error": "404 Not Found"},
+                {
+                    "name": "p-7",
+                    "error": "404 Not Found",
+                    "seen_by_bench_watch": False,
+                    "bindings": [{"by": "bench-ceiling/0 (linux)", "code": 201, "at": "2026-12-02T01:12:09Z"}],
+                },
             ],
             "runner_queue": {"active": 0.0, "backoff": 1.0},
         },
@@ -175,7 +182,9 @@ def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report(
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert (
         "round 3, gpu-scheduler: timed out; 1 of 500 pods not bound (unbound: p-99: phase Pending, node none, "
-        "conditions ['PodScheduled=False']; p-7: 404 Not Found; the scheduler's queue {'active': 0.0, 'backoff': 1.0})"
+        "conditions ['PodScheduled=False'], seen by the bench's watch, bindings posted: none; p-7: 404 Not Found, "
+        "never seen by the bench's watch, bindings posted: 201 to bench-ceiling; "
+        "the scheduler's queue {'active': 0.0, 'backoff': 1.0})"
     ) in markdown
 
 
