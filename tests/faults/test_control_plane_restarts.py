@@ -116,6 +116,14 @@ def _at_least(burst: Burst, count: int) -> None:
 RELIST = re.compile(r"pods: resourceVersion \S+ expired, listing again")
 
 
+def pod_relists(scheduler) -> float:
+    """Lists of the pod cache after a 410 Gone, or after a resumed watch said nothing."""
+    return sum(
+        scheduler.metric("gpu_scheduler_watch_relists_total", cache="pods", reason=reason)
+        for reason in ("expired", "quiet")
+    )
+
+
 def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_misses_nothing(
     api_client, ns, scheduler_name, start_scheduler, healthy_afterwards, audit_log, gpu_contention
 ):
@@ -125,7 +133,12 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     etcd's revision moves past anything its watch could have carried; kube-apiserver crashes
     and starts again, so its watch cache begins past the scheduler's resourceVersion; the
     scheduler (thawed, SIGCONT) resumes its watch from that version, gets 410 Gone, and must
-    list again: the pods created while it was frozen are bound, and so are the ones after."""
+    list again: the pods created while it was frozen are bound, and so are the ones after.
+
+    On a loaded machine the API server, busy starting, may say nothing to the resumed watch
+    within its 5 s read timeout (CI, 2026-12-02: the pods watch timed out twice, then the
+    scheduler listed "to check the cache", while the nodes watch got its 410), and the
+    scheduler lists for that reason instead. Either way it lists, never resumes past the gap."""
     plane = healthy_afterwards
     contention = gpu_contention(scheduler_name)
     scheduler = start_scheduler("scheduler", "--gpu-sharing=deny", scheduler_name=scheduler_name)
@@ -133,7 +146,7 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
     before, unseen, after = pods[:30], pods[30:60], pods[60:]
     Burst(api_client, ns, before).start().wait()
     wait_all_bound(api_client, ns, 30, timeout=30)
-    relists = scheduler.metric("gpu_scheduler_watch_relists_total", cache="pods", reason="expired")
+    relists = pod_relists(scheduler)
 
     scheduler.signal(signal.SIGSTOP)
     try:
@@ -158,8 +171,8 @@ def test_a_watch_that_expired_while_the_scheduler_was_frozen_is_relisted_and_mis
 
     assert misplaced(placed) == {}
     assert verdict(audit_log, ns).twice() == {}
-    # The path this test claims: a 410 and a new list, not a resumed watch.
-    assert scheduler.metric("gpu_scheduler_watch_relists_total", cache="pods", reason="expired") > relists
+    # The path this test claims: a new list (after a 410, or a silent resumed watch), not a resumed watch.
+    assert pod_relists(scheduler) > relists
     assert RELIST.search(scheduler.log_path.read_text()), scheduler.log_tail()
     assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed} == {
         p["metadata"]["name"]: expected_node(index_of(p["metadata"]["name"])) for p in pods
