@@ -113,7 +113,8 @@ def _at_least(burst: Burst, count: int) -> None:
         raise NotYet(f"{len(burst.report.created)} created")
 
 
-RELIST = re.compile(r"pods: resourceVersion \S+ expired, listing again")
+# The scheduler's log line for each of the two ways to a new list (pod_relists).
+RELIST = re.compile(r"pods: (resourceVersion \S+ expired|no event for \S+, listing to check the cache)")
 
 
 def pod_relists(scheduler) -> float:
