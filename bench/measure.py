@@ -57,6 +57,12 @@ def runner_pods(bench: Bench, runner: Runner, pods: int, nodes: int) -> list[dic
     return [as_admitted(pod) for pod in bodies] if runner.key == contenders.OURS_UNADMITTED else bodies
 
 
+def runner_metrics(runner: Runner) -> str:
+    """gpu-scheduler's /metrics text (runner.metrics_url set)."""
+    with urllib.request.urlopen(runner.metrics_url, timeout=5) as response:
+        return response.read().decode()
+
+
 def attempt_seconds(runner: Runner) -> float | None:
     """gpu-scheduler's own mean time per successful attempt (decide + bind), from its /metrics.
 
@@ -65,8 +71,7 @@ def attempt_seconds(runner: Runner) -> float | None:
     """
     if not runner.metrics_url:
         return None
-    with urllib.request.urlopen(runner.metrics_url, timeout=5) as response:
-        text = response.read().decode()
+    text = runner_metrics(runner)
     name = "gpu_scheduler_scheduling_attempt_duration_seconds"
     total = sample(text, f"{name}_sum", result="scheduled")
     count = sample(text, f"{name}_count", result="scheduled")
@@ -119,8 +124,7 @@ def unbound_diagnosis(
     queue = {}
     if runner.metrics_url:
         try:
-            with urllib.request.urlopen(runner.metrics_url, timeout=5) as response:
-                text = response.read().decode()
+            text = runner_metrics(runner)
             for state in ("active", "in-flight", "backoff", "unschedulable"):
                 value = sample(text, "gpu_scheduler_pending_pods", queue=state)
                 if value is not None:

@@ -134,15 +134,20 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def status_kib(pid: int, field: str) -> int | None:
-    """A size field of /proc/<pid>/status in KiB (VmHWM: peak RSS, VmRSS: now), None if gone."""
+def _proc_kib(path: str, field: str) -> int | None:
+    """A "Field: N kB" line of a /proc file, in KiB; None if the process is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def status_kib(pid: int, field: str) -> int | None:
+    """A size field of /proc/<pid>/status in KiB (VmHWM: peak RSS, VmRSS: now), None if gone."""
+    return _proc_kib(f"/proc/{pid}/status", field)
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -154,13 +159,8 @@ def pss_mib(pid: int) -> float | None:
     """The process's proportional set size now (/proc/<pid>/smaps_rollup): its private pages
     plus its share of those it shares, so the sum over processes is what they hold together,
     near what their container's memory cgroup is charged for them. None if gone."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    kib = _proc_kib(f"/proc/{pid}/smaps_rollup", "Pss")
+    return None if kib is None else kib / 1024
 
 
 def tree_peak_rss_mib(pid: int) -> dict[str, float | int]:
