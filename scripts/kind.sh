@@ -22,7 +22,8 @@
 #            certificate hook Jobs, waited for; then `helm test`
 #   e2e      install; then charts/gpu-scheduler-check (its 5 pods must run and
 #            log), removed again; then the e2e suite against the installed
-#            scheduler and webhook
+#            scheduler and webhook (TEST_SELECTION, when set: a pytest -k
+#            expression that narrows it; CI's e2e-kind job, .gitlab-ci.yml)
 #   report   install; charts/gpu-scheduler-check in $DEMO_NAMESPACE, its pods'
 #            logs waited for; scripts/report.py writes $REPORT_OUT from the
 #            real `kubectl logs`; the check release removed unless KEEP=1
@@ -755,7 +756,7 @@ cmd_e2e() {
   # E2E_USE_INSTALLED: the suite uses the installed scheduler and webhook
   # instead of starting its own processes; the rest tells it what is installed.
   E2E_USE_INSTALLED=1 E2E_CHECK_IMAGE="$CHECK_IMAGE" E2E_RELEASE="$SCHEDULER_RELEASE" \
-    E2E_RELEASE_NAMESPACE="$SCHEDULER_NAMESPACE" .venv/bin/pytest -m e2e tests/e2e
+    E2E_RELEASE_NAMESPACE="$SCHEDULER_NAMESPACE" .venv/bin/pytest -m e2e tests/e2e ${TEST_SELECTION:+-k "$TEST_SELECTION"}
   log "e2e: passed in $((SECONDS - start))s"
 }
 

@@ -24,8 +24,10 @@
 #            syncs the root Application through that Argo CD (--core) and
 #            waits until both Applications are Synced and Healthy.
 #         Then everything it started is stopped (down), unless PIPELINE_KEEP=1.
-#   down  stop and remove what run started: the KinD cluster, git daemon,
-#         registry (and its data), the pushed images' tags in the local Docker.
+#   down  stop and remove what run started: the KinD cluster (unless it was
+#         there before the run: make test's KinD stage made it, with the
+#         registry in its containerd's config), git daemon, registry (and its
+#         data), the pushed images' tags in the local Docker.
 #
 # Every job runs in gitlab-ci-local's shell executor (--force-shell-executor):
 # no job image can be pulled here; the tools they need are this machine's
@@ -36,7 +38,10 @@
 # .cache/kind-logs (both emptied first).
 # Env: KIND_CLUSTER (gpu-scheduler-pipeline), PIPELINE_TAG (v<version>),
 #      PIPELINE_REGISTRY_PORT (5001), PIPELINE_GIT_PORT (9419),
-#      PIPELINE_KEEP (0), LOCAL_APISERVER_PORT (passed to the test-cluster job).
+#      PIPELINE_KEEP (0), LOCAL_APISERVER_PORT (passed to the test-cluster job),
+#      PIPELINE_TEST_SELECTION: the jobs' TEST_SELECTION (.gitlab-ci.yml), a
+#      pytest -k expression each test job adds to its own selection; unset,
+#      every test runs, as on GitLab.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -150,6 +155,9 @@ PIPELINE_VARIABLES=(
   # that no job's `make install` takes away what the next one needs.
   --variable "INSTALL_GROUPS=test lint bench"
 )
+if [[ -n "${PIPELINE_TEST_SELECTION:-}" ]]; then
+  PIPELINE_VARIABLES+=(--variable "TEST_SELECTION=$PIPELINE_TEST_SELECTION")
+fi
 # test-cluster keeps Go's caches in the project dir for the runner's cache;
 # here the machine's own (content-addressed, shared by every checkout) serve.
 if command -v go >/dev/null; then
@@ -284,6 +292,14 @@ cmd_run() {
   if [[ "${PIPELINE_KEEP:-0}" != 1 ]]; then
     trap 'status=$?; cmd_down; exit $status' EXIT
   fi
+  # A cluster that is there already is someone else's (make test's KinD
+  # stage): e2e-kind reuses it, and `down` leaves it.
+  if "$REPO_ROOT/scripts/kind.sh" running; then
+    log "pipeline: KinD cluster $KIND_CLUSTER exists: the e2e job and the deploy use it, and it stays after the run"
+    echo 1 >"$PIPELINE_DIR/cluster-existed"
+  else
+    echo 0 >"$PIPELINE_DIR/cluster-existed"
+  fi
   # gitlab-ci-local's CI_COMMIT_SHORT_SHA: the first 8 hex digits of HEAD.
   sha="$(git -C "$REPO_ROOT" rev-parse HEAD | cut -c1-8)"
   echo "$sha" >"$PIPELINE_DIR/commit"
@@ -307,7 +323,11 @@ cmd_down() {
   stop_pid "$PIPELINE_DIR/git-daemon.pid" "git daemon"
   stop_pid "$PIPELINE_DIR/registry.pid" "docker-registry"
   if docker info >/dev/null 2>&1; then
-    CACHE_DIR="$CACHE_DIR" KIND_CLUSTER="$KIND_CLUSTER" "$REPO_ROOT/scripts/kind.sh" down
+    if [[ "$(cat "$PIPELINE_DIR/cluster-existed" 2>/dev/null)" == 1 ]]; then
+      log "pipeline: KinD cluster $KIND_CLUSTER was there before the run: left as it is"
+    else
+      CACHE_DIR="$CACHE_DIR" KIND_CLUSTER="$KIND_CLUSTER" "$REPO_ROOT/scripts/kind.sh" down
+    fi
     # The tags build-image made; their layers are the dev images' too.
     for image in gpu-scheduler gpu-scheduler-check; do
       for tag in $(docker image ls --format '{{.Tag}}' "$REGISTRY_IMAGE/$image"); do
@@ -315,7 +335,7 @@ cmd_down() {
       done
     done
   fi
-  rm -rf "$PIPELINE_DIR/registry/data" "$PIPELINE_DIR/git"
+  rm -rf "$PIPELINE_DIR/registry/data" "$PIPELINE_DIR/git" "$PIPELINE_DIR/cluster-existed"
   log "pipeline: down in $((SECONDS - start))s"
 }
 

@@ -3,7 +3,8 @@
 # tests against the real local control plane, which this script brings up
 # (scripts/local-up.sh; LOCAL_APISERVER_PORT etc. as there) and always tears
 # down again, also after a failure. Never a KUBECONFIG from outside: the tests
-# must not touch a real cluster.
+# must not touch a real cluster. TEST_SELECTION, when set, is a pytest -k
+# expression that narrows the selection (CI's test jobs; .gitlab-ci.yml).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -14,4 +15,5 @@ trap 'log "test-cluster: tearing the local control plane down"; bash scripts/loc
 log "test-cluster: local control plane"
 bash scripts/local-up.sh
 log "test-cluster: the cluster, e2e and fault tests"
-.venv/bin/pytest -m "cluster or e2e or faults"
+# TEST_SELECTION (CI; .gitlab-ci.yml): a pytest -k expression that narrows the selection.
+.venv/bin/pytest -m "cluster or e2e or faults" ${TEST_SELECTION:+-k "$TEST_SELECTION"}

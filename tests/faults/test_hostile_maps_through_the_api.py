@@ -171,6 +171,7 @@ def test_a_map_exactly_at_the_annotation_limit_is_refused_with_a_message_about_t
     assert list_pods(api_client, ns) == []
 
 
+@pytest.mark.pipeline_sample
 def test_one_byte_over_the_annotation_limit_is_refused_naming_the_limit(api_client, webhook, ns):
     scheduling_map = padded_to(ANNOTATIONS_LIMIT + 1, ten_thousand_lines())
 

@@ -118,7 +118,11 @@ def kubectl_binary(docker_engine) -> Path:
 
 @pytest.fixture(scope="module")
 def kind(kubectl_binary) -> Kind:
-    """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure."""
+    """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure.
+
+    KIND_TEST_KEEP_CLUSTER=1 (make test: its pipeline stage uses the cluster
+    next, and its own last test is `make kind-down`) keeps it afterwards.
+    """
     measured = os.environ.get("KIND_TEST_NETWORK_EXISTED_BEFORE")
     network_existed = measured == "1" if measured in ("0", "1") else docker_network_exists("kind")
     started = time.monotonic()
@@ -130,5 +134,5 @@ def kind(kubectl_binary) -> Kind:
         assert up.returncode == 0, f"make kind-up failed: {tail(up, 8000)}"
         yield cluster
     finally:
-        if cluster_containers():
+        if os.environ.get("KIND_TEST_KEEP_CLUSTER") != "1" and cluster_containers():
             make("kind-down", timeout=300)

@@ -1,7 +1,10 @@
 """`make pipeline` (a release tag's pipeline) run for the `pipeline` tests, and the real records they read.
 
-Two runs, one after the other: test_blocked_release.py's, with a test forced
-to fail in the e2e-kind job, then test_pipeline.py's, which must pass. Each
+Two runs, one after the other: test_blocked_release.py's, whose test jobs
+run only tests forced to fail, then test_pipeline.py's, which must pass. The
+test jobs of both run a selection (PIPELINE_TEST_SELECTION, the jobs'
+TEST_SELECTION): `make test` ran every suite before, on this commit; here the
+jobs prove they run them (SAMPLE, the tests marked pipeline_sample). Each
 fixture runs scripts/pipeline.sh with PIPELINE_KEEP=1, so that what the
 pipeline made is still there to ask: the registry (its HTTP API and its
 access log), the KinD cluster (the nodes' containerd, the pods, Argo CD's
@@ -39,6 +42,8 @@ REGISTRY_IMAGE = f"{REGISTRY}/gpu-scheduler"
 IMAGES = ("gpu-scheduler", "gpu-scheduler-check")
 # A cold machine builds the control plane, the KinD node image and Argo CD.
 PIPELINE_TIMEOUT = 5400
+# What the passing pipeline's test jobs run: the tests marked pipeline_sample.
+SAMPLE = "pipeline_sample"
 
 
 JUNIT_DIR = CACHE / "junit"
@@ -73,9 +78,10 @@ class Pipeline:
 
 
 @contextmanager
-def pipeline_run():
-    """scripts/pipeline.sh run, then the Pipeline it left to read; `down` afterwards, whatever happened."""
-    env = {**os.environ, "PIPELINE_KEEP": "1", "KIND_CLUSTER": CLUSTER}
+def pipeline_run(selection: str):
+    """scripts/pipeline.sh run, its test jobs running `selection` (a pytest -k expression);
+    then the Pipeline it left to read; `down` afterwards, whatever happened."""
+    env = {**os.environ, "PIPELINE_KEEP": "1", "KIND_CLUSTER": CLUSTER, "PIPELINE_TEST_SELECTION": selection}
     reuse = os.environ.get("PIPELINE_TEST_REUSE") == "1"
     # Under CI=true scripts/pipeline.sh starts an engine itself (or fails).
     docker_answers = shutil.which("docker") is not None and run(["docker", "info"]).returncode == 0
@@ -107,7 +113,7 @@ def pipeline_run():
 @pytest.fixture(scope="session")
 def pipeline():
     """The release pipeline of HEAD, which must pass, deploy included."""
-    with pipeline_run() as run_:
+    with pipeline_run(SAMPLE) as run_:
         assert run_.returncode == 0, f"scripts/pipeline.sh run failed (exit {run_.returncode}); output above"
         yield run_
 
@@ -120,6 +126,33 @@ def junit_reports(job: str) -> list[dict[str, int]]:
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         reports.append({key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")})
     return reports
+
+
+def junit_outcomes(job: str) -> dict[str, str]:
+    """Test function (parameters stripped) -> passed, failed or skipped, from `job`'s JUnit reports."""
+    outcomes = {}
+    for path in sorted(JUNIT_DIR.glob(f"{job}-*.xml")):
+        for case in ElementTree.parse(path).getroot().iter("testcase"):
+            failed = case.find("failure") is not None or case.find("error") is not None
+            outcome = "failed" if failed else "skipped" if case.find("skipped") is not None else "passed"
+            outcomes[case.get("name").split("[")[0]] = outcome
+    return outcomes
+
+
+def marked_tests(marker: str) -> set[str]:
+    """The test functions (parameters stripped) pytest collects with `marker`, in the whole tree."""
+    collected = run(
+        [REPO / ".venv" / "bin" / "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker], cwd=REPO
+    )
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+    return {line.split("::")[-1].split("[")[0] for line in collected.stdout.splitlines() if "::" in line}
+
+
+def job_seconds(log: str, job: str) -> float:
+    """How long gitlab-ci-local says `job` took ("[HH:MM:SS 1.2 min] job  finished in 1.2 min")."""
+    found = re.search(rf"^\[[^\]]*\] {re.escape(job)}\s+finished in ([\d.]+) (ms|s|min)", log, re.M)
+    assert found, f"{job} never logged 'finished in'"
+    return float(found[1]) * {"ms": 0.001, "s": 1, "min": 60}[found[2]]
 
 
 def summary(log: str) -> dict[str, str]:

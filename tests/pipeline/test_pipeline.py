@@ -19,8 +19,11 @@ from .conftest import (
     PIPELINE_TIMEOUT,
     REGISTRY,
     REGISTRY_IMAGE,
+    SAMPLE,
+    junit_outcomes,
     junit_reports,
     line_of,
+    marked_tests,
     run,
     summary,
 )
@@ -71,16 +74,32 @@ def test_every_job_ran_in_the_shell_executor_and_passed_in_stage_order(pipeline)
     assert summary(pipeline.deploy_log) == {"deploy": "PASS"}, pipeline.deploy_log[-3000:]
 
 
-def test_test_jobs_ran_the_unit_suite_and_the_cluster_and_fault_tests(pipeline):
-    unit, cluster = job_output("test-unit"), job_output("test-cluster")
+def test_each_test_job_ran_the_sample_of_its_suites_and_it_passed(pipeline):
+    """TEST_SELECTION=pipeline_sample: every suite passed earlier in the same `make test`; each
+    test job proves it runs its suites by running the marked tests of them, and nothing else."""
+    sample = marked_tests(SAMPLE)
+    outcomes = {job: junit_outcomes(job) for job in TEST_JOBS_WITH_PYTEST}
 
-    for name, output in (("test-unit", unit), ("test-cluster", cluster)):
-        outcome = re.findall(r"=+ (.*) in [\d.]+s", output)
-        assert outcome and "passed" in outcome[-1], f"{name}: {outcome}"
-        assert "failed" not in outcome[-1] and "error" not in outcome[-1], f"{name}: {outcome[-1]}"
+    for job, ran in outcomes.items():
+        assert ran, f"{job}: no test in its JUnit reports"
+        assert set(ran) <= sample, f"{job} ran tests outside the selection: {set(ran) - sample}"
+        assert set(ran.values()) == {"passed"}, f"{job}: {ran}"
+        outcome = re.findall(r"=+ (.*) in [\d.]+s", job_output(job))
+        assert outcome and "deselected" in outcome[-1], f"{job}: {outcome}"
+    # The sample of each suite, in the job that runs the suite.
+    unit = {
+        "test_task_map_parses_to_the_task_placement",
+        "test_once_prints_node_devices_and_match_when_placement_is_right",
+    }
+    assert unit <= set(outcomes["test-unit"]), outcomes["test-unit"]
+    cluster = job_output("test-cluster")
     assert "test-cluster: local control plane" in cluster
-    assert re.search(r"tests/faults/test_\w+\.py \.", cluster), "no fault test ran"
-    assert re.search(r"tests/e2e/test_\w+\.py \.", cluster), "no e2e test ran"
+    for suite in ("tests/faults/test_", "tests/e2e/test_", "apps/scheduler/tests/test_"):
+        assert re.search(rf"{suite}\w+\.py \.", cluster), f"test-cluster ran nothing of {suite}*"
+    assert (
+        "test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_every_container"
+        in outcomes["e2e-kind"]
+    )
 
 
 def test_the_release_started_after_every_test_job_passed(pipeline):

@@ -63,6 +63,7 @@ def nvml_works() -> bool:
     return True
 
 
+@pytest.mark.pipeline_sample
 def test_once_prints_node_devices_and_match_when_placement_is_right():
     line, _ = run_once(
         NODE_NAME="node3",

@@ -46,6 +46,7 @@ def only_error(text):
     return caught.value.errors[0]
 
 
+@pytest.mark.pipeline_sample
 def test_task_map_parses_to_the_task_placement():
     parsed = parse(TASK_MAP)
     assert {i: (e.node, e.cuda_visible_devices) for i, e in parsed.items()} == {

@@ -192,6 +192,7 @@ def test_mistyped_pod_fields_are_bad_requests_naming_the_field(mangle, where):
 # -- /mutate ---------------------------------------------------------------
 
 
+@pytest.mark.pipeline_sample
 def test_patched_decision_reports_index_node_and_devices_for_the_log():
     decision = mutate(review(pod(2)), SCHEDULER)
     assert decision.result == PATCHED
