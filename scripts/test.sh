@@ -136,9 +136,13 @@ KIND_DOWN_TEST=tests/kind/test_kind_cluster.py::test_kind_down_removes_container
 lane_pid=""
 lane_in_background() {
   local name="$1" function="$2" log="$STAGES_DIR/$1.log"
+  # A process group of its own (job control on for this one job), so that
+  # a failure of the other lane stops it with everything it started.
+  set -m
   "$function" >"$log" 2>&1 &
   lane_pid=$!
-  cleanups+=("kill -- -$lane_pid 2>/dev/null; kill $lane_pid 2>/dev/null")
+  set +m
+  cleanups+=("kill -- -$lane_pid 2>/dev/null && echo '==> stopped the $name lane'")
   (
     while kill -0 "$lane_pid" 2>/dev/null; do
       sleep 60
@@ -167,6 +171,9 @@ if ! $docker_runs; then
 fi
 
 cleanups+=('echo "==> tearing the KinD cluster down"; make --no-print-directory kind-down')
+# The cluster lane's own trap stops the local control plane; this once more,
+# for a lane that was killed before its trap could.
+cleanups+=('bash scripts/local-down.sh >/dev/null 2>&1')
 if [[ "${TEST_LANES:-2}" == 1 ]]; then
   cluster_lane
   kind_lane
