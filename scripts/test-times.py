@@ -43,14 +43,15 @@ def read_stages(directory: Path) -> list[dict]:
     lines = (directory / "stages.tsv").read_text().splitlines() if (directory / "stages.tsv").exists() else []
     for line in lines:
         ident, title, start, end, status = line.split("\t")
-        stage = {"stage": title, "start": int(start), "seconds": int(end) - int(start), "status": int(status)}
+        stage = {"stage": ident, "title": title, "start": int(start), "seconds": int(end) - int(start)}
+        stage["status"] = int(status)
         stage.update(junit_counts(directory / "junit" / ident))
         stages.append(stage)
     return stages
 
 
 def table(stages: list[dict], wall: int) -> str:
-    width = max([len("stage")] + [len(stage["stage"]) for stage in stages])
+    width = max([len("the whole run")] + [len(stage["stage"]) for stage in stages])
     rows = [f"{'stage':<{width}}  {'start':>5}  {'seconds':>7}  {'passed':>6}  {'failed':>6}  {'skipped':>7}  result"]
     for stage in stages:
         result = "ok" if stage["status"] == 0 else f"FAILED (exit {stage['status']})"

@@ -258,9 +258,9 @@ def argocd_events(kube: Kube, app: dict) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def health_at(events: list[tuple[int, str]], moment: int) -> str | None:
-    """The health the last "Updated health status: A -> B" Event before `moment` recorded (B)."""
-    changes = [re.fullmatch(r"Updated health status: \w* -> (\w+)", message) for ns, message in events if ns < moment]
+def status_at(events: list[tuple[int, str]], moment: int, kind: str) -> str | None:
+    """The status the last "Updated <kind> status: A -> B" Event before `moment` recorded (B); kind: health or sync."""
+    changes = [re.fullmatch(rf"Updated {kind} status: \w* -> (\w+)", message) for ns, message in events if ns < moment]
     changes = [change.group(1) for change in changes if change]
     return changes[-1] if changes else None
 
@@ -273,9 +273,13 @@ def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deplo
     # Every sync of both was RollingSync's (the ApplicationSet controller's), not ours.
     for app in (scheduler, check):
         assert app["status"]["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
-    # Argo CD's own Events: gpu-scheduler's first sync had succeeded and it
-    # was Healthy before anything of the check existed (the check's first
-    # health change away from Missing is its sync creating the StatefulSet).
+    # Argo CD's own Events: gpu-scheduler was Synced and Healthy before
+    # anything of the check existed (the check's first health change away
+    # from Missing is its sync creating its objects). That is what RollingSync
+    # waits for (Argo CD v3.5.7, applicationset/progressivesync: a step's
+    # Application is done once Healthy and Synced), not for the end of its
+    # sync operation: the PostSync hook that writes the webhooks' caBundle may
+    # still run (docs/delivery.md says what the check's sync meets then).
     scheduler_events = argocd_events(deployment.kube, scheduler)
     check_events = argocd_events(deployment.kube, check)
     # Two sources (the chart, this cluster's values file): Argo CD names both revisions.
@@ -285,11 +289,11 @@ def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deplo
     ]
     assert synced, f"no Event of a successful sync of gpu-scheduler: {scheduler_events}"
     assert created, f"no Event of gpu-scheduler-check leaving Missing: {check_events}"
-    assert synced[0] < created[0], (
-        f"gpu-scheduler-check's objects appeared ({created[0]} ns) before gpu-scheduler's sync succeeded "
-        f"({synced[0]} ns): {scheduler_events} / {check_events}"
+    state = {kind: status_at(scheduler_events, created[0], kind) for kind in ("sync", "health")}
+    assert state == {"sync": "Synced", "health": "Healthy"}, (
+        f"gpu-scheduler-check's objects appeared ({created[0]} ns) while gpu-scheduler was {state}: "
+        f"{scheduler_events} / {check_events}"
     )
-    assert health_at(scheduler_events, created[0]) == "Healthy", (scheduler_events, created[0])
     # The ApplicationSet's own account: two steps, in this order, both done.
     statuses = {s["application"]: s for s in deployment.first_appset["status"]["applicationStatus"]}
     assert {name: (s["step"], s["status"]) for name, s in statuses.items()} == {
