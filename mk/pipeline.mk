@@ -11,5 +11,5 @@ pipeline: install tools lint-tools ##dev a release tag's pipeline by gitlab-ci-l
 pipeline-down: ##dev stop what make pipeline left running (PIPELINE_KEEP=1): KinD cluster, git daemon, registry
 	$(PIPELINE_ENV) scripts/pipeline.sh down
 
-test-pipeline: install tools lint-tools ##dev make pipeline twice (an e2e test forced to fail: no release; then passing), with the checks of their records in tests/pipeline
+test-pipeline: install tools lint-tools ##dev make pipeline twice (its test jobs running only tests forced to fail: no release; then TEST_SELECTION=pipeline_sample, passing), with the checks of their records in tests/pipeline
 	$(VENV)/bin/pytest -s -m pipeline tests/pipeline

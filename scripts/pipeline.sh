@@ -317,6 +317,19 @@ cmd_run() {
   log "pipeline: every job passed in $((SECONDS - start))s"
 }
 
+# forget_pulled_images: the images the nodes of a kept cluster pulled from
+# this run's registry, removed from their containerd (running containers keep
+# theirs), so that the next run's nodes pull them again: its registry starts
+# empty, and its records must show the pulls.
+forget_pulled_images() {
+  local container
+  for container in $(docker ps --filter "label=io.x-k8s.kind.cluster=$KIND_CLUSTER" --format '{{.Names}}'); do
+    # shellcheck disable=SC2016 # expanded by the node's shell
+    docker exec "$container" sh -c 'ctr -n k8s.io images ls -q | grep "^$0/" | xargs -r ctr -n k8s.io images rm >/dev/null' \
+      "$REGISTRY_IMAGE" || log "pipeline: could not remove $REGISTRY_IMAGE/* from node $container"
+  done
+}
+
 cmd_down() {
   local start=$SECONDS image tag
   log "pipeline: down"
@@ -324,7 +337,8 @@ cmd_down() {
   stop_pid "$PIPELINE_DIR/registry.pid" "docker-registry"
   if docker info >/dev/null 2>&1; then
     if [[ "$(cat "$PIPELINE_DIR/cluster-existed" 2>/dev/null)" == 1 ]]; then
-      log "pipeline: KinD cluster $KIND_CLUSTER was there before the run: left as it is"
+      forget_pulled_images
+      log "pipeline: KinD cluster $KIND_CLUSTER was there before the run: left running"
     else
       CACHE_DIR="$CACHE_DIR" KIND_CLUSTER="$KIND_CLUSTER" "$REPO_ROOT/scripts/kind.sh" down
     fi

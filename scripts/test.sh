@@ -76,7 +76,7 @@ elif [ "${CI:-}" = "true" ]; then
 fi
 images() {
   if $docker_runs; then bash scripts/images.sh build >/dev/null; fi
-  $PYTEST -m images tests/images
+  make --no-print-directory test-images
 }
 stage images "images: make images, the image tests" images
 report_new_files

@@ -84,8 +84,6 @@ def test_each_test_job_ran_the_sample_of_its_suites_and_it_passed(pipeline):
         assert ran, f"{job}: no test in its JUnit reports"
         assert set(ran) <= sample, f"{job} ran tests outside the selection: {set(ran) - sample}"
         assert set(ran.values()) == {"passed"}, f"{job}: {ran}"
-        outcome = re.findall(r"=+ (.*) in [\d.]+s", job_output(job))
-        assert outcome and "deselected" in outcome[-1], f"{job}: {outcome}"
     # The sample of each suite, in the job that runs the suite.
     unit = {
         "test_task_map_parses_to_the_task_placement",
