@@ -5,7 +5,7 @@ ARGOCD_ENV  = CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: argocd argocd-images argocd-install argocd-uninstall argocd-e2e
 
-argocd: ##offline build the argocd binary (v3.5.7, version-stamped) into .cache/argocd, .cache/bin/argocd; cached
+argocd: ##offline build the argocd binary (v3.5.7, version-stamped) into the machine's build store, linked as .cache/bin/argocd; cached by its inputs
 	$(ARGOCD_ENV) scripts/argocd.sh binary
 
 argocd-images: ##offline docker build Argo CD's image (the binary, git, ssh, helm, kustomize) and redis on the offline Debian base; cached

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Argo CD built here from Go modules and run in the KinD cluster, where users
 # run it. One subcommand per step (make argocd-* targets):
-#   binary     build the argocd binary (cluster/argocd/go.mod) into
-#              .cache/argocd, version-stamped; cached by a hash of its inputs.
-#              Prints its path; .cache/bin/argocd points at it (the CLI).
+#   binary     build the argocd binary (cluster/argocd/go.mod), version-stamped,
+#              into the machine's build store (lib.sh: BUILD_STORE), named by
+#              a hash of its inputs, so that every clone shares it. Prints its
+#              path; .cache/bin/argocd points at it (the CLI).
 #   images     docker build the argocd image (that binary, git, ssh, helm,
 #              kustomize) and
 #              a redis image (Debian's redis-server) on the offline Debian base;
@@ -65,21 +66,19 @@ ldflags() {
 binary_path() {
   local key
   key="$( (cat "$MODULE_DIR/go.mod" "$MODULE_DIR/go.sum"; go version; go env GOOS GOARCH; ldflags) | sha256sum | cut -c1-12)"
-  echo "$WORK_DIR/bin/argocd-$ARGOCD_VERSION-$key"
+  echo "$BUILD_STORE/argocd-$ARGOCD_VERSION-$key"
 }
 
 # cached_go_build OUT MODULE_DIR PACKAGE LDFLAGS: go build PACKAGE of the module
-# in MODULE_DIR to OUT, a path named <name>-<hash of the inputs> (written
-# whole or not at all), then deletes the older builds of that name: they are
-# only kept while nothing else points at them.
+# in MODULE_DIR to OUT, a path in the build store named <name>-<hash of the
+# inputs>, written whole or not at all (another clone may build it at once).
 cached_go_build() {
   local out="$1" module="$2" package="$3" flags="$4" start=$SECONDS name prefix
   name="$(basename "$out")" prefix="${name%%-*}"
   mkdir -p "$(dirname "$out")"
   # One -ldflags argument; go splits it, honouring the quotes of an -X whose value has spaces.
-  (cd "$module" && with_heartbeat "building $prefix" go build -trimpath -ldflags "$flags" -o "$out.tmp" "$package")
-  mv "$out.tmp" "$out"
-  find "$(dirname "$out")" -maxdepth 1 -name "$prefix-*" ! -path "$out" -delete
+  (cd "$module" && with_heartbeat "building $prefix" go build -trimpath -ldflags "$flags" -o "$out.$$.tmp" "$package")
+  mv "$out.$$.tmp" "$out"
   log "argocd: built $name in $((SECONDS - start))s"
 }
 
@@ -103,7 +102,7 @@ cmd_binary() {
 kustomize_binary() {
   local module="$MODULE_DIR/kustomize" key out
   key="$( (cat "$module/go.mod" "$module/go.sum"; go version; go env GOOS GOARCH) | sha256sum | cut -c1-12)"
-  out="$WORK_DIR/bin/kustomize-$key"
+  out="$BUILD_STORE/kustomize-$key"
   if [[ ! -x "$out" ]]; then
     log "argocd: building kustomize ($(mod_version "$module/go.mod" sigs.k8s.io/kustomize/kustomize/v5)) from the Go module proxy"
     cached_go_build "$out" "$module" sigs.k8s.io/kustomize/kustomize/v5 "-s -w"

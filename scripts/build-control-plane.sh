@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build (or reuse) the local control-plane binaries into .cache/bin:
+# Build (or reuse) the local control-plane binaries, linked into .cache/bin:
 #   kube-apiserver kube-controller-manager kube-scheduler etcd  (cluster/local/go.mod)
 #   kwok kwokctl                                                (cluster/local/kwok/go.mod)
-# Idempotent: a binary already in .cache/bin with the right version is kept.
-# One found in $KUBEBUILDER_ASSETS or on PATH is symlinked instead of built if
-# its major.minor matches (kwok: exact version).
+# They are built into the machine's build store (lib.sh: BUILD_STORE), in a
+# folder named by a hash of their inputs, so that every clone shares them;
+# one built for these inputs is linked, not built again. One found in
+# $KUBEBUILDER_ASSETS or on PATH is linked instead of built if its
+# major.minor matches (kwok: exact version).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -34,55 +36,74 @@ accept() {
   esac
 }
 
-# reuse NAME: 0 if .cache/bin/NAME is usable as it is or could be symlinked
-# to an external binary; 1 if it must be built.
+# store_dir MODULE_DIR: the build store's folder for the binaries of the
+# module in MODULE_DIR, named by a hash of its inputs (its Go files, go.mod,
+# go.sum, Go's version and platform, the versions stamped into them).
+store_dir() {
+  local key
+  key="$( (cd "$REPO_ROOT/$1" && find . \( -name '*.go' -o -name go.mod -o -name go.sum \) -type f | LC_ALL=C sort |
+    xargs cat; go version; go env GOOS GOARCH; echo "$K8S_VERSION $KWOK_VERSION") | sha256sum | cut -c1-12)"
+  echo "$BUILD_STORE/$(basename "$1")-$key"
+}
+
+# reuse NAME STORE: 0 if NAME is in STORE (linked into .cache/bin) or an
+# external binary can stand in (linked); 1 if it must be built.
 reuse() {
-  local name="$1" dst="$BIN_DIR/$1" ext
-  if [[ -L "$dst" ]]; then
-    if [[ "$(first_line "$dst")" == "$(accept "$name")"* ]]; then
-      log "$name: using $(readlink "$dst") ($(first_line "$dst"))"; return 0
-    fi
-    rm -f "$dst" # stale link: never let `go build -o` write through it
-  elif [[ -f "$dst" && "$(first_line "$dst")" == "$(want "$name")"* ]]; then
-    log "$name: up to date ($(want "$name"))"; return 0
+  local name="$1" dst="$BIN_DIR/$1" stored="$2/$1" ext
+  if [[ -x "$stored" ]]; then
+    ln -sfn "$stored" "$dst"
+    log "$name: built for these inputs ($stored)"
+    return 0
   fi
+  rm -f "$dst" # stale: never let `go build -o` write through a link
   ext="$(find_binary "$name")"
-  if [[ -n "$ext" && "$(realpath "$ext")" != "$BIN_DIR"/* &&
+  if [[ -n "$ext" && "$(realpath "$ext")" != "$BIN_DIR"/* && "$(realpath "$ext")" != "$BUILD_STORE"/* &&
     "$(first_line "$ext")" == "$(accept "$name")"* ]]; then
     ln -sfn "$ext" "$dst"; log "$name: using $ext ($(first_line "$ext"))"; return 0
   fi
   return 1
 }
 
-# go_build DIR LDFLAGS PKG...: one `go build` for all PKGs so they share compile work.
+# go_build DIR STORE LDFLAGS PKG...: one `go build` for all PKGs so they share
+# compile work, into STORE (whole or not at all: another clone may build the
+# same at once), each linked into .cache/bin.
 go_build() {
-  local dir="$1" ldflags="$2"; shift 2
-  local names="${*##*/}" start=$SECONDS
+  local dir="$1" store="$2" ldflags="$3"; shift 3
+  local names="${*##*/}" start=$SECONDS tmp name
   log "building $names (Go $(go env GOVERSION), $(nproc) cores; a cold build takes minutes)"
+  tmp="$store.$$.tmp"
+  mkdir -p "$tmp"
   (cd "$REPO_ROOT/$dir" && with_heartbeat "building $names" \
-    go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/" "$@")
-  log "built $names in $((SECONDS - start))s"
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/" "$@")
+  mkdir -p "$store"
+  for name in $names; do
+    mv "$tmp/$name" "$store/$name"
+    ln -sfn "$store/$name" "$BIN_DIR/$name"
+  done
+  rm -rf "$tmp"
+  log "built $names in $((SECONDS - start))s ($store)"
 }
 
 command -v go >/dev/null || die "go not found (need Go >= 1.24)"
 
+store="$(store_dir cluster/local)"
 pkgs=()
 for name in kube-apiserver kube-controller-manager kube-scheduler; do
-  reuse "$name" || pkgs+=("k8s.io/kubernetes/cmd/$name")
+  reuse "$name" "$store" || pkgs+=("k8s.io/kubernetes/cmd/$name")
 done
-reuse etcd || pkgs+=(./etcd) # cluster/local/etcd: etcd's main at k8s's pinned version
+reuse etcd "$store" || pkgs+=(./etcd) # cluster/local/etcd: etcd's main at k8s's pinned version
 if ((${#pkgs[@]})); then
   # kwokctl parses `kube-apiserver --version`, so stamp the version like a release build.
-  ldflags="$(k8s_release_ldflags)"
-  go_build cluster/local "$ldflags" "${pkgs[@]}"
+  go_build cluster/local "$store" "$(k8s_release_ldflags)" "${pkgs[@]}"
 fi
 
+store="$(store_dir cluster/local/kwok)"
 pkgs=()
 for name in kwok kwokctl; do
-  reuse "$name" || pkgs+=("sigs.k8s.io/kwok/cmd/$name")
+  reuse "$name" "$store" || pkgs+=("sigs.k8s.io/kwok/cmd/$name")
 done
 if ((${#pkgs[@]})); then
-  go_build cluster/local/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" "${pkgs[@]}"
+  go_build cluster/local/kwok "$store" "-s -w -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" "${pkgs[@]}"
 fi
 
 log "control plane ready in $BIN_DIR"

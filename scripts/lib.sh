@@ -6,6 +6,12 @@ CACHE_DIR="${CACHE_DIR:-$REPO_ROOT/.cache}"
 BIN_DIR="$CACHE_DIR/bin"
 CLUSTER_DIR="${LOCAL_CLUSTER_DIR:-$CACHE_DIR/local-cluster}"
 mkdir -p "$BIN_DIR"
+# Binaries built here from Go modules, shared by every clone on the machine,
+# as Go's own caches are: each is named <name>-<hash of its inputs> (go.mod,
+# go.sum, Go's version, the flags) and written whole or not at all, so a clone
+# gets one only when it would build the same. .cache/bin links to them.
+# Delete the folder to reclaim its space; the next build fills it again.
+BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler/bin}"
 
 # One source of truth for versions: the tools modules' go.mod files.
 # mod_version GOMOD MODULE: the version MODULE is required at.
