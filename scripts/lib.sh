@@ -11,7 +11,12 @@ mkdir -p "$BIN_DIR"
 # go.sum, Go's version, the flags) and written whole or not at all, so a clone
 # gets one only when it would build the same. .cache/bin links to them.
 # Delete the folder to reclaim its space; the next build fills it again.
-BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler/bin}"
+# Without a HOME (a test's bare environment) it is this clone's own.
+if [[ -n "${XDG_CACHE_HOME:-}" || -n "${HOME:-}" ]]; then
+  BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler/bin}"
+else
+  BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-$CACHE_DIR/build-store}"
+fi
 
 # One source of truth for versions: the tools modules' go.mod files.
 # mod_version GOMOD MODULE: the version MODULE is required at.
