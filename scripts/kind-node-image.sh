@@ -98,11 +98,12 @@ k8s_version() {
 }
 
 # The control plane: .cache/bin's when `make control-plane` built it at our
-# exact versions (a symlink to some other binary is not good enough: the
-# image would carry its version under ours).
+# exact versions, a link into the build store (a symlink to some other
+# binary is not good enough: the image would carry its version under ours).
 for name in kube-apiserver kube-controller-manager kube-scheduler etcd; do
   src="$BIN_DIR/$name"
-  if [[ -f "$src" && ! -L "$src" ]]; then
+  if [[ -f "$src" && ( ! -L "$src" || "$(realpath "$src")" == "$BUILD_STORE"/* ) ]]; then
+    src="$(realpath "$src")"
     if [[ "$name" == etcd && "$("$src" --version 2>/dev/null | head -n1)" == "etcd Version: ${ETCD_VERSION#v}" ]] ||
       [[ "$name" != etcd && "$(k8s_version "$src")" == "$K8S_VERSION" ]]; then
       ln -f "$src" "$NODE_BIN/$name" 2>/dev/null || cp "$src" "$NODE_BIN/$name"

@@ -55,6 +55,30 @@ cleanup() {
 trap cleanup EXIT
 
 stage tools "tools: .venv, kubectl and helm, lint tools" make --no-print-directory install tools lint-tools
+
+# Only an engine this run started is stopped at the end: one that was already
+# up may be running other people's containers.
+engine_was_up=false
+docker info >/dev/null 2>&1 && engine_was_up=true
+$engine_was_up || cleanups+=('if bash scripts/docker-engine.sh status 2>&1 | grep -q "started by"; then echo "==> stopping the Docker engine this run started"; bash scripts/docker-engine.sh stop; fi')
+
+# Downloads beside lint and the unit tests, which use the cores but not the
+# network (scripts/prefetch.sh): the Docker engine, the images' base and
+# wheels for the images stage; every Go module for the builds after it.
+declare -A prefetching=()
+for part in images go; do
+  set -m # a process group of its own, stopped whole if the run ends first
+  bash scripts/prefetch.sh "$part" >"$STAGES_DIR/prefetch-$part.log" 2>&1 &
+  prefetching[$part]=$!
+  set +m
+  cleanups+=("kill -- -${prefetching[$part]} 2>/dev/null || true")
+done
+# prefetched PART: waits for that part, then shows what it did.
+prefetched() {
+  wait "${prefetching[$1]}" || true
+  sed "s/^/[prefetch $1] /" "$STAGES_DIR/prefetch-$1.log"
+}
+
 stage lint "lint" make --no-print-directory lint
 report_new_files
 stage unit "unit tests in two workers (make test-unit: no cluster, no Docker)" make --no-print-directory test-unit
@@ -63,14 +87,10 @@ report_new_files
 # The images as users build and run them. Under CI=true the engine must come
 # up (scripts/docker-engine.sh installs and starts it when root); elsewhere,
 # without one, the image tests are skipped with a message naming what to install.
-engine_was_up=false
-docker info >/dev/null 2>&1 && engine_was_up=true
+prefetched images
 docker_runs=false
 if bash scripts/docker-engine.sh ensure; then
   docker_runs=true
-  # Only an engine this run started is stopped: one that was already up may
-  # be running other people's containers.
-  $engine_was_up || cleanups+=('echo "==> stopping the Docker engine this run started"; bash scripts/docker-engine.sh stop')
 elif [ "${CI:-}" = "true" ]; then
   exit 1
 fi
@@ -80,6 +100,15 @@ images() {
 }
 stage images "images: make images, the image tests" images
 report_new_files
+
+# Built once, before the lanes: the cluster lane runs it, and the KinD node
+# image (when it must be assembled here) takes its binaries instead of
+# compiling Kubernetes a second time at the same moment.
+prefetched go
+if command -v go >/dev/null 2>&1; then
+  stage control-plane "the local control plane's binaries (make control-plane: built once per machine, linked after)" \
+    make --no-print-directory control-plane
+fi
 
 # ---- the cluster lane: the local control plane --------------------------------
 # `make test` always uses its own local cluster, never a KUBECONFIG that may
