@@ -325,7 +325,7 @@ forget_pulled_images() {
   local container
   for container in $(docker ps --filter "label=io.x-k8s.kind.cluster=$KIND_CLUSTER" --format '{{.Names}}'); do
     # shellcheck disable=SC2016 # expanded by the node's shell
-    docker exec "$container" sh -c 'ctr -n k8s.io images ls -q | grep "^$0/" | xargs -r ctr -n k8s.io images rm >/dev/null' \
+    docker exec "$container" sh -c 'ctr -n k8s.io images ls -q | grep "^$0/" | xargs -r ctr -n k8s.io images rm --sync >/dev/null' \
       "$REGISTRY_IMAGE" || log "pipeline: could not remove $REGISTRY_IMAGE/* from node $container"
   done
 }
