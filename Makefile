@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(abspath $(VENV)/bin):$(PATH)
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help install lint test test-unit test-quick test-images
+.PHONY: help install lint reference test test-unit test-quick test-images
 help: ## the targets: using gpu-scheduler first, then developing it, then the offline machinery
 	@awk -f scripts/make-help.awk $(MAKEFILE_LIST)
 
@@ -25,6 +25,9 @@ lint: install ##dev ruff, the import-linter layer contract, uv.lock up to date w
 	$(VENV)/bin/ruff check apps tests
 	$(VENV)/bin/ruff format --check apps tests
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter
+
+reference: install ##dev docs/reference.md's flags and metrics, written from the code (a unit test fails when they are stale)
+	$(PY) scripts/reference.py
 
 # TEST_SELECTION (CI's test jobs; .gitlab-ci.yml): a pytest -k expression the
 # test targets add to their own selection. Unset, every test runs.

@@ -1,12 +1,16 @@
-"""The README's benchmark table, made from kept runs of record (docs/bench/*.json), never typed.
+"""The benchmark tables of the README and docs/benchmarks.md, made from kept runs of record
+(docs/bench/*.json), never typed.
 
-    .venv/bin/python -m bench.readme [RECORD.json ...] [--write README.md]   # `make bench-readme`
+    .venv/bin/python -m bench.readme [RECORD.json ...] [--write README.md] [--full docs/benchmarks.md]
+    # `make bench-readme` writes both
 
 Without files, the newest bench run and the newest scale run of docs/bench/
-are taken. The table is printed; with --write it replaces what stands
-between the markers `<!-- bench:start -->` and `<!-- bench:end -->` in that
-file, and nothing else. Every figure is what the run itself recorded: its
-targets as it evaluated them, its medians.
+are taken. The README gets the headline: how many targets the newest bench
+run met, and its runners' figures in one small table; docs/benchmarks.md
+gets every target and every runner of each run. Each replaces what stands
+between the markers `<!-- bench:start -->` and `<!-- bench:end -->` in its
+file, and nothing else; without a file the headline is printed. Every figure
+is what the run itself recorded: its targets as it evaluated them, its medians.
 """
 
 from __future__ import annotations
@@ -47,12 +51,43 @@ def _runner_rows(summary: dict) -> list[list[str]]:
     ]
 
 
-def render_record(path: Path, results: dict) -> list[str]:
-    """One run of record: where it is, what it was, its targets, and its runners' figures."""
+def _source(path: Path, results: dict, link_dir: str) -> str:
     commit = (results.get("machine") or {}).get("commit", "unknown")
+    return (
+        f"From [{path.name}]({link_dir}{path.name}): {run_name(results)}, commit {commit}, "
+        f"{num(results.get('duration_s'), 0)} s in all."
+    )
+
+
+def _runner_table(title: str, sizes: dict, summary: dict) -> list[str]:
+    return table(
+        [f"{sizes['pods']:,} pods / {sizes['nodes']:,} nodes, {title}, median", "pods/s", "p99", CPU_HEADER],
+        _runner_rows(summary),
+    )
+
+
+def render_headline(path: Path, results: dict, link_dir: str = "docs/bench/") -> list[str]:
+    """The README's part of one run: where it is, how many targets it met, its burst runners."""
+    statuses = [t["status"] for t in results.get("targets", [])]
+    met = statuses.count(targets.PASS)
+    missed = [t["description"] for t in results.get("targets", []) if t["status"] == targets.MISS]
     lines = [
-        f"From [{path.name}](docs/bench/{path.name}): {run_name(results)}, commit {commit}, "
-        f"{num(results.get('duration_s'), 0)} s in all.",
+        _source(path, results, link_dir),
+        f"{met} of {len(statuses)} targets met"
+        + (f", {len(missed)} missed" if missed else "")
+        + (f", {len(statuses) - met - len(missed)} not measured" if len(statuses) - met - len(missed) else "")
+        + ".",
+    ]
+    burst = (results.get("throughput") or {}).get("burst") or {}
+    if burst.get("summary"):
+        lines += ["", *_runner_table("burst", results["throughput"], burst["summary"])]
+    return lines
+
+
+def render_record(path: Path, results: dict, link_dir: str = "docs/bench/") -> list[str]:
+    """One run of record: where it is, what it was, its targets, and its runners' figures."""
+    lines = [
+        _source(path, results, link_dir),
         "",
         *table(
             ["target", "wanted", "measured", "status"],
@@ -68,23 +103,23 @@ def render_record(path: Path, results: dict) -> list[str]:
     ):
         if figures.get("summary"):
             sizes = results["throughput"] if title == "burst" else figures
-            lines += [
-                "",
-                *table(
-                    [
-                        f"{sizes['pods']:,} pods / {sizes['nodes']:,} nodes, {title}, median",
-                        "pods/s",
-                        "p99",
-                        CPU_HEADER,
-                    ],
-                    _runner_rows(figures["summary"]),
-                ),
-            ]
+            lines += ["", *_runner_table(title, sizes, figures["summary"])]
     return lines
 
 
-def render(paths: list[Path]) -> str:
-    blocks = [render_record(path, json.loads(path.read_text())) for path in paths]
+def render(paths: list[Path], link_dir: str = "docs/bench/") -> str:
+    """Every target and runner of each run (docs/benchmarks.md links from docs/: link_dir "bench/")."""
+    blocks = [render_record(path, json.loads(path.read_text()), link_dir) for path in paths]
+    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+
+
+def render_headlines(paths: list[Path]) -> str:
+    """The README's headline: the bench run's (a scale run has no burst to head with)."""
+    blocks = [
+        render_headline(path, results)
+        for path in paths
+        if (results := json.loads(path.read_text())).get("throughput") is not None
+    ]
     return "\n\n".join("\n".join(block) for block in blocks) + "\n"
 
 
@@ -100,21 +135,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.readme", description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="*", type=Path, help="runs of record (default: the newest of each kind)")
     parser.add_argument(
-        "--write", type=Path, help=f"replace the table between the markers in this file (e.g. {REPO / 'README.md'})"
+        "--write", type=Path, help=f"write the headline between the markers of this file (e.g. {REPO / 'README.md'})"
+    )
+    parser.add_argument(
+        "--full",
+        type=Path,
+        help=f"write every target and runner between the markers of this file (e.g. {REPO / 'docs/benchmarks.md'})",
     )
     args = parser.parse_args(argv)
     paths = args.records or latest_records()
     if not paths:
         parser.error(f"no run of record in {RECORD_DIR}: run `make bench BENCH_RECORD=1` first")
-    section = render(paths)
-    if args.write:
+    headline = render_headlines(paths)
+    # docs/benchmarks.md sits in docs/, beside the kept runs' folder
+    for target, section in ((args.write, headline), (args.full, render(paths, link_dir="bench/"))):
+        if target is None:
+            continue
         try:
-            args.write.write_text(replace_section(args.write.read_text(), section))
+            target.write_text(replace_section(target.read_text(), section))
         except ValueError as err:
-            parser.error(f"{args.write}: {err}")
-        print(f"{args.write}: benchmark table from {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    else:
-        print(section, end="")
+            parser.error(f"{target}: {err}")
+        print(f"{target}: benchmark tables from {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if not (args.write or args.full):
+        print(headline, end="")
     return 0
 
 

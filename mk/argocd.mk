@@ -1,5 +1,5 @@
 # Argo CD built here from its Go modules (cluster/argocd/go.mod) and run in
-# the KinD cluster (scripts/argocd.sh; docs/delivery.md, "Argo CD").
+# the KinD cluster (scripts/argocd.sh; docs/install.md, "Argo CD").
 ARGOCD_ENV  = CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
               SCHEDULER_IMAGE=$(SCHEDULER_IMAGE) CHECK_IMAGE=$(CHECK_IMAGE) BUILD_IMAGES=$(BUILD_IMAGES)
 

@@ -1,4 +1,4 @@
-# Delivery: Helm charts, images, KinD, Argo CD and GitLab CI (docs/delivery.md).
+# Delivery: Helm charts, images, KinD, Argo CD and GitLab CI (docs/install.md).
 # The KinD targets need Docker and kind; without them they stop with a message
 # that says what to install.
 KIND_CLUSTER    ?= gpu-scheduler

@@ -1,6 +1,6 @@
 # KinD on machines that cannot pull kindest/node (ours): the kind binary, the
 # node image assembled offline, and the tests on a real KinD cluster.
-# kind-up / kind-down / e2e themselves are in mk/delivery.mk; docs/delivery.md
+# kind-up / kind-down / e2e themselves are in mk/delivery.mk; docs/delivery-internals.md
 # says how scripts/kind.sh picks the node image (KIND_NODE_IMAGE).
 .PHONY: kind kind-node-image test-kind
 

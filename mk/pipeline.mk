@@ -1,6 +1,6 @@
 # The GitLab pipeline run here: .gitlab-ci.yml's jobs by gitlab-ci-local in
 # its shell executor, against a registry, a KinD cluster and Argo CD on this
-# machine (scripts/pipeline.sh; docs/delivery.md, "GitLab CI").
+# machine (scripts/pipeline.sh; docs/install.md, "GitLab CI").
 PIPELINE_ENV := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(or $(PIPELINE_CLUSTER),gpu-scheduler-pipeline)
 
 .PHONY: pipeline pipeline-down test-pipeline

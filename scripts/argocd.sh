@@ -254,7 +254,7 @@ cmd_install() {
   # Which Argo CD, and why: this script's is the offline fallback. The
   # release's install.yaml and its images (quay.io/argoproj/argocd,
   # redis) are what users should run, pinned by digest; those digests are
-  # not recorded here yet, so no upstream path is tried (docs/delivery.md).
+  # not recorded here yet, so no upstream path is tried (docs/install.md).
   log "argocd: source: Argo CD $ARGOCD_VERSION built here from its Go modules (offline fallback; upstream: kubectl apply -n argocd -f https://raw.githubusercontent.com/argoproj/argo-cd/$ARGOCD_VERSION/manifests/install.yaml)"
   images="$(cmd_images)"
   argocd_image="$(sed -n 1p <<<"$images")"
@@ -302,7 +302,7 @@ cmd_uninstall() {
 }
 
 # in-cluster LABEL=VALUE...: register the cluster Argo CD runs in with these
-# labels, as docs/delivery.md shows users: a cluster Secret for
+# labels, as docs/install.md shows users: a cluster Secret for
 # https://kubernetes.default.svc (Argo CD's in-cluster, which has no Secret
 # of its own to label). The ApplicationSet's clusters generators select
 # clusters by such labels. Replaces the labels of an earlier call.

@@ -175,7 +175,7 @@ choose_node_image() {
         echo "$pinned"
       else
         log "kind: cannot pull $pinned (above); using the node image assembled offline instead"
-        log "kind: (KIND_NODE_IMAGE=upstream refuses that; docs/delivery.md)"
+        log "kind: (KIND_NODE_IMAGE=upstream refuses that; docs/delivery-internals.md)"
         "$REPO_ROOT/scripts/kind-node-image.sh"
       fi
       ;;

@@ -60,7 +60,7 @@ TAG="${PIPELINE_TAG:-v$(python3 "$REPO_ROOT/scripts/version.py")}"
 TAG_SLUG="$(printf '%s' "$TAG" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' '-' | cut -c1-63 | sed 's/^-*//; s/-*$//')"
 # What both charts' image.registry says: release-check compares it with the
 # registry the pipeline pushes to. A user sets it to theirs before tagging
-# (docs/delivery.md); this run keeps the work tree's and names it, so that
+# (docs/install.md); this run keeps the work tree's and names it, so that
 # release-check passes on the tree as it is.
 CHARTS_REGISTRY="$(sed -n 's/^  registry: *"\{0,1\}\([^" #]*\).*/\1/p' "$REPO_ROOT/charts/gpu-scheduler/values.yaml" | head -1)"
 export PATH="$BIN_DIR:$REPO_ROOT/.venv/bin:$PATH"
@@ -224,7 +224,7 @@ serve_repository() {
   commit_all "$work" "release $TAG ($sha) from $REGISTRY_IMAGE (make pipeline)"
   address="$(gateway)" || die "the docker network kind has no IPv4 gateway"
   url="git://$address:$GIT_PORT/gpu-scheduler.git"
-  # The one value users set in argocd/ (docs/delivery.md): their project.
+  # The one value users set in argocd/ (docs/install.md): their project.
   # The first source's repoURL is that value, whatever it says today.
   local appset="$work/argocd/applicationset.yaml"
   grep -q -- "- repoURL: " "$appset" || die "$appset: no source repoURL to set"
@@ -260,7 +260,7 @@ prepare_production() {
   CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" install
   repo_url="$(serve_repository "$sha")"
   log "pipeline: git daemon serves the release commit (branch deploy, its HEAD) at $repo_url"
-  # What a platform team does once (docs/delivery.md): the cluster labelled
+  # What a platform team does once (docs/install.md): the cluster labelled
   # for both charts, and argocd/ of their project applied. From then on Argo
   # CD deploys what that branch says; the deploy job waits for it.
   CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" in-cluster gpu-scheduler/deploy=true gpu-scheduler/check=true

@@ -131,3 +131,32 @@ def test_the_latest_records_are_the_newest_bench_run_and_the_newest_scale_run(tm
         tmp_path / "2026-01-02-0800-bench.json",
         tmp_path / "2026-01-01-1000-scale.json",
     ]
+
+
+def test_the_readme_headline_counts_the_targets_and_shows_the_runners_and_the_full_page_links_from_docs(
+    tmp_path: Path,
+):
+    path = recorded(tmp_path)
+    results = json.loads(path.read_text())
+    met = sum(t["status"] == "PASS" for t in results["targets"])
+    missed = sum(t["status"] == "MISS" for t in results["targets"])
+    headline = readme.render_headlines([path])
+    assert f"[{path.name}](docs/bench/{path.name})" in headline
+    assert f"{met} of {len(results['targets'])} targets met, {missed} missed" in headline
+    assert "| gpu-scheduler | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in headline
+    assert "| target | wanted |" not in headline  # every target is docs/benchmarks.md's
+    assert f"[{path.name}](bench/{path.name})" in readme.render([path], link_dir="bench/")
+
+
+def test_bench_readme_writes_the_headline_and_the_full_tables_into_their_files(tmp_path: Path):
+    path = recorded(tmp_path)
+    markers = "top\n<!-- bench:start -->\nold\n<!-- bench:end -->\nbottom\n"
+    (tmp_path / "README.md").write_text(markers)
+    (tmp_path / "benchmarks.md").write_text(markers)
+    assert (
+        readme.main([str(path), "--write", str(tmp_path / "README.md"), "--full", str(tmp_path / "benchmarks.md")]) == 0
+    )
+    short, full = (tmp_path / "README.md").read_text(), (tmp_path / "benchmarks.md").read_text()
+    assert "old" not in short and "old" not in full
+    assert "targets met" in short and "| target | wanted |" not in short
+    assert "| target | wanted | measured | status |" in full and "top\n" in full and full.endswith("bottom\n")

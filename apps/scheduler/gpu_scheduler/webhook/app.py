@@ -43,7 +43,7 @@ def request_body() -> bytes:
     read of a request whose client has gone (an HTTP/2 stream reset, a connection closed
     while the request waited for a thread) keeps one of its Rust threads spinning for
     minutes after the load that left it: after a minute of 1,500 new maps a second,
-    1.6-1.7 cores busy with no request to serve (docs/faults.md, bug 6). Read with no
+    1.6-1.7 cores busy with no request to serve (docs/logs/faults.md, bug 6). Read with no
     size, granian collects the body once, and a body cut short is only short (then not
     JSON: a 400 no one reads). A body of unknown length, or over MAX_BODY, goes through
     werkzeug, which bounds it (413)."""
