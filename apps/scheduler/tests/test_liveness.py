@@ -36,7 +36,7 @@ def test_threads_not_started_yet_are_not_dead():
 
 def test_a_binding_thread_that_ended_is_named():
     scheduler = new_scheduler()
-    ended = scheduler._workers[1]
+    ended = scheduler._workers.threads[1]
     ended._target = lambda: None  # it returns at once, as a crashed loop would
     ended.start()
     ended.join(5)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from gpu_scheduler.kube.binder import BIND_TIMEOUT_SECONDS
-from gpu_scheduler.scheduler import command
+from gpu_scheduler.scheduler import command, process
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "gpu-scheduler"
 
@@ -88,17 +88,17 @@ class FakeElector:
 
 def test_sigterm_waits_out_the_bind_timeout_before_it_hands_the_lease_back():
     calls: list[tuple] = []
-    assert command.stop_binding(FakeScheduler(calls, drained=True), FakeElector(calls), bind_timeout=5.0) is True
+    assert process.stop_binding(FakeScheduler(calls, drained=True), FakeElector(calls), bind_timeout=5.0) is True
     assert calls == [
         ("set_leading", False),
-        ("scheduler.stop", 5.0 + command.DRAIN_MARGIN_SECONDS),
+        ("scheduler.stop", 5.0 + process.DRAIN_MARGIN_SECONDS),
         ("elector.release",),
     ]
 
 
 def test_a_drain_that_runs_out_leaves_the_lease_to_expire_instead_of_handing_it_back():
     calls: list[tuple] = []
-    assert command.stop_binding(FakeScheduler(calls, drained=False), FakeElector(calls), bind_timeout=5.0) is False
+    assert process.stop_binding(FakeScheduler(calls, drained=False), FakeElector(calls), bind_timeout=5.0) is False
     assert calls[-1] == ("elector.stop",)
     assert ("elector.release",) not in calls
 
@@ -110,6 +110,6 @@ def test_the_chart_gives_the_scheduler_time_to_drain_and_hand_the_lease_back():
     from gpu_scheduler.kube.leader import MAX_REQUEST_SECONDS  # the longest the lease's release takes
 
     longest_shutdown = (
-        command.drain_seconds(BIND_TIMEOUT_SECONDS) + MAX_REQUEST_SECONDS + 2 * command.EVENT_FLUSH_SECONDS
+        process.drain_seconds(BIND_TIMEOUT_SECONDS) + MAX_REQUEST_SECONDS + 2 * process.EVENT_FLUSH_SECONDS
     )
     assert int(grace.group(1)) >= longest_shutdown + 5  # room for the process to start and end

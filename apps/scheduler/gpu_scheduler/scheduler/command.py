@@ -1,13 +1,7 @@
-"""`gpu-scheduler scheduler`: flags, wiring, and the process lifecycle.
+"""`gpu-scheduler scheduler`: its flags, their checks, and the settings they make.
 
-At start the process lists pods and nodes and waits until every cache has
-synced; only then does it run for leadership (or, without election, lead),
-as kube-scheduler does: a replica that bound before its caches were loaded
-could give away a held GPU. It runs until SIGTERM or SIGINT: then it takes no
-new pods, waits for the binds in flight to end (answered, or given up at the
-bind timeout: nothing is sent after it), hands back the leader lease and
-exits 0. If it loses the lease (it could not renew in time), it stops binding
-at once and exits 1 so that its Deployment restarts it as a standby.
+run() refuses flags that do not fit together (exit 2), turns the rest into a
+SchedulerConfig and hands the process over to process.py.
 
 Binds and the lease: a standby may lead once the lease has gone unrenewed for
 its duration; the leader starts binds until its renew deadline has passed
@@ -20,29 +14,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import socket
-import threading
-import time
 
 from gpu_scheduler.config import boolean, env, env_help, positive_float, positive_int
-from gpu_scheduler.gc_tuning import tune_for_service
 
+# The process's one logger name, whichever module speaks: its lines read alike.
 log = logging.getLogger("gpu_scheduler.scheduler")
 
-# One sender, like client-go's event sink: Events go out one at a time, so
-# in a burst the apiserver's attention goes to the binds.
-EVENT_SENDERS = 1
-# Connections beyond the bind workers: two watches (pods, nodes) and slack for retries.
-EXTRA_CONNECTIONS = 8
 # A bind timeout shorter than this would fail binds a healthy apiserver answers.
 MIN_BIND_TIMEOUT_SECONDS = 1.0
-# The drain waits for the attempts in flight; beyond its bind, an attempt is microseconds of
-# work, so this covers a loaded machine.
-DRAIN_MARGIN_SECONDS = 2.0
-EVENT_FLUSH_SECONDS = 2.0
-# While the caches load, say every so often that the process is still waiting.
-SYNC_REPORT_SECONDS = 10.0
 
 
 def _port(value: str) -> int:
@@ -217,11 +196,6 @@ def bind_timeout(args: argparse.Namespace) -> float:
     return min(BIND_TIMEOUT_SECONDS, lease_seconds(args.leader_elect_lease_duration) - args.leader_elect_renew_deadline)
 
 
-def drain_seconds(bind_timeout: float) -> float:
-    """How long SIGTERM waits for the attempts in flight: each ends within its bind timeout."""
-    return bind_timeout + DRAIN_MARGIN_SECONDS
-
-
 def _check_backoff(args: argparse.Namespace) -> str | None:
     if args.pod_initial_backoff_seconds > args.pod_max_backoff_seconds:
         return (
@@ -238,74 +212,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # Imported here so that building the CLI parser stays fast (kubernetes
     # and prometheus_client take a while to import).
-    from kubernetes.config.config_exception import ConfigException
-
-    from gpu_scheduler.kube.client import USER_AGENT, new_client
-    from gpu_scheduler.kube.events import EventRecorder
-    from gpu_scheduler.kube.leader import LeaderElector, new_identity
-    from gpu_scheduler.kube.pod_status import PodConditionWriter
     from gpu_scheduler.scheduling import SharingPolicy
 
-    from .health import HealthServer
-    from .metrics import SchedulerMetrics
-    from .runner import Scheduler, SchedulerConfig
+    from . import process
+    from .runner import SchedulerConfig
 
-    # One identity per process: the Lease holder's name, and in every request's User-Agent,
-    # so that an audit log tells which replica made each binding.
-    identity = new_identity()
-    user_agent = f"{USER_AGENT} ({identity})"
-    try:
-        client = new_client(
-            args.kubeconfig,
-            pool_size=args.workers + EXTRA_CONNECTIONS,
-            qps=args.kube_api_qps,
-            burst=args.kube_api_burst,
-            user_agent=user_agent,
-        )
-        # Events and the Lease get clients of their own, each with its own
-        # rate limit, as in kube-scheduler: a burst of binds must neither
-        # starve lease renewal (and lose leadership) nor be slowed by the
-        # Scheduled event that follows each bind.
-        events_client = new_client(
-            args.kubeconfig,
-            pool_size=EVENT_SENDERS + 2,
-            qps=args.kube_api_qps,
-            burst=args.kube_api_burst,
-            user_agent=user_agent,
-        )
-        lease_client = new_client(args.kubeconfig, pool_size=2, qps=0, burst=1, user_agent=user_agent)
-    except (ConfigException, OSError, ValueError) as err:
-        where = args.kubeconfig or "in-cluster config or ~/.kube/config"
-        log.error("cannot load the cluster configuration (%s): %s; pass --kubeconfig or set KUBECONFIG", where, err)
-        return 1
-    recorder = EventRecorder(
-        events_client,
-        controller=args.scheduler_name,
-        instance=f"{args.scheduler_name}-{socket.gethostname()}",
-        senders=EVENT_SENDERS,
-    )
-    metrics = SchedulerMetrics()
-    lost = threading.Event()
-    stop = threading.Event()
-    elector = None
-    if args.leader_elect:
-
-        def lose() -> None:
-            scheduler.set_leading(False)
-            lost.set()
-
-        elector = LeaderElector(
-            lease_client,
-            namespace=args.leader_elect_resource_namespace,
-            name=args.leader_elect_resource_name,
-            identity=identity,
-            lease_duration=args.leader_elect_lease_duration,
-            renew_deadline=args.leader_elect_renew_deadline,
-            retry_period=args.leader_elect_retry_period,
-            on_started_leading=lambda: scheduler.set_leading(True),
-            on_stopped_leading=lose,
-        )
-    may_bind = elector.is_leader if elector else (lambda: True)
     config = SchedulerConfig(
         args.scheduler_name,
         args.namespace,
@@ -316,107 +227,4 @@ def run(args: argparse.Namespace) -> int:
         args.pod_max_backoff_seconds,
         bind_timeout=bind_timeout(args),
     )
-    # PodScheduled conditions share the Events' client and rate limit: both report, neither binds.
-    conditions = PodConditionWriter(events_client)
-    metrics.watch_reports(recorder.counts, conditions.counts)
-    scheduler = Scheduler(client, config, recorder, metrics, may_bind, conditions)
-
-    def healthy() -> str | None:
-        dead = scheduler.dead_parts()
-        if elector is not None and not elector.alive():
-            dead.append("leader election")
-        return f"stopped: {', '.join(dead)}" if dead else None
-
-    def ready() -> str | None:
-        # Not ready until every cache has listed, nor while one is not kept current
-        # (its watch failing for a while): decisions would rest on stale data.
-        problems = scheduler.not_current()
-        return f"caches not current: {'; '.join(problems)}" if problems else None
-
-    try:
-        server = HealthServer(args.bind_address, args.metrics_port, metrics.registry, healthy, ready)
-    except OSError as err:
-        log.error(
-            "cannot serve /metrics, /healthz and /readyz on %s:%s: %s; choose another --metrics-port",
-            args.bind_address,
-            args.metrics_port,
-            err,
-        )
-        return 1
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-
-    server.start()
-    recorder.start()
-    conditions.start()
-    scheduler.start()
-    log.info(
-        "scheduler started",
-        extra={
-            "fields": {
-                "scheduler_name": args.scheduler_name,
-                "namespace": args.namespace or "(all)",
-                "gpu_sharing": args.gpu_sharing,
-                "workers": args.workers,
-                "leader_elect": args.leader_elect,
-                "identity": identity,
-                "metrics": f"{args.bind_address}:{server.port}",
-            }
-        },
-    )
-    if not _wait_synced(scheduler, stop):
-        log.info("stopped before the caches synced")
-        server.stop()
-        return 0
-    # The caches hold what was listed: start-up is over.
-    tune_for_service()
-    if elector is not None:
-        elector.start()
-    else:
-        scheduler.set_leading(True)
-
-    # Signal handlers run on the main thread, so it waits in short slices.
-    while not stop.wait(0.5):
-        if lost.is_set():
-            log.error("leadership lost: exiting so that a standby takes over")
-            return 1
-    drained = stop_binding(scheduler, elector, config.bind_timeout)
-    # The last pods' Scheduled events are worth a moment; binding is over.
-    recorder.flush(EVENT_FLUSH_SECONDS)
-    conditions.flush(EVENT_FLUSH_SECONDS)
-    server.stop()
-    log.info("stopped", extra={"fields": {"drained": drained}})
-    return 0
-
-
-def stop_binding(scheduler, elector, bind_timeout: float) -> bool:
-    """SIGTERM: takes no new pods, waits for the binds in flight, then hands the lease back.
-
-    Only then: a standby may lead as soon as the lease is free, and a binding of ours still
-    in flight could be stored after it has bound the same pod or GPU. If the wait runs out
-    (it covers the bind timeout, so only a stalled process gets there), the lease is left to
-    expire instead. True if every attempt ended."""
-    log.info("shutting down: finishing binds in flight")
-    scheduler.set_leading(False)
-    drained = scheduler.stop(drain_seconds(bind_timeout))
-    if elector is None:
-        return drained
-    if drained:
-        elector.release()
-    else:
-        log.warning("binds still in flight: the leader lease is not handed back, it expires by itself")
-        elector.stop()
-    return drained
-
-
-def _wait_synced(scheduler, stop: threading.Event) -> bool:
-    """Waits until every cache has listed once; False if asked to stop first."""
-    started = time.monotonic()
-    while not scheduler.wait_synced(0.5):
-        if stop.is_set():
-            return False
-        waited = time.monotonic() - started
-        if waited // SYNC_REPORT_SECONDS != (waited - 0.5) // SYNC_REPORT_SECONDS:
-            log.info("waiting for the caches to sync: %s", "; ".join(scheduler.not_current()))
-    log.info("caches synced", extra={"fields": {"seconds": round(time.monotonic() - started, 3)}})
-    return True
+    return process.run(args, config)

@@ -1,6 +1,6 @@
 """The scheduling queue: which pending pod to try next, and when to try again.
 
-Pure and single-threaded (the runner wraps it in a lock and a condition);
+Pure and single-threaded (locked_state.py wraps it in a lock and a condition);
 every time-dependent call takes `now`, so tests drive time explicitly.
 
 Pods are keyed by UID: a pod deleted and recreated under the same name is a

@@ -7,8 +7,8 @@ The one pod watch's events (pod_changed, pod_deleted, pods_listed) are made
 of the pending-pod and pod-on-node changes, so each of those is told apart.
 Reading this file tells every way a pod is queued, a GPU held or freed.
 
-Pure and single-threaded: the runner calls it under one lock and does the API
-calls outside it; tests drive it directly (tests/test_scheduler_state.py runs
+Pure and single-threaded: every caller takes one lock around it (locked_state.py)
+and makes the API calls outside it; tests drive it directly (tests/test_scheduler_state.py runs
 it as a hypothesis state machine). Pods are keyed by UID throughout.
 """
 
@@ -42,7 +42,7 @@ class SchedulerState:
         self.queue = SchedulingQueue(initial_backoff, max_backoff)
 
     # -- the pod watch: every pod not finished, of every scheduler ---------------------------------
-    # Each returns whether pods became active (the runner then wakes its workers).
+    # Each returns whether pods became active (LockedState.update then wakes a worker).
 
     def pod_changed(self, pod: WatchedPod) -> bool:
         """An ADDED or MODIFIED event. A pod on a node has left the pending set (bound, by us or
@@ -182,7 +182,7 @@ class SchedulerState:
         When it does not (no answer, a 5xx, a 409 from a storage error) the binding may have
         been stored, or may still be: the hold stays in doubt until the watch shows the pod on
         its node, or a list started after it settles (cache.binding_unknown) does not; the
-        runner asks for that list (next_relist). Either way the pod is tried again later."""
+        pod watch asks for that list (next_relist, watches.py). Either way the pod is tried again later."""
         woke = False
         if maybe_stored:
             self.cache.binding_unknown(uid, now)

@@ -1,0 +1,147 @@
+"""The two list+watch caches that feed the scheduler, and what each event changes.
+
+One informer of every pod not finished, of every scheduler and namespace: this
+scheduler's unbound pods go to the queue, pods on nodes (of any scheduler) to
+the nodes' usage and the GPU ledger. One informer of every node: the node
+index. Their handlers run on the informers' threads and change the state only
+through LockedState; they also say whether the caches have listed once and are
+kept current (for the workers and /readyz), and ask the pod informer for the
+lists that end holds in doubt.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpu_scheduler.kube.client import KubeClient
+from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
+from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR, WatchedPod, node_info, watched_pod
+from gpu_scheduler.scheduling import NodeInfo
+
+from .announce import Announcer
+from .locked_state import LockedState
+
+
+class Watches:
+    def __init__(
+        self,
+        client: KubeClient,
+        locked: LockedState,
+        announcer: Announcer,
+        scheduler_name: str,
+        namespace: str | None,
+        alias_label: str,
+    ) -> None:
+        self._locked = locked
+        self._state = locked.state
+        self._announcer = announcer
+        self.informers = [
+            # Every namespace, whatever --namespace says: pods of other namespaces and
+            # schedulers use the same nodes (--namespace limits the pods it schedules).
+            Informer(
+                client,
+                "/api/v1/pods",
+                _Handler(self._pods_replace, self._pod_upsert, self._pod_delete),
+                functools.partial(watched_pod, scheduler_name=scheduler_name, namespace=namespace),
+                name="pods",
+                field_selector=UNFINISHED_SELECTOR,
+            ),
+            Informer(
+                client,
+                "/api/v1/nodes",
+                _Handler(self._nodes_replace, self._node_upsert, self._node_delete),
+                functools.partial(node_info, alias_label=alias_label),
+                name="nodes",
+            ),
+        ]
+        self._pods = self.informers[0]
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)
+
+    def not_current(self) -> list[str]:
+        """What keeps the caches from being current (for /readyz); [] when they are."""
+        now = time.monotonic()
+        return [problem for i in self.informers if (problem := i.current(now))]
+
+    def dead(self) -> list[str]:
+        return [f"informer {i.name}" for i in self.informers if not i.alive()]
+
+    # -- read by metrics ---------------------------------------------------------------------
+
+    def relists(self) -> dict[tuple[str, str], int]:
+        return {(i.name, reason): i.relists[reason] for i in self.informers for reason in RELIST_REASONS}
+
+    def watch_silences(self) -> dict[str, float]:
+        """Seconds since each cache's last list, event or bookmark (those that have listed)."""
+        now = time.monotonic()
+        silences = {i.name: i.seconds_since_last_event(now) for i in self.informers}
+        return {name: seconds for name, seconds in silences.items() if seconds is not None}
+
+    # -- holds in doubt ----------------------------------------------------------------------
+
+    def relist_for_doubts(self, after: float = float("-inf")) -> None:
+        """Asks the pods informer for a list at the time the next hold in doubt settles
+        (a binding whose answer was lost): a list started then shows whether it was stored.
+        The informer merges these requests and spaces them out (informer.request_resync)."""
+        with self._locked.lock:
+            at = self._state.next_relist(after)
+        if at is not None:
+            self._pods.request_resync(at)
+
+    # -- handlers (called on informer threads) -----------------------------------------------
+
+    def _pods_replace(self, pods: list[WatchedPod], listed_at: float) -> None:
+        with self._locked.work:
+            _, dropped = self._state.pods_listed(pods, listed_at)
+            self._locked.work.notify_all()
+        # A pod that left while the watch was away is placed or gone: its Event series goes.
+        for key in dropped:
+            self._announcer.forget_series(key)
+        # Holds in doubt that settle after this list started need a later one.
+        self.relist_for_doubts(after=listed_at)
+
+    def _pod_upsert(self, pod: WatchedPod) -> None:
+        self._locked.update(self._state.pod_changed, pod)
+        if pod.ours and pod.assigned is not None:
+            self._announcer.forget(pod.uid, pod.key)  # placed, by us or by anyone
+
+    def _pod_delete(self, pod: WatchedPod) -> None:
+        self._locked.update(self._state.pod_deleted, pod)
+        if pod.ours:
+            self._announcer.forget(pod.uid, pod.key)
+
+    def _nodes_replace(self, nodes: list[NodeInfo], _listed_at: float) -> None:
+        for node in nodes:
+            self._announcer.node_seen(node)
+        self._locked.update(self._state.nodes_replace, nodes)
+
+    def _node_upsert(self, node: NodeInfo) -> None:
+        self._announcer.node_seen(node)
+        self._locked.update(self._state.node_upsert, node)
+
+    def _node_delete(self, node: NodeInfo) -> None:
+        self._announcer.node_deleted(node.name)
+        self._locked.update(self._state.node_delete, node.name)
+
+
+@dataclass(frozen=True)
+class _Handler:
+    replace: Callable
+    upsert: Callable
+    delete: Callable
