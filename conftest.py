@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder: where the real API server is, and how to reach it.
+"""Fixtures shared by every test folder: where the real API server is, and how to reach it;
+the fake NVML library.
 
 Tests marked `cluster`, `e2e` or `faults` run against the cluster that
 KUBECONFIG names (a KinD cluster, say) or, when it is unset, the local control
@@ -14,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fake_nvml import library
+from prerequisites import missing
 
 REPO = Path(__file__).resolve().parent
 LOCAL_KUBECONFIG = REPO / ".cache" / "local-cluster" / "kubeconfig"
@@ -21,10 +24,7 @@ BIN = REPO / ".cache" / "bin"
 
 
 def _no_cluster(reason: str) -> None:
-    message = f"{reason}; run `make local-up` (needs Go 1.26+ to build the control plane) or set KUBECONFIG"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing(f"{reason}; run `make local-up` (needs Go 1.26+ to build the control plane) or set KUBECONFIG")
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,13 @@ def namespace(api_client):
     core.create_namespace({"metadata": {"name": name, "labels": {"gpu-scheduler-test": "true"}}})
     yield name
     core.delete_namespace(name, grace_period_seconds=0, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def fake_nvml(tmp_path_factory) -> Path:
+    """The folder of the fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host once per
+    session: for LD_LIBRARY_PATH, or to mount into an image."""
+    return library.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 # Files that appear in the checkout's top folder while a test runs are named

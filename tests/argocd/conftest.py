@@ -47,6 +47,9 @@ from pathlib import Path
 import commands
 import pytest
 import yaml
+from e2e.cluster import Kubectl
+from e2e.waiting import wait_until
+from prerequisites import missing
 
 from .gitserver import BRANCH, GitDaemon, ServedRepository
 
@@ -103,37 +106,12 @@ def progress(message: str) -> None:
 
 
 def wait_for(what: str, probe, timeout: float, interval: float = 2.0, explain=None):
-    """Polls `probe` until it returns something truthy; fails naming `what` (and `explain()`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = f"\n{explain()}" if explain else ""
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{detail}", pytrace=False)
-        time.sleep(interval)
+    """Polls `probe` until it returns something truthy, every 2 s (Argo CD works in minutes)."""
+    return wait_until(what, probe, timeout, interval, explain)
 
 
-@dataclass
-class Kube:
+class Kube(Kubectl):
     """kubectl against the KinD cluster, JSON in and out."""
-
-    kubeconfig: Path
-
-    def kubectl(self, *args, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], timeout=timeout, input=stdin)
-
-    def ok(self, *args, timeout: float = 120, stdin: str | None = None) -> str:
-        result = self.kubectl(*args, timeout=timeout, stdin=stdin)
-        assert result.returncode == 0, f"kubectl {' '.join(map(str, args))}: {tail(result)}"
-        return result.stdout
-
-    def get(self, *args) -> dict:
-        return json.loads(self.ok("get", *args, "-o", "json"))
-
-    def items(self, *args) -> list[dict]:
-        return self.get(*args)["items"]
 
     def exists(self, *args) -> bool:
         return self.kubectl("get", *args).returncode == 0
@@ -181,19 +159,15 @@ class Deployment:
 def cluster_kubeconfig() -> Path:
     """KIND_KUBECONFIG, rewritten for KIND_CLUSTER; skip (fail under CI) without that cluster."""
     if not shutil.which("docker") or run(["docker", "info"], timeout=60).returncode != 0:
-        reason = "the Argo CD tests need a Docker engine and a KinD cluster (make kind-up)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+        missing("the Argo CD tests need a Docker engine and a KinD cluster (make kind-up)")
     written = run(
         ["bash", REPO / "scripts" / "kind.sh", "kubeconfig"],
         env={**os.environ, "KIND_CLUSTER": CLUSTER, "KIND_KUBECONFIG": str(KUBECONFIG)},
     )
     if written.returncode != 0:
-        reason = f"KinD cluster {CLUSTER} is not there: run `make kind-up` (KIND_CLUSTER={CLUSTER}) first"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}\n{tail(written)}", pytrace=False)
-        pytest.skip(reason)
+        missing(
+            f"KinD cluster {CLUSTER} is not there: run `make kind-up` (KIND_CLUSTER={CLUSTER}) first", tail(written)
+        )
     return KUBECONFIG
 
 

@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from e2e.processes import free_port
+
 BRANCH = "main"
 NAME = "gpu-scheduler.git"
 # Commits made here have a fixed identity: the test's, not the developer's.
@@ -97,12 +99,6 @@ class ServedRepository:
         git("tag", "--annotate", "--message", f"release {name}", name, cwd=self.work)
         git("push", "--quiet", "origin", f"refs/tags/{name}", cwd=self.work)
         return self.head()
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
 
 
 class GitDaemon:

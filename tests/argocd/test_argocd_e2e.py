@@ -279,7 +279,7 @@ def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deplo
     # waits for (Argo CD v3.5.7, applicationset/progressivesync: a step's
     # Application is done once Healthy and Synced), not for the end of its
     # sync operation: the PostSync hook that writes the webhooks' caBundle may
-    # still run (docs/delivery.md says what the check's sync meets then).
+    # still run (docs/install.md says what the check's sync meets then).
     scheduler_events = argocd_events(deployment.kube, scheduler)
     check_events = argocd_events(deployment.kube, check)
     # Two sources (the chart, this cluster's values file): Argo CD names both revisions.

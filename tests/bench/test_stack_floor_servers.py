@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -15,17 +14,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from e2e.processes import free_port
 from gpu_scheduler.certs.bundle import generate_bundle
 
 from bench import stack_floor
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -127,6 +127,54 @@ def render(helm):
     return render
 
 
+def kubernetes_validate(lint_bin: Path, manifest: Path, docs: list[dict] | None = None):
+    """kubernetes-validate of `manifest` (written from `docs` when given) against the Kubernetes
+    1.34 schemas, strictly: unknown fields are errors, and --quiet prints problems only."""
+    if docs is not None:
+        manifest.write_text(yaml.safe_dump_all(docs))
+    return run([lint_bin / "kubernetes-validate", "-k", "1.34.0", "--strict", "--quiet", manifest])
+
+
+def fake_curl(action: str) -> str:
+    """A stand-in for `curl ... -o OUT URL`: it appends URL to $FAKE_CURL_CALLS, then runs the bash
+    `action` with $url and $out set."""
+    return (
+        r"""#!/bin/bash
+out= url=
+while (($#)); do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    --retry | --connect-timeout) shift 2 ;;
+    -*) shift ;;
+    *) url="$1"; shift ;;
+  esac
+done
+echo "$url" >> "$FAKE_CURL_CALLS"
+"""
+        + action
+    )
+
+
+def refused_render(helm, chart: Path, *assignments: str, release: str = "") -> str:
+    """The error output of `helm template` of `chart` with the --set `assignments` (after
+    REGISTRY_SET), which the chart must refuse."""
+    argv = [helm, "template", release or chart.name, chart, "--set", REGISTRY_SET]
+    for assignment in assignments:
+        argv += ["--set", assignment]
+    result = run(argv)
+    assert result.returncode != 0, f"{' '.join(assignments)} was accepted"
+    return result.stderr
+
+
+def annotations(doc: dict) -> dict:
+    return doc["metadata"].get("annotations") or {}
+
+
+def wave(doc: dict) -> int:
+    """The Argo CD sync wave of a rendered document."""
+    return int(annotations(doc)["argocd.argoproj.io/sync-wave"])
+
+
 def pod_spec(owner: dict) -> dict:
     if owner["kind"] == "Pod":
         return owner["spec"]

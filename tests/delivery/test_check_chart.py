@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, parse_map
 
-from .conftest import CHECK_CHART, REGISTRY_SET, container_args, flag, pod_spec, run
+from .conftest import CHECK_CHART, container_args, flag, pod_spec, refused_render
 
 pytestmark = pytest.mark.delivery
 
@@ -122,7 +122,4 @@ def test_check_pods_get_no_api_token(render):
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
-    result = run([helm, "template", "gpu-scheduler-check", CHECK_CHART, "--set", REGISTRY_SET, "--set", assignment])
-
-    assert result.returncode != 0, f"{assignment} was accepted"
-    assert complaint in result.stderr
+    assert complaint in refused_render(helm, CHECK_CHART, assignment)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CACHE, REPO
+from .conftest import CACHE, REPO, fake_curl
 
 pytestmark = pytest.mark.delivery
 
@@ -52,22 +52,11 @@ def fake_kubectl(version: str) -> str:
     return f"#!/bin/sh\n[ \"$1\" = version ] && echo '{document}' && exit 0\nexit 1\n"
 
 
-FAKE_CURL = r"""#!/bin/bash
-# curl -fsSL --retry N -o OUT URL: serve URL from $FAKE_RELEASES/<host>/<path>
-out= url=
-while (($#)); do
-  case "$1" in
-    -o) out="$2"; shift 2 ;;
-    --retry | --connect-timeout) shift 2 ;;
-    -*) shift ;;
-    *) url="$1"; shift ;;
-  esac
-done
-echo "$url" >> "$FAKE_CURL_CALLS"
-src="$FAKE_RELEASES/${url#https://}"
+# curl -fsSL --retry N -o OUT URL: serves URL from $FAKE_RELEASES/<host>/<path>.
+FAKE_CURL = fake_curl(r"""src="$FAKE_RELEASES/${url#https://}"
 [[ -f "$src" ]] || { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }
 cp "$src" "$out"
-"""
+""")
 
 
 class Sandbox:

@@ -36,6 +36,7 @@ import pytest
 import yaml
 from cryptography import x509
 from e2e.cluster import service_account_kubeconfig
+from e2e.workloads import controller
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -149,19 +150,7 @@ def pod(name: str, scheduler_name: str) -> dict:
 
 
 def deployment(name: str, scheduler_name: str) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": pod(name, scheduler_name)["spec"],
-            },
-        },
-    }
+    return controller("Deployment", name, pod(name, scheduler_name)["spec"])
 
 
 def admission_error(create) -> str | None:

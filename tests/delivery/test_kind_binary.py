@@ -14,27 +14,16 @@ import subprocess
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, fake_curl
 
 pytestmark = pytest.mark.delivery
 
 SCRIPT = REPO / "scripts" / "kind-binary.sh"
 SYSTEM_TOOLS = ("awk", "cat", "chmod", "cut", "dirname", "mkdir", "mv", "rm", "sha256sum", "uname", "seq", "sleep")
 
-FAKE_CURL = r"""#!/bin/bash
 # curl ... -o OUT URL: writes a kind stand-in that claims the pinned version.
-out= url=
-while (($#)); do
-  case "$1" in
-    -o) out="$2"; shift 2 ;;
-    --retry | --connect-timeout) shift 2 ;;
-    -*) shift ;;
-    *) url="$1"; shift ;;
-  esac
-done
-echo "$url" >> "$FAKE_CURL_CALLS"
-printf '#!/bin/sh\necho "kind v0.30.0 go1.24.6 linux/amd64"\n' > "$out"
-"""
+FAKE_CURL = fake_curl(r"""printf '#!/bin/sh\necho "kind v0.30.0 go1.24.6 linux/amd64"\n' > "$out"
+""")
 
 
 def pinned() -> tuple[str, dict[str, str]]:

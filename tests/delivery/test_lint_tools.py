@@ -10,9 +10,8 @@ this host with the shell executor).
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from .conftest import CHECK_CHART, REGISTRY_SET, REPO, SCHEDULER_CHART, run
+from .conftest import CHECK_CHART, REGISTRY_SET, REPO, SCHEDULER_CHART, kubernetes_validate, run
 
 pytestmark = pytest.mark.delivery
 
@@ -22,7 +21,12 @@ CHART_VARIANTS = [
     (SCHEDULER_CHART, ()),
     (
         SCHEDULER_CHART,
-        ("certs.mode=cert-manager", "metrics.serviceMonitor.enabled=true"),
+        (
+            "certs.mode=cert-manager",
+            "metrics.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.grafanaDashboard.enabled=true",
+        ),
     ),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=my-tls")),
     (SCHEDULER_CHART, ("webhook.hostNetwork=true", "webhook.port=10250")),
@@ -70,19 +74,8 @@ def test_helm_lint_strict_passes(helm, chart, sets):
 @pytest.mark.parametrize(("chart", "sets"), CHART_VARIANTS)
 def test_rendered_manifests_match_the_kubernetes_1_34_schemas(render, lint_bin, tmp_path, chart, sets):
     docs = [doc for doc in render(chart, *sets).docs if not doc["apiVersion"].startswith(ADDON_GROUPS)]
-    manifest = tmp_path / "rendered.yaml"
-    manifest.write_text(yaml.safe_dump_all(docs))
 
-    result = run(
-        [
-            lint_bin / "kubernetes-validate",
-            "-k",
-            "1.34.0",
-            "--strict",
-            "--quiet",
-            manifest,
-        ]
-    )
+    result = kubernetes_validate(lint_bin, tmp_path / "rendered.yaml", docs)
 
     assert result.returncode == 0, result.stdout + result.stderr
     # --quiet prints only problems; a kind without a schema is one too.
@@ -94,16 +87,7 @@ def test_kubernetes_validate_rejects_an_unknown_field(lint_bin, tmp_path):
     manifest = tmp_path / "typo.yaml"
     manifest.write_text("apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n")
 
-    result = run(
-        [
-            lint_bin / "kubernetes-validate",
-            "-k",
-            "1.34.0",
-            "--strict",
-            "--quiet",
-            manifest,
-        ]
-    )
+    result = kubernetes_validate(lint_bin, manifest)
 
     assert result.returncode != 0
     assert "portz" in result.stdout + result.stderr

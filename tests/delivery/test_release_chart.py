@@ -20,9 +20,12 @@ from .conftest import (
     REPO,
     SCHEDULER_CHART,
     TEST_REGISTRY,
+    annotations,
     container_args,
     flag,
+    kubernetes_validate,
     pod_spec,
+    refused_render,
     run,
 )
 
@@ -41,10 +44,6 @@ def chart_meta(chart) -> dict:
 
 def values(chart) -> dict:
     return yaml.safe_load((chart / "values.yaml").read_text())
-
-
-def annotations(doc: dict) -> dict:
-    return doc["metadata"].get("annotations") or {}
 
 
 # -- the image -------------------------------------------------------------
@@ -306,10 +305,8 @@ def test_a_named_test_node_needs_no_cluster_wide_rights(render):
     ],
 )
 def test_schema_rejects_a_wrong_release_value(helm, assignment, complaint):
-    result = run([helm, "template", "x", SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", assignment])
-
-    assert result.returncode != 0
-    assert complaint in result.stderr, result.stderr
+    stderr = refused_render(helm, SCHEDULER_CHART, assignment, release="x")
+    assert complaint in stderr, stderr
 
 
 # -- the example values files --------------------------------------------------
@@ -335,11 +332,9 @@ def test_each_example_renders_and_validates_against_kubernetes(helm, lint_bin, e
         argv += ["--set", REGISTRY_SET]
     rendered = run(argv)
     assert rendered.returncode == 0, rendered.stderr
-    manifest = tmp_path / "rendered.yaml"
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d and not d["apiVersion"].startswith("monitoring.")]
-    manifest.write_text(yaml.safe_dump_all(docs))
 
-    validated = run([lint_bin / "kubernetes-validate", "-k", "1.34.0", "--strict", "--quiet", manifest])
+    validated = kubernetes_validate(lint_bin, tmp_path / "rendered.yaml", docs)
 
     assert validated.returncode == 0, validated.stdout + validated.stderr
 

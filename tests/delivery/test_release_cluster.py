@@ -21,11 +21,10 @@ import uuid
 import pytest
 import yaml
 from e2e import webhook_registration
-from e2e.cluster import service_account_kubeconfig
+from e2e.cluster import delete_cluster_rbac, service_account_kubeconfig
 from e2e.components import SchedulerProcess, WebhookProcess, make_certs
 from e2e.isolation import delete_namespace
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from .conftest import REPO, SCHEDULER_CHART, container_args, run
 from .test_helm_install import admission_error, installed_release, pod, uninstall
@@ -118,16 +117,7 @@ def smoke_test(product, render, kubeconfig, kubectl, api_client, tmp_path_factor
     )
     yield pod_doc, identity, namespace
     # The Role and RoleBinding go with the probe namespace (the product fixture deletes it).
-    rbac_api = client.RbacAuthorizationV1Api(api_client)
-    for doc in rbac:
-        try:
-            if doc["kind"] == "ClusterRole":
-                rbac_api.delete_cluster_role(doc["metadata"]["name"])
-            elif doc["kind"] == "ClusterRoleBinding":
-                rbac_api.delete_cluster_role_binding(doc["metadata"]["name"])
-        except ApiException as err:
-            if err.status != 404:
-                raise
+    delete_cluster_rbac(api_client, rbac)
     delete_namespace(api_client, namespace)
 
 

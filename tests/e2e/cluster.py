@@ -11,18 +11,42 @@ import re
 import socket
 import ssl
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from commands import run, tail
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
+from .charts import KUBECTL
 from .waiting import NotYet, wait_for
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 # The scheduler's --alias-label: a map may name a node by this label's value.
 ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")
+
+
+@dataclass
+class Kubectl:
+    """kubectl (.cache/bin's) against the cluster of one kubeconfig, JSON in and out."""
+
+    kubeconfig: Path
+
+    def kubectl(self, *args, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], timeout=timeout, input=stdin)
+
+    def ok(self, *args, timeout: float = 120, stdin: str | None = None) -> str:
+        result = self.kubectl(*args, timeout=timeout, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(map(str, args))}: {tail(result)}"
+        return result.stdout
+
+    def get(self, *args) -> dict:
+        return json.loads(self.ok("get", *args, "-o", "json"))
+
+    def items(self, *args) -> list[dict]:
+        return self.get(*args)["items"]
 
 
 def served_certificate(
@@ -243,19 +267,81 @@ def wait_for_node_ready(api_client, name: str, timeout: float, untainted: bool =
     wait_for(f"node {name} to be Ready without the lifecycle controller's taints", probe, timeout)
 
 
-def delete_node(api_client, name: str) -> None:
+def kubectl_apply(kubectl: Path | str, kubeconfig: Path | str, documents: list[dict], namespace: str = "") -> None:
+    """`kubectl apply` of `documents` (into `namespace` where they name none)."""
+    in_namespace = ["--namespace", namespace] if namespace else []
+    argv = [kubectl, "--kubeconfig", kubeconfig, "apply", *in_namespace, "-f", "-"]
+    applied = run(argv, input=yaml.safe_dump_all(documents))
+    assert applied.returncode == 0, f"kubectl apply failed ({applied.returncode}): {applied.stderr}"
+
+
+def status_message(body) -> str:
+    """The message of the API server's Status answer, whole: where a refused admission says why
+    (the webhook's error comes last in it)."""
     try:
-        client.CoreV1Api(api_client).delete_node(name)
+        return json.loads(body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(body)[:2000]
+
+
+def admission_problem(api_client, namespace: str, pod: dict, **request) -> str | None:
+    """None when a dry-run create of `pod`, whose map gives its one container device 0, is
+    admitted with CUDA_VISIBLE_DEVICES=0; else what went wrong ("refused (<status>): ..." when
+    the API server refused it). `request`: the client's options, _request_timeout say."""
+    try:
+        created = client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All", **request)
+    except ApiException as err:
+        return f"refused ({err.status}): {status_message(err.body)}"
+    env = {e.name: e.value for e in created.spec.containers[0].env or []}
+    return None if env.get(CUDA_ENV) == "0" else f"admitted without {CUDA_ENV}=0: {env}"
+
+
+def ignoring_not_found(call, *args, **kwargs) -> None:
+    """call(*args, **kwargs), a delete say, for which 404 (already gone) is as good as done."""
+    try:
+        call(*args, **kwargs)
     except ApiException as err:
         if err.status != 404:
             raise
 
 
-def token_kubeconfig(admin_kubeconfig: Path | str, token: str, path: Path, user: str) -> Path:
-    """A kubeconfig (mode 0600) for the admin's cluster that authenticates with `token` only, as `user`."""
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+def delete_node(api_client, name: str) -> None:
+    ignoring_not_found(client.CoreV1Api(api_client).delete_node, name)
+
+
+def delete_fake_node(api_client, name: str) -> None:
+    """Deletes a KWOK node and every pod bound to it, at once: without the node's kwok the pods
+    would never finish terminating."""
+    core = client.CoreV1Api(api_client)
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+        ignoring_not_found(
+            core.delete_namespaced_pod, pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+        )
+    delete_node(api_client, name)
+
+
+def delete_cluster_rbac(api_client, documents: list[dict]) -> None:
+    """Deletes the ClusterRoles and ClusterRoleBindings among `documents` (what a release's
+    namespace does not take with it)."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    deletes = {"ClusterRole": rbac.delete_cluster_role, "ClusterRoleBinding": rbac.delete_cluster_role_binding}
+    for document in documents:
+        if document["kind"] in deletes:
+            ignoring_not_found(deletes[document["kind"]], document["metadata"]["name"])
+
+
+def current_cluster_and_user(kubeconfig: Path | str) -> tuple[dict, dict]:
+    """The entries ({"name", "cluster"}, {"name", "user"}) the kubeconfig's current context names."""
+    document = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in document["contexts"] if c["name"] == document["current-context"])["context"]
+    cluster = next(c for c in document["clusters"] if c["name"] == context["cluster"])
+    user = next((u for u in document.get("users") or () if u["name"] == context.get("user")), {})
+    return cluster, user
+
+
+def write_kubeconfig(path: Path, cluster: dict, user: str, token: str) -> Path:
+    """A kubeconfig (mode 0600) that reaches `cluster` (an entry {"name", "cluster": {"server", ...}})
+    and authenticates with `token` only, as `user`."""
     document = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -269,26 +355,24 @@ def token_kubeconfig(admin_kubeconfig: Path | str, token: str, path: Path, user:
     return path
 
 
+def token_kubeconfig(admin_kubeconfig: Path | str, token: str, path: Path, user: str) -> Path:
+    """A kubeconfig (mode 0600) for the admin's cluster that authenticates with `token` only, as `user`."""
+    cluster, _ = current_cluster_and_user(admin_kubeconfig)
+    return write_kubeconfig(path, cluster, user, token)
+
+
+def create_token(kubectl: Path | str, admin_kubeconfig: Path | str, namespace: str, account: str, *bound: str) -> str:
+    """A fresh 10-minute token of the ServiceAccount (`bound`: kubectl's --bound-object-* flags)."""
+    argv = [kubectl, "--kubeconfig", admin_kubeconfig, "create", "token", account, "--namespace", namespace]
+    token = run([*argv, "--duration=10m", *bound], timeout=60)
+    assert token.returncode == 0, token.stderr
+    return token.stdout.strip()
+
+
 def service_account_kubeconfig(
     kubectl: Path | str, admin_kubeconfig: Path | str, namespace: str, account: str, path: Path
 ) -> Path:
     """A kubeconfig (mode 0600) for the admin's cluster that authenticates with a fresh
     10-minute token of the ServiceAccount, as the account's pods do."""
-    token = subprocess.run(
-        [
-            str(kubectl),
-            "--kubeconfig",
-            str(admin_kubeconfig),
-            "create",
-            "token",
-            account,
-            "--namespace",
-            namespace,
-            "--duration=10m",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert token.returncode == 0, token.stderr
-    return token_kubeconfig(admin_kubeconfig, token.stdout.strip(), path, account)
+    token = create_token(kubectl, admin_kubeconfig, namespace, account)
+    return token_kubeconfig(admin_kubeconfig, token, path, account)

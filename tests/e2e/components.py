@@ -11,16 +11,18 @@ import os
 import re
 import subprocess
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .processes import ManagedProcess, free_port
+from .charts import REPO
+from .processes import ManagedProcess, TrackedProcesses, child_pids, free_port
 from .waiting import NotYet, wait_for
 from .workloads import SCHEDULER_NAME
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 GPU_SCHEDULER = VENV_BIN / "gpu-scheduler"
 GPU_SCHEDULER_CHECK = VENV_BIN / "gpu-scheduler-check"
@@ -35,13 +37,13 @@ class Certs:
     ca_bundle: str  # base64 of ca.crt, what a webhook configuration's caBundle holds
 
 
-def make_certs(out_dir: Path) -> Certs:
-    """Runs `gpu-scheduler certs --out-dir DIR --ip 127.0.0.1`; its stdout is the caBundle.
+def make_certs(out_dir: Path, *extra: str) -> Certs:
+    """Runs `gpu-scheduler certs --out-dir DIR --ip 127.0.0.1 *extra`; its stdout is the caBundle.
 
     The API server calls the webhook at https://127.0.0.1:PORT, so the serving
     certificate must be valid for that IP."""
     result = subprocess.run(
-        [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", "127.0.0.1"],
+        [str(GPU_SCHEDULER), "certs", "--out-dir", str(out_dir), "--ip", "127.0.0.1", *extra],
         check=False,
         capture_output=True,
         text=True,
@@ -97,13 +99,7 @@ class WebhookProcess(ManagedProcess):
 
     def workers(self) -> set[int]:
         """The PIDs of its worker processes, from /proc (not from its log)."""
-        found = set()
-        for task in Path(f"/proc/{self.pid}/task").iterdir():
-            try:
-                found.update(int(pid) for pid in (task / "children").read_text().split())
-            except FileNotFoundError:
-                continue  # a thread that ended meanwhile
-        return found
+        return child_pids(self.pid)
 
     def wait_workers_replaced(self, old: set[int], timeout: float = 40) -> None:
         """Until none of `old` runs and two new workers do: a new certificate is served by
@@ -211,3 +207,55 @@ class SchedulerProcess(ManagedProcess):
 
     def user_agent(self) -> str:
         return f"gpu-scheduler ({self.identity()})"
+
+    def wait_leads(self, timeout: float, interval: float = 0.2) -> None:
+        """Until this replica holds the Lease (its gpu_scheduler_leader gauge says 1)."""
+
+        def leads() -> None:
+            if not self.is_leader():
+                raise NotYet(f"{self.name} does not lead yet")
+
+        wait_for(f"{self.name} to take the Lease", leads, timeout, interval)
+
+
+@contextmanager
+def started_schedulers(
+    kubeconfig: str, log_dir: Path, tracked: TrackedProcesses
+) -> Iterator[Callable[..., SchedulerProcess]]:
+    """start(name, *extra_flags, wait=True, **SchedulerProcess options) -> a scheduler process of one
+    test, started (and ready, with wait); each is stopped at the end unless the test killed it
+    already. Extra flags go after the suite's own ones (argparse keeps the last value)."""
+    started: list[SchedulerProcess] = []
+
+    def start(name: str = "scheduler", *extra_flags: str, wait: bool = True, **options) -> SchedulerProcess:
+        process = SchedulerProcess(kubeconfig, log_dir / f"{name}.log", name=name, **options)
+        process.argv += list(extra_flags)
+        started.append(tracked.track(process))
+        return process.start_and_wait() if wait else process.start()
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()
+            tracked.untrack(process)
+
+
+def start_replicas(
+    start_scheduler: Callable[..., SchedulerProcess], scheduler_name: str, election: LeaderElection, *flags: str
+) -> tuple[SchedulerProcess, SchedulerProcess]:
+    """Two replicas of the scheduler for `scheduler_name` (replica-0, replica-1, with `flags`),
+    competing for the election's Lease; once exactly one leads: (the leader, the standby)."""
+    replicas = [
+        start_scheduler(f"replica-{i}", *flags, scheduler_name=scheduler_name, leader_election=election) for i in (0, 1)
+    ]
+
+    def one_leader() -> SchedulerProcess:
+        leaders = [r for r in replicas if r.is_leader()]
+        if len(leaders) != 1:
+            raise NotYet(f"{len(leaders)} leaders")
+        return leaders[0]
+
+    leader = wait_for("exactly one replica to lead", one_leader, election.lease_duration + 10)
+    (standby,) = (r for r in replicas if r is not leader)
+    return leader, standby

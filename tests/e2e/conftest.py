@@ -24,20 +24,19 @@ import os
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
-from .cluster import delete_node, kwok_fake_nodes
-from .components import SchedulerProcess, WebhookProcess, make_certs
+from .cluster import delete_fake_node, kwok_fake_nodes
+from .components import SchedulerProcess, WebhookProcess, make_certs, started_schedulers
 from .isolation import RUN_ID, create_namespace, delete_namespace
-from .processes import ManagedProcess
+from .processes import TrackedProcesses
 
 USE_INSTALLED = os.environ.get("E2E_USE_INSTALLED") == "1"
 # The gpu-scheduler release `make e2e` installed (scripts/kind.sh).
 INSTALLED_RELEASE = os.environ.get("E2E_RELEASE") or "gpu-scheduler"
 INSTALLED_NAMESPACE = os.environ.get("E2E_RELEASE_NAMESPACE") or "gpu-scheduler-system"
 
-_processes: list[ManagedProcess] = []
+_tracked = TrackedProcesses()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,15 +86,8 @@ def containers_run(api_client) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if report.failed:
-        for process in _processes:
-            report.sections.append((f"last lines of {process.name} log ({process.log_path})", process.log_tail()))
+    _tracked.add_log_tails(report)
     return report
-
-
-def _track(process: ManagedProcess) -> ManagedProcess:
-    _processes.append(process)
-    return process
 
 
 @pytest.fixture(scope="package")
@@ -111,7 +103,7 @@ def webhook(api_client, kubeconfig, e2e_dir):
         yield None
         return
     certs = make_certs(e2e_dir / "certs")
-    process = _track(WebhookProcess(certs, e2e_dir / "webhook.log", kubeconfig=kubeconfig))
+    process = _tracked.track(WebhookProcess(certs, e2e_dir / "webhook.log", kubeconfig=kubeconfig))
     name = f"gpu-scheduler-e2e-{RUN_ID}"
     try:
         process.start_and_wait()
@@ -127,7 +119,7 @@ def scheduler(kubeconfig, e2e_dir):
     if USE_INSTALLED:
         yield None
         return
-    process = _track(SchedulerProcess(kubeconfig, e2e_dir / "scheduler.log"))
+    process = _tracked.track(SchedulerProcess(kubeconfig, e2e_dir / "scheduler.log"))
     try:
         yield process.start_and_wait()
     finally:
@@ -170,17 +162,8 @@ def start_scheduler(kubeconfig, tmp_path):
     """Starts extra scheduler processes for one test: start_scheduler(name, scheduler_name=..., leader_election=...).
 
     Each is stopped (SIGTERM) after the test unless the test killed it already."""
-    started: list[SchedulerProcess] = []
-
-    def start(name: str = "scheduler", **options) -> SchedulerProcess:
-        process = SchedulerProcess(kubeconfig, tmp_path / f"{name}.log", name=name, **options)
-        started.append(_track(process))
-        return process.start_and_wait()
-
-    yield start
-    for process in started:
-        process.stop()
-        _processes.remove(process)
+    with started_schedulers(kubeconfig, tmp_path, _tracked) as start:
+        yield start
 
 
 @pytest.fixture
@@ -195,12 +178,4 @@ def kwok_nodes(api_client):
 
     yield create
     for name in created:
-        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
-        for pod in pods:
-            # Without the node's kwok the pods would never finish terminating.
-            try:
-                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-        delete_node(api_client, name)
+        delete_fake_node(api_client, name)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import uuid
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+
+from .cluster import ignoring_not_found
 
 RUN_LABEL = "gpu-scheduler-e2e/run"
 RUN_ID = uuid.uuid4().hex[:8]
@@ -31,8 +32,5 @@ def bring_under_webhook(api_client, namespace: str) -> None:
 
 
 def delete_namespace(api_client, name: str) -> None:
-    try:
-        client.CoreV1Api(api_client).delete_namespace(name, grace_period_seconds=0, propagation_policy="Background")
-    except ApiException as err:
-        if err.status != 404:
-            raise
+    delete = client.CoreV1Api(api_client).delete_namespace
+    ignoring_not_found(delete, name, grace_period_seconds=0, propagation_policy="Background")

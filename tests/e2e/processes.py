@@ -22,11 +22,22 @@ from .waiting import NotYet, wait_for
 LOG_TAIL_LINES = 60
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port on `address` that nothing listens on right now."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         return sock.getsockname()[1]
+
+
+def child_pids(pid: int) -> set[int]:
+    """The PIDs of the children of process `pid` (a webhook's workers, say), from /proc."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.update(int(child) for child in (task / "children").read_text().split())
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return found
 
 
 class ManagedProcess:
@@ -117,6 +128,28 @@ class ManagedProcess:
             return
         self.signal(signal.SIGKILL)
         self._popen.wait(10)
+
+
+class TrackedProcesses:
+    """The processes a suite runs for its tests: a failed test's report shows the last lines
+    of each one's log."""
+
+    def __init__(self) -> None:
+        self._processes: list[ManagedProcess] = []
+
+    def track(self, process: ManagedProcess) -> ManagedProcess:
+        self._processes.append(process)
+        return process
+
+    def untrack(self, process: ManagedProcess) -> None:
+        if process in self._processes:
+            self._processes.remove(process)
+
+    def add_log_tails(self, report) -> None:
+        """To a failed test's report (pytest_runtest_makereport), each process's last log lines."""
+        if report.failed:
+            for process in self._processes:
+                report.sections.append((f"last lines of {process.name} log ({process.log_path})", process.log_tail()))
 
 
 def stop_pid(pid: int, timeout: float = 15.0) -> bool:

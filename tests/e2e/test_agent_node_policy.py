@@ -19,26 +19,31 @@ Not run by default on a shared machine: bring the local control plane up
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from commands import run
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from .cluster import delete_node, get_json, kwok_node, token_kubeconfig, wait_for_node_ready
+from .charts import KUBECTL, SCHEDULER_CHART, helm_template
+from .cluster import (
+    create_token,
+    delete_node,
+    get_json,
+    ignoring_not_found,
+    kwok_node,
+    token_kubeconfig,
+    wait_for_node_ready,
+)
 from .isolation import delete_namespace
 from .waiting import NotYet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.local_only]
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 # The kind the chart's policy template asks the API server for (.Capabilities.APIVersions).
 POLICY_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 MERGE_PATCH = "application/merge-patch+json"
@@ -63,19 +68,12 @@ class AgentSetup:
     unbound: client.ApiClient  # a token of the same account bound to no pod
 
 
-def run(argv: list, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], input=stdin, capture_output=True, text=True, timeout=60)
-
-
 def rendered_agent_objects(release: str, namespace: str) -> list[dict]:
     """The agent's objects but its DaemonSet, as the chart renders them for an API server that
     serves ValidatingAdmissionPolicy (no image is ever pulled: registry left empty)."""
-    assert HELM.is_file(), f"{HELM} is missing: run `bash scripts/fetch-tools.sh`"
-    argv = [HELM, "template", release, CHART, "--namespace", namespace, "--api-versions", POLICY_API]
-    argv += ["--set-string", "image.registry=", "--set", "agent.enabled=true"]
-    result = run(argv)
-    assert result.returncode == 0, result.stderr
-    documents = [d for d in yaml.safe_load_all(result.stdout) if d]
+    documents = helm_template(
+        release, SCHEDULER_CHART, namespace, "--api-versions", POLICY_API, "--set", "agent.enabled=true"
+    )
     return [
         d
         for d in documents
@@ -87,15 +85,6 @@ def rendered_agent_objects(release: str, namespace: str) -> list[dict]:
 def token_client(admin_kubeconfig: str, token: str, path: Path) -> client.ApiClient:
     """An API client for the admin's cluster that authenticates with `token` only."""
     return config.new_client_from_config(config_file=str(token_kubeconfig(admin_kubeconfig, token, path, "agent")))
-
-
-def create_token(kubeconfig: str, namespace: str, account: str, *bound: str) -> str:
-    result = run(
-        [KUBECTL, "--kubeconfig", kubeconfig, "create", "token", account, "--namespace", namespace, "--duration=10m"]
-        + list(bound)
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
 
 
 def patch(api: client.ApiClient, path: str, body: dict, dry_run: bool = False) -> Answer:
@@ -170,8 +159,9 @@ def setup(api_client, kubeconfig, tmp_path_factory):
             },
         }
         core.create_namespaced_pod(namespace, pod)
-        bound = create_token(kubeconfig, namespace, account, "--bound-object-kind=Pod", "--bound-object-name=agent")
-        unbound = create_token(kubeconfig, namespace, account)
+        bound_to_pod = ("--bound-object-kind=Pod", "--bound-object-name=agent")
+        bound = create_token(KUBECTL, kubeconfig, namespace, account, *bound_to_pod)
+        unbound = create_token(KUBECTL, kubeconfig, namespace, account)
         clients += [
             token_client(kubeconfig, bound, directory / "bound.kubeconfig"),
             token_client(kubeconfig, unbound, directory / "unbound.kubeconfig"),
@@ -193,11 +183,7 @@ def setup(api_client, kubeconfig, tmp_path_factory):
         for api in clients:
             api.close()
         run([KUBECTL, "--kubeconfig", kubeconfig, "delete", "--ignore-not-found", "--wait=false", "-f", manifest])
-        try:
-            core.delete_namespaced_pod("agent", namespace, grace_period_seconds=0)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        ignoring_not_found(core.delete_namespaced_pod, "agent", namespace, grace_period_seconds=0)
         for node in (own_node, other_node):
             delete_node(api_client, node)
         delete_namespace(api_client, namespace)

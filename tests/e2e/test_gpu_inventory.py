@@ -6,7 +6,6 @@ is refused listing its GPUs, and the holders are listed per GPU."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -27,14 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.local_only]
 LAYOUT = library.LAYOUTS / "node3.json"
 
 
-@pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory) -> Path:
-    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host."""
-    return library.build(tmp_path_factory.mktemp("fake-nvml"))
-
-
 def agent_once(fake_nvml: Path, kubeconfig: str, node: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml), "FAKE_NVML_LAYOUT": str(LAYOUT)}
+    env = library.environment(fake_nvml, LAYOUT)
     argv = [str(GPU_SCHEDULER), "agent", "--once", "--node-name", node, "--kubeconfig", kubeconfig]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import base64
 import datetime
 import re
-from pathlib import Path
 
 import pytest
 from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from .charts import KUBECTL
 from .cluster import get_json, served_certificate
 from .conftest import INSTALLED_NAMESPACE, INSTALLED_RELEASE
 from .waiting import NotYet, wait_for
@@ -29,7 +29,6 @@ from .workloads import bare_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.installed_only]
 
-KUBECTL = Path(__file__).resolve().parents[2] / ".cache" / "bin" / "kubectl"
 SECRET = f"{INSTALLED_RELEASE}-webhook-tls"
 SERVICE = f"{INSTALLED_RELEASE}-webhook"
 JOBS = {"create": f"{INSTALLED_RELEASE}-certs-create", "patch": f"{INSTALLED_RELEASE}-certs-patch"}

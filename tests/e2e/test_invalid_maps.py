@@ -10,14 +10,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
+from .charts import KUBECTL
 from .cluster import create, describe_events, list_pods, object_events
 from .isolation import bring_under_webhook
 from .waiting import NotYet, wait_for
-from .workloads import REPO, deployment, statefulset
+from .workloads import deployment, statefulset
 
 pytestmark = pytest.mark.e2e
 
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 # Line 2 has no ":<devices>".
 BROKEN_MAP = "0=node1:0\n1=node2\n"
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from .cluster import create, map_nodes, pod_events, wait_for_pods
-from .components import LeaderElection
+from .components import LeaderElection, start_replicas
 from .waiting import NotYet, wait_for
 from .workloads import bare_pod
 
@@ -51,18 +51,7 @@ def test_two_replicas_bind_each_pod_once_and_the_standby_takes_over_when_the_lea
 ):
     scheduler_name = f"gpu-scheduler-ha-{uuid.uuid4().hex[:6]}"
     election = LeaderElection(scheduler_name, ns, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
-    replicas = [
-        start_scheduler(f"replica-{i}", scheduler_name=scheduler_name, leader_election=election) for i in (0, 1)
-    ]
-
-    def one_leader():
-        leaders = [r for r in replicas if r.is_leader()]
-        if len(leaders) != 1:
-            raise NotYet(f"{len(leaders)} leaders")
-        return leaders[0]
-
-    leader = wait_for("exactly one replica to lead", one_leader, LEASE_DURATION + 10)
-    standby = next(r for r in replicas if r is not leader)
+    leader, standby = start_replicas(start_scheduler, scheduler_name, election)
 
     first = [f"ha-{i}" for i in range(8)]
     create(api_client, ns, [bare_pod(name, MAP, scheduler_name=scheduler_name) for name in first])
@@ -73,13 +62,9 @@ def test_two_replicas_bind_each_pod_once_and_the_standby_takes_over_when_the_lea
     leader.kill()
     killed = time.monotonic()
 
-    def standby_leads() -> None:
-        if not standby.is_leader():
-            raise NotYet(f"{standby.name} is not leader {time.monotonic() - killed:.1f}s after the kill")
-
     # The standby may take the lease LEASE_DURATION after it last saw it renewed,
     # and looks every RETRY_PERIOD (with jitter).
-    wait_for(f"{standby.name} to take over the lease", standby_leads, LEASE_DURATION + 2 * RETRY_PERIOD + 2)
+    standby.wait_leads(LEASE_DURATION + 2 * RETRY_PERIOD + 2)
     print(f"\n{standby.name} leads {time.monotonic() - killed:.1f}s after {leader.name} was killed")
 
     second = [f"ha-{i}" for i in range(8, 12)]

@@ -20,16 +20,24 @@ from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
-from .cluster import create, get_pod
+from .charts import KUBECTL
+from .cluster import create, get_pod, ignoring_not_found
 from .components import make_certs
 from .isolation import RUN_ID, bring_under_webhook
 from .processes import free_port
 from .waiting import NotYet, wait_for
-from .workloads import MAP_ANNOTATION, PLACEMENT_ANNOTATION, REPO, SCHEDULER_NAME, bare_pod, container, indexed_job
+from .workloads import (
+    MAP_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    bare_pod,
+    container,
+    indexed_job,
+    mapped_controller,
+    replicaset,
+)
 
 pytestmark = pytest.mark.e2e
 
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 BROKEN_MAP = "0=node1\n"  # line 1 has no ":<devices>"
 JOB_FINALIZER = "batch.kubernetes.io/job-tracking"
 HOLD = "gpu-scheduler-e2e/hold"
@@ -100,20 +108,7 @@ def test_updates_that_leave_the_map_alone_pass_while_no_webhook_answers(api_clie
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     pod = bare_pod("held-0", "0=node1:0\n")
     pod["metadata"]["finalizers"] = [HOLD]
-    statefulset = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "idle"},
-        "spec": {
-            "replicas": 0,
-            "serviceName": "idle",
-            "selector": {"matchLabels": {"app": "idle"}},
-            "template": {
-                "metadata": {"labels": {"app": "idle"}, "annotations": {MAP_ANNOTATION: BROKEN_MAP}},
-                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
-            },
-        },
-    }
+    statefulset = mapped_controller("StatefulSet", "idle", BROKEN_MAP, replicas=0, serviceName="idle")
     create(api_client, namespace, [pod, statefulset])
 
     dead_label = ("gpu-scheduler-e2e/dead-webhook", RUN_ID)
@@ -158,11 +153,7 @@ def test_updates_that_leave_the_map_alone_pass_while_no_webhook_answers(api_clie
     finally:
         webhook_registration.delete(api_client, name)
         # Should the test stop early, the finalizer must not keep the namespace from going.
-        try:
-            core.patch_namespaced_pod("held-0", namespace, {"metadata": {"finalizers": None}})
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        ignoring_not_found(core.patch_namespaced_pod, "held-0", namespace, {"metadata": {"finalizers": None}})
 
 
 def kubectl_debug(kubeconfig: str, namespace: str, pod: str, container_name: str) -> subprocess.CompletedProcess:
@@ -216,27 +207,8 @@ def cronjob(name: str, scheduling_map: str) -> dict:
     }
 
 
-def replicaset(name: str, scheduling_map: str) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
-            },
-        },
-    }
-
-
 def daemonset(name: str, scheduling_map: str) -> dict:
-    workload = replicaset(name, scheduling_map)
-    del workload["spec"]["replicas"]
-    return dict(workload, kind="DaemonSet")
+    return mapped_controller("DaemonSet", name, scheduling_map)
 
 
 @pytest.mark.parametrize("make", [cronjob, replicaset, daemonset], ids=lambda make: make.__name__)

@@ -33,3 +33,21 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float, interval: float 
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}; last seen: {seen}")
         time.sleep(interval)
+
+
+def wait_until(
+    what: str, probe: Callable[[], T], timeout: float, interval: float = 0.2, explain: Callable[[], str] | None = None
+) -> T:
+    """Calls probe() until it returns something truthy; returns that.
+
+    For probes that answer yes or no rather than say what they saw: on timeout the error
+    names `what` was awaited, with explain()'s text when given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain else ""
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        time.sleep(interval)

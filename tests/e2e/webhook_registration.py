@@ -12,22 +12,18 @@ Used by the e2e fixtures and by `make demo`.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from .charts import SCHEDULER_CHART, helm_template
+from .cluster import ignoring_not_found
 from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 from .workloads import SCHEDULER_NAME
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
 # The chart excludes its release namespace from the webhooks; nothing runs there locally.
 RELEASE_NAMESPACE = "gpu-scheduler"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -48,30 +44,15 @@ def render(
     carrying that label, so the e2e suite's webhook never handles the pods of
     other suites that share the cluster.
     """
-    rendered = subprocess.run(
-        [
-            str(HELM),
-            "template",
-            release,
-            str(CHART),
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--show-only",
-            "templates/webhook-configurations.yaml",
-            # The chart refuses its placeholder registry even where, as here, no image is rendered.
-            "--set-string",
-            "image.registry=",
-            "--set-string",
-            f"schedulerName={scheduler_name}",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    configurations = helm_template(
+        release,
+        SCHEDULER_CHART,
+        RELEASE_NAMESPACE,
+        "--show-only",
+        "templates/webhook-configurations.yaml",
+        "--set-string",
+        f"schedulerName={scheduler_name}",
     )
-    if rendered.returncode != 0:
-        raise AssertionError(f"helm template {CHART} failed: {rendered.stderr}")
-    configurations = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
     kinds = sorted(doc["kind"] for doc in configurations)
     if kinds != sorted(KINDS):
         raise AssertionError(f"expected the chart to render {', '.join(KINDS)}; got {kinds}")
@@ -123,11 +104,7 @@ def delete(api_client, name: str) -> None:
     """Deletes both configurations called `name`; fine when they are gone already."""
     api = client.AdmissionregistrationV1Api(api_client)
     for kind in KINDS:
-        try:
-            _api_calls(api, kind)[3](name)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        ignoring_not_found(_api_calls(api, kind)[3], name)
 
 
 def wait_until_called(api_client, namespace: str, scheduler_name: str = SCHEDULER_NAME) -> None:

@@ -7,15 +7,10 @@ The check StatefulSet is rendered from charts/gpu-scheduler-check with
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-import yaml
+from .charts import CHECK_CHART, helm_template
 
-REPO = Path(__file__).resolve().parents[2]
-CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
-HELM = REPO / ".cache" / "bin" / "helm"
 MAP_ANNOTATION = "gpu-scheduling-map"
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
 SCHEDULER_NAME = "gpu-scheduler"
@@ -48,29 +43,15 @@ def check_chart(namespace: str) -> list[dict]:
     repository, _, tag = IMAGE.rpartition(":")
     if "/" in tag or not repository:
         raise AssertionError(f"E2E_CHECK_IMAGE={IMAGE!r} must be <repository>:<tag>")
-    rendered = subprocess.run(
-        [
-            str(HELM),
-            "template",
-            "gpu-scheduler-check",
-            str(CHECK_CHART),
-            "--namespace",
-            namespace,
-            "--set-string",
-            "image.registry=",
-            "--set-string",
-            f"image.repository={repository}",
-            "--set-string",
-            f"image.tag={tag}",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return helm_template(
+        "gpu-scheduler-check",
+        CHECK_CHART,
+        namespace,
+        "--set-string",
+        f"image.repository={repository}",
+        "--set-string",
+        f"image.tag={tag}",
     )
-    if rendered.returncode != 0:
-        raise AssertionError(f"helm template {CHECK_CHART} failed: {rendered.stderr}")
-    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
 
 
 def only(objects: list[dict], kind: str) -> dict:
@@ -115,37 +96,34 @@ def indexed_job(name: str, scheduling_map: str, completions: int, parallelism: i
     }
 
 
-def deployment(name: str, scheduling_map: str) -> dict:
+def controller(kind: str, name: str, pod_spec: dict, annotations: dict | None = None, **spec) -> dict:
+    """An apps/v1 `kind` (Deployment, StatefulSet, ReplicaSet, DaemonSet) of pods labelled app=<name>
+    that carry `annotations`; `spec` adds fields to its spec (replicas, say)."""
     labels = {"app": name}
+    metadata = {"labels": labels, **({"annotations": annotations} if annotations else {})}
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": kind,
         "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
-            },
-        },
+        "spec": {**spec, "selector": {"matchLabels": labels}, "template": {"metadata": metadata, "spec": pod_spec}},
     }
+
+
+def mapped_controller(kind: str, name: str, scheduling_map: str, **spec) -> dict:
+    """A controller of `kind` whose pods are ours, with `scheduling_map`."""
+    pod_spec = {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]}
+    return controller(kind, name, pod_spec, {MAP_ANNOTATION: scheduling_map}, **spec)
+
+
+def deployment(name: str, scheduling_map: str) -> dict:
+    return mapped_controller("Deployment", name, scheduling_map, replicas=1)
+
+
+def replicaset(name: str, scheduling_map: str) -> dict:
+    return mapped_controller("ReplicaSet", name, scheduling_map, replicas=0)
 
 
 def statefulset(name: str, scheduling_map: str, replicas: int) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "podManagementPolicy": "Parallel",
-            "serviceName": name,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: scheduling_map}},
-                "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container("main")]},
-            },
-        },
-    }
+    return mapped_controller(
+        "StatefulSet", name, scheduling_map, replicas=replicas, podManagementPolicy="Parallel", serviceName=name
+    )

@@ -9,7 +9,6 @@ FAKE_NVML_LAYOUT names the layout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,30 +17,14 @@ from pathlib import Path
 import pytest
 from commands import run, tail
 
-HERE = Path(__file__).resolve().parent
-LAYOUTS = HERE / "layouts"
-BUILD = HERE / "build.sh"
-SOURCE = HERE / "fake_nvml.c"
-LIBRARY = "libnvidia-ml.so.1"
-LAYOUT_NAMES = ("node1", "node2", "node3", "node4")
-
-
-def layout_path(name: str) -> Path:
-    return LAYOUTS / f"{name}.json"
-
-
-def load_layout(name: str) -> dict:
-    return json.loads(layout_path(name).read_text())
+from . import library
 
 
 @pytest.fixture(scope="session")
 def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder holding the freshly built libnvidia-ml.so.1."""
-    out = tmp_path_factory.mktemp("fake-nvml")
-    result = run(["bash", BUILD, out], timeout=180)
-    assert result.returncode == 0, tail(result)
-    assert result.stdout.splitlines()[-1] == str(out / LIBRARY), tail(result)
-    return out
+    """A build of its own for these tests (test_fake_nvml rebuilds it in place); other suites
+    take the root conftest's `fake_nvml`."""
+    return library.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 PythonRunner = Callable[..., subprocess.CompletedProcess]
@@ -55,13 +38,7 @@ def run_python(fake_nvml_dir: Path) -> PythonRunner:
     """
 
     def runner(code: str, layout: Path | str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if k not in ("FAKE_NVML_LAYOUT", "FAKE_NVML_LOG")}
-        env["LD_LIBRARY_PATH"] = str(fake_nvml_dir)
-        if layout is not None:
-            env["FAKE_NVML_LAYOUT"] = str(layout)
-        if log is not None:
-            env["FAKE_NVML_LOG"] = str(log)
-        return run([sys.executable, "-c", code], timeout=60, env=env)
+        return run([sys.executable, "-c", code], timeout=60, env=library.environment(fake_nvml_dir, layout, log))
 
     return runner
 

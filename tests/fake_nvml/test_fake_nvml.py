@@ -19,7 +19,7 @@ import pynvml  # only its constants and structs here: the library is loaded in t
 import pytest
 from commands import run, tail
 
-from .conftest import BUILD, LAYOUT_NAMES, LIBRARY, SOURCE, layout_path, load_layout
+from .library import BUILD, LAYOUT_NAMES, LIBRARY, SOURCE, layout_path, load_layout
 
 # Everything pynvml reads for one layout, as JSON; failed calls as the NVMLError subclass's name.
 SNAPSHOT = r"""

@@ -10,7 +10,7 @@ from gpu_scheduler.mapcli import render_generated_map
 from gpu_scheduler.scheduling.inventory import Inventory
 from gpu_scheduler.scheduling.nodes import NodeInfo
 
-from .conftest import layout_path
+from .library import layout_path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gpu-inventory.md"
 READ = "from gpu_scheduler.agent.nvml import read_inventory; print(read_inventory().to_annotation())"

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import urllib3
-import yaml
+from e2e.cluster import current_cluster_and_user, write_kubeconfig
 
 
 @dataclass(frozen=True)
@@ -116,14 +116,37 @@ class Forwarded:
 
 def _admin_credentials(kubeconfig: str) -> tuple[str, str, str, str]:
     """(server, CA file, client cert file, client key file) of the kubeconfig's current context."""
-    document = yaml.safe_load(Path(kubeconfig).read_text())
-    context = next(c for c in document["contexts"] if c["name"] == document["current-context"])["context"]
-    cluster = next(c for c in document["clusters"] if c["name"] == context["cluster"])["cluster"]
-    user = next(u for u in document["users"] if u["name"] == context["user"])["user"]
-    return cluster["server"], cluster["certificate-authority"], user["client-certificate"], user["client-key"]
+    cluster, user = current_cluster_and_user(kubeconfig)
+    server, ca_file = cluster["cluster"]["server"], cluster["cluster"]["certificate-authority"]
+    return server, ca_file, user["user"]["client-certificate"], user["user"]["client-key"]
 
 
-class ApiProxy:
+class TlsServer:
+    """An HTTP server over TLS (the serving pair of `certs`) on a free port of 127.0.0.1,
+    answering with `handler` in a thread for the length of a `with` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], certs) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(certs.cert_file, certs.key_file)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self._serving = threading.Thread(target=self.server.serve_forever, name=type(self).__name__, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self._serving.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ApiProxy(TlsServer):
     def __init__(self, kubeconfig: str, certs) -> None:
         self.upstream, ca_file, cert_file, key_file = _admin_credentials(kubeconfig)
         self._pool = urllib3.PoolManager(
@@ -146,47 +169,25 @@ class ApiProxy:
             def log_message(self, *_args) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(certs.cert_file, certs.key_file)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="api-proxy", daemon=True)
+        super().__init__(Handler, certs)
         self._stopped = threading.Event()
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> ApiProxy:
-        self._thread.start()
-        return self
+        return self.base_url
 
     def __exit__(self, *_exc) -> None:
         self._stopped.set()
         for record in self.watches():
             if isinstance(record.action, Stream):
                 record.action.released.set()
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__()
         self._pool.clear()
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig that reaches the API server through this proxy."""
-        cluster = {"server": self.url, "certificate-authority": str(self._certs.ca_file)}
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "proxy", "cluster": cluster}],
-                    "users": [{"name": "proxy", "user": {"token": "faults-proxy"}}],
-                    "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}],
-                    "current-context": "proxy",
-                }
-            )
-        )
-        return path
+        cluster = {"name": "proxy", "cluster": {"server": self.url, "certificate-authority": str(self._certs.ca_file)}}
+        return write_kubeconfig(path, cluster, "proxy", "faults-proxy")
 
     def cut_watches(self, path: str = "", selector_part: str = "") -> int:
         """Breaks every open watch on `path` whose field selector contains `selector_part`."""

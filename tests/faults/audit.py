@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from e2e.waiting import NotYet, wait_for
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -126,3 +128,20 @@ def verdict(log: AuditLog, namespace: str) -> BindingVerdict:
         else:
             refused[binding.pod] += 1
     return BindingVerdict(stored, refused, uncertain, len(bindings))
+
+
+def bound_once(log: AuditLog, namespace: str, names: set[str], timeout: float = 10) -> BindingVerdict:
+    """The verdict once the log has a binding of every pod in `names` that was, or may have been,
+    stored; fails if any pod was bound twice."""
+
+    def audited() -> BindingVerdict:
+        # A binding stored while the API server died may have only its RequestReceived line.
+        found = verdict(log, namespace)
+        missing = names - found.accounted()
+        if missing:
+            raise NotYet(f"no binding in the audit log for {sorted(missing)[:10]}")
+        return found
+
+    found = wait_for("the audit log to show a binding of every pod", audited, timeout)
+    assert found.twice() == {}, f"pods bound twice: {found.twice()}"
+    return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+from e2e.cluster import ignoring_not_found
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import bare_pod
 from kubernetes import client
@@ -71,8 +72,4 @@ def shut(api_client, namespace: str, url: str, ca_bundle: str, refused: Callable
 
 
 def open_(api_client, name: str) -> None:
-    try:
-        client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(name)
-    except ApiException as err:
-        if err.status != 404:
-            raise
+    ignoring_not_found(client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration, name)

@@ -16,16 +16,16 @@ When a test fails, the last lines of every process it started are added to its r
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import ExitStack
 
 import pytest
 from e2e import webhook_registration
-from e2e.components import SchedulerProcess, WebhookProcess, make_certs
+from e2e.components import WebhookProcess, make_certs, started_schedulers
 from e2e.isolation import RUN_ID, create_namespace, delete_namespace
-from e2e.processes import ManagedProcess
+from e2e.processes import TrackedProcesses
 from e2e.workloads import SCHEDULER_NAME
+from prerequisites import missing
 
 from .api_proxy import ApiProxy
 from .audit import AuditLog
@@ -34,7 +34,10 @@ from .control_plane import LocalControlPlane, NotALocalCluster
 
 DISRUPTS = "disrupts_cluster"
 
-_processes: list[ManagedProcess] = []
+# The processes whose logs a failed test's report shows; tests start and stop their own with
+# track() and untrack().
+tracked = TrackedProcesses()
+track, untrack = tracked.track, tracked.untrack
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,20 +55,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if report.failed:
-        for process in _processes:
-            report.sections.append((f"last lines of {process.name} log ({process.log_path})", process.log_tail()))
+    tracked.add_log_tails(report)
     return report
-
-
-def track(process: ManagedProcess) -> ManagedProcess:
-    _processes.append(process)
-    return process
-
-
-def untrack(process: ManagedProcess) -> None:
-    if process in _processes:
-        _processes.remove(process)
 
 
 @pytest.fixture(scope="package")
@@ -121,18 +112,8 @@ def start_scheduler(kubeconfig, tmp_path):
 
     Extra flags go after the e2e suite's ones (argparse keeps the last value).
     Each is stopped after the test unless the test killed it already."""
-    started: list[SchedulerProcess] = []
-
-    def start(name: str, *extra_flags: str, **options) -> SchedulerProcess:
-        process = SchedulerProcess(kubeconfig, tmp_path / f"{name}.log", name=name, **options)
-        process.argv += list(extra_flags)
-        started.append(track(process))
-        return process.start_and_wait()
-
-    yield start
-    for process in started:
-        process.stop()
-        untrack(process)
+    with started_schedulers(kubeconfig, tmp_path, tracked) as start:
+        yield start
 
 
 @pytest.fixture
@@ -183,10 +164,7 @@ def control_plane(kubeconfig):
     try:
         plane = LocalControlPlane(kubeconfig)
     except NotALocalCluster as err:
-        message = f"fault tests that restart the control plane need the local cluster (make local-up): {err}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(f"fault tests that restart the control plane need the local cluster (make local-up): {err}")
     return plane
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from e2e.cluster import current_cluster_and_user
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -39,9 +40,7 @@ class NotALocalCluster(Exception):
 
 def cluster_dir(kubeconfig: str) -> Path:
     """<cluster dir> of the kubeconfig's current cluster, from the path of its CA file."""
-    document = yaml.safe_load(Path(kubeconfig).read_text())
-    context = next(c for c in document["contexts"] if c["name"] == document["current-context"])
-    cluster = next(c for c in document["clusters"] if c["name"] == context["context"]["cluster"])
+    cluster, _ = current_cluster_and_user(kubeconfig)
     ca_file = cluster["cluster"].get("certificate-authority")
     if not ca_file:
         raise NotALocalCluster(f"{kubeconfig}: cluster {cluster['name']} has no certificate-authority file")

@@ -9,9 +9,9 @@ but valid, to be allowed, for the memory check.)
 
 from __future__ import annotations
 
-import copy
 import json
 
+from documents import at, locations, removed, replaced
 from hypothesis import strategies as st
 
 SCHEDULER_NAME = "gpu-scheduler"
@@ -50,36 +50,6 @@ def base_review(uid: str = "fuzz-uid") -> dict:
             },
         },
     }
-
-
-def locations(value, prefix=()):
-    """Every location in a JSON document, as a tuple of keys and indexes."""
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from locations(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from locations(child, (*prefix, index))
-
-
-def at(document, path):
-    for step in path:
-        document = document[step]
-    return document
-
-
-def replaced(document, path, value):
-    result = copy.deepcopy(document)
-    parent = at(result, path[:-1])
-    parent[path[-1]] = value
-    return result
-
-
-def removed(document, path):
-    result = copy.deepcopy(document)
-    del at(result, path[:-1])[path[-1]]
-    return result
 
 
 def json_type(value) -> str:

@@ -12,10 +12,8 @@ refuses the first bindings with code 409, as the API server would, then is remov
 from __future__ import annotations
 
 import json
-import ssl
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from e2e.cluster import get_pod
@@ -24,6 +22,7 @@ from e2e.workloads import bare_pod
 from kubernetes import client
 
 from . import binding_gates
+from .api_proxy import TlsServer
 from .bursts import attempts_on
 
 pytestmark = pytest.mark.faults
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.faults
 CONFLICT = "Operation cannot be fulfilled on pods/binding: rpc error: code = Unavailable (faults test: etcd went away)"
 
 
-class ConflictWebhook:
+class ConflictWebhook(TlsServer):
     """An admission webhook over TLS on 127.0.0.1 that refuses every request with 409."""
 
     def __init__(self, certs) -> None:
@@ -62,23 +61,11 @@ class ConflictWebhook:
             def log_message(self, *_args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(certs.cert_file, certs.key_file)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler, certs)
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.server.server_address[1]}/conflict"
-
-    def __enter__(self) -> ConflictWebhook:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return f"{self.base_url}/conflict"
 
 
 def test_a_409_for_a_binding_that_did_not_happen_is_retried_until_the_pod_is_bound(

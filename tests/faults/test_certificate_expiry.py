@@ -37,29 +37,27 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from e2e import webhook_registration
-from e2e.cluster import service_account_kubeconfig
+from e2e.charts import KUBECTL, SCHEDULER_CHART, helm_template
+from e2e.cluster import admission_problem, delete_cluster_rbac, kubectl_apply, service_account_kubeconfig
 from e2e.components import GPU_SCHEDULER, Certs, WebhookProcess
 from e2e.isolation import delete_namespace
 from e2e.waiting import NotYet, wait_for
-from e2e.workloads import REPO
+from e2e.workloads import bare_pod
 from gpu_scheduler.certs import generate_bundle, service_dns_names
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import ProtocolError
 
+from .background import Background
 from .conftest import track, untrack
 from .secret_volume import SecretVolume
 
 pytestmark = pytest.mark.faults
 
-CHART = REPO / "charts" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 HOST = "127.0.0.1"
 YEAR = datetime.timedelta(days=365)
 REMAINING = "gpu_scheduler_webhook_certificate_remaining_seconds"
@@ -96,8 +94,7 @@ def release(api_client, kubectl_path, kubeconfig):
     name = f"gpu-scheduler-renewal-{suffix}"
     namespace, probe = f"gs-renewal-{suffix}", f"renewal-probe-{suffix}"
     # The CronJob's command runs on this host: its image (any registry) is never pulled.
-    rendered = _run([HELM, "template", name, CHART, "--namespace", namespace, "--set-string", "image.registry="])
-    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    documents = helm_template(name, SCHEDULER_CHART, namespace)
     (cronjob,) = [d for d in documents if d["kind"] == "CronJob"]
     account = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"]
     rbac = tuple(
@@ -118,16 +115,10 @@ def release(api_client, kubectl_path, kubeconfig):
     core.create_namespace(
         {"metadata": {"name": probe, "labels": {"gpu-scheduler-test": "true", "gpu-scheduler-renewal": suffix}}}
     )
-    _run([kubectl_path, "--kubeconfig", kubeconfig, "apply", "-f", "-"], stdin=yaml.safe_dump_all(rbac))
+    kubectl_apply(kubectl_path, kubeconfig, rbac)
     yield Release(name, namespace, probe, cronjob, rbac)
     webhook_registration.delete(api_client, name)
-    rbac_api = client.RbacAuthorizationV1Api(api_client)
-    for delete in (rbac_api.delete_cluster_role_binding, rbac_api.delete_cluster_role):
-        try:
-            delete(account)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+    delete_cluster_rbac(api_client, rbac)
     delete_namespace(api_client, probe)
     delete_namespace(api_client, namespace)
 
@@ -136,14 +127,6 @@ def release(api_client, kubectl_path, kubeconfig):
 def kubectl_path():
     assert KUBECTL.exists(), "run `make tools`"
     return KUBECTL
-
-
-def _run(argv: list, stdin: str | None = None, env: dict | None = None) -> str:
-    result = subprocess.run(
-        [str(a) for a in argv], input=stdin, capture_output=True, text=True, timeout=120, check=False, env=env
-    )
-    assert result.returncode == 0, f"{argv[0]} failed ({result.returncode}): {result.stderr}"
-    return result.stdout
 
 
 def store_secret(api_client, release: Release, bundle) -> None:
@@ -175,25 +158,12 @@ def register(api_client, release: Release, port: int, ca_pem: bytes) -> None:
 
 
 def probe_pod(index: int) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"renewal-probe-{index}", "annotations": {"gpu-scheduling-map": f"{index}=node1:0\n"}},
-        "spec": {
-            "schedulerName": "gpu-scheduler",
-            "containers": [{"name": "main", "image": "gpu-scheduler-check:dev"}],
-        },
-    }
+    return bare_pod(f"renewal-probe-{index}", f"{index}=node1:0\n")
 
 
 def admit(api_client, namespace: str, index: int = 0) -> str | None:
     """None when a dry-run create of our pod was admitted with CUDA_VISIBLE_DEVICES=0; else why not."""
-    try:
-        created = client.CoreV1Api(api_client).create_namespaced_pod(namespace, probe_pod(index), dry_run="All")
-    except ApiException as err:
-        return f"refused ({err.status}): {err.body}"
-    env = {e.name: e.value for e in created.spec.containers[0].env or []}
-    return None if env.get("CUDA_VISIBLE_DEVICES") == "0" else f"admitted without CUDA_VISIBLE_DEVICES: {env}"
+    return admission_problem(api_client, namespace, probe_pod(index))
 
 
 def stored_ca_bundle(api_client, name: str) -> bytes:
@@ -208,7 +178,7 @@ def certificates(pem_bundle: bytes) -> list[bytes]:
 
 
 @dataclass
-class Traffic:
+class Traffic(Background):
     """Admission through the API server and new TLS connections, in background threads, until stopped."""
 
     api_client: object
@@ -219,21 +189,9 @@ class Traffic:
     handshakes: int = 0
     handshake_errors: list[str] = field(default_factory=list)
     serials: list[int] = field(default_factory=list)  # served certificate per handshake, in order
-    _stop: threading.Event = field(default_factory=threading.Event)
 
-    def __enter__(self) -> Traffic:
-        self._threads = [
-            threading.Thread(target=self._admit, daemon=True),
-            threading.Thread(target=self._handshake, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
+    def loops(self):
+        return [self._admit, self._handshake]
 
     def _admit(self) -> None:
         while not self._stop.wait(0.1):

@@ -20,7 +20,7 @@ from e2e.cluster import container_env
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client
 
-from .audit import AuditLog, BindingVerdict, verdict
+from .audit import AuditLog, BindingVerdict, bound_once, verdict
 from .bursts import (
     Burst,
     burst_pods,
@@ -53,19 +53,7 @@ def assert_every_pod_placed_once(api_client, namespace: str, pods: list[dict], a
         p["metadata"]["name"]: container_env(p) for p in pods if container_env(p) != {"main": map_line_devices(p)}
     }
     assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
-    names = {p["metadata"]["name"] for p in pods}
-
-    def audited() -> BindingVerdict:
-        # A binding stored while the API server died may have only its RequestReceived line.
-        found = verdict(audit_log, namespace)
-        missing = names - found.accounted()
-        if missing:
-            raise NotYet(f"no binding in the audit log for {sorted(missing)[:10]}")
-        return found
-
-    found = wait_for("the audit log to show a binding of every pod", audited, 10)
-    assert found.twice() == {}, f"pods bound twice: {found.twice()}"
-    return found
+    return bound_once(audit_log, namespace, {p["metadata"]["name"] for p in pods})
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])

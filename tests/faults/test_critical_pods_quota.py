@@ -13,16 +13,15 @@ after; the quota then holds exactly as many as the chart computed.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from e2e.charts import SCHEDULER_CHART, helm_template
 from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
 from e2e.waiting import NotYet, wait_for
-from e2e.workloads import REPO
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -30,8 +29,6 @@ from .conftest import track, untrack
 
 pytestmark = pytest.mark.faults
 
-CHART = REPO / "charts" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
 CRITICAL = ("system-node-critical", "system-cluster-critical")
 LIMITED = {
     "apiVersion": "apiserver.config.k8s.io/v1",
@@ -104,25 +101,8 @@ def release_namespace(api_client):
 
 
 def rendered(namespace: str) -> list[dict]:
-    result = subprocess.run(
-        # KWOK runs no containers: the image (any registry) is never pulled.
-        [
-            str(HELM),
-            "template",
-            "gpu-scheduler",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--set-string",
-            "image.registry=",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
+    # KWOK runs no containers: the image (any registry) is never pulled.
+    return helm_template("gpu-scheduler", SCHEDULER_CHART, namespace)
 
 
 def chart_pods(documents: list[dict]) -> dict[str, dict]:

@@ -10,9 +10,10 @@ import time
 
 import pytest
 import yaml
+from e2e.charts import KUBECTL
 from e2e.cluster import container_env, list_pods
 from e2e.waiting import NotYet, wait_for
-from e2e.workloads import REPO, bare_pod, deployment, indexed_job, statefulset
+from e2e.workloads import bare_pod, deployment, indexed_job, statefulset
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -20,7 +21,6 @@ from .bursts import expected_node, wait_all_bound
 
 pytestmark = pytest.mark.faults
 
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 MAP = "gpu-scheduling-map"
 # metadata.annotations, keys and values together (apimachinery's TotalAnnotationSizeLimitB).
 ANNOTATIONS_LIMIT = 256 * 1024

@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-from e2e.cluster import pod_events, service_account_kubeconfig
+from commands import run
+from e2e.charts import KUBECTL, SCHEDULER_CHART, helm_template
+from e2e.cluster import delete_cluster_rbac, kubectl_apply, pod_events, service_account_kubeconfig
 from e2e.components import GPU_SCHEDULER
 from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
 from e2e.waiting import NotYet, wait_for
-from e2e.workloads import REPO, bare_pod
+from e2e.workloads import bare_pod
 from gpu_scheduler.logs import BATCH_SECONDS
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -44,9 +44,6 @@ from .conftest import track, untrack
 
 pytestmark = pytest.mark.faults
 
-CHART = REPO / "charts" / "gpu-scheduler"
-HELM = REPO / ".cache" / "bin" / "helm"
-KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
@@ -65,22 +62,13 @@ class Release:
         return f"system:serviceaccount:{self.namespace}:{self.name}-{component}"
 
 
-def run(argv: list, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(a) for a in argv], input=stdin, capture_output=True, text=True, timeout=60, check=False, env=env
-    )
-
-
 @pytest.fixture(scope="module")
 def release(kubeconfig, api_client):
     suffix = uuid.uuid4().hex[:6]
     name, namespace = f"gpu-scheduler-faults-{suffix}", f"gs-faults-{suffix}"
     scheduler_name = f"faults-rbac-{suffix}"
     # The commands run on this host: the image (any registry) is never pulled.
-    sets = ["--set", f"schedulerName={scheduler_name}", "--set-string", "image.registry="]
-    rendered = run([HELM, "template", name, CHART, "--namespace", namespace, *sets])
-    assert rendered.returncode == 0, rendered.stderr
-    documents = tuple(d for d in yaml.safe_load_all(rendered.stdout) if d)
+    documents = tuple(helm_template(name, SCHEDULER_CHART, namespace, "--set", f"schedulerName={scheduler_name}"))
     # Not the `helm test` hook's: it lives in the probe's namespace and is tested on its own
     # (tests/delivery/test_release_cluster.py).
     rbac = [
@@ -89,19 +77,9 @@ def release(kubeconfig, api_client):
         if d["kind"] in RBAC_KINDS and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") != "test"
     ]
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": namespace}})
-    applied = run([KUBECTL, "--kubeconfig", kubeconfig, "apply", "-n", namespace, "-f", "-"], yaml.safe_dump_all(rbac))
-    assert applied.returncode == 0, applied.stderr
+    kubectl_apply(KUBECTL, kubeconfig, rbac, namespace)
     yield Release(name, namespace, scheduler_name, documents)
-    rbac_api = client.RbacAuthorizationV1Api(api_client)
-    for document in rbac:
-        try:
-            if document["kind"] == "ClusterRole":
-                rbac_api.delete_cluster_role(document["metadata"]["name"])
-            elif document["kind"] == "ClusterRoleBinding":
-                rbac_api.delete_cluster_role_binding(document["metadata"]["name"])
-        except ApiException as err:
-            if err.status != 404:
-                raise
+    delete_cluster_rbac(api_client, rbac)
     delete_namespace(api_client, namespace)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e.components import LeaderElection
+from e2e.components import LeaderElection, start_replicas
 from e2e.waiting import NotYet, wait_for
 
 from .audit import verdict
@@ -32,19 +32,7 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
 ):
     contention = gpu_contention(scheduler_name)
     election = LeaderElection(scheduler_name, ns, LEASE, RENEW, RETRY)
-    replicas = [
-        start_scheduler(f"replica-{i}", "--gpu-sharing=deny", scheduler_name=scheduler_name, leader_election=election)
-        for i in (0, 1)
-    ]
-
-    def one_leader():
-        leaders = [r for r in replicas if r.is_leader()]
-        if len(leaders) != 1:
-            raise NotYet(f"{len(leaders)} leaders")
-        return leaders[0]
-
-    leader = wait_for("exactly one replica to lead", one_leader, LEASE + 10)
-    standby = next(r for r in replicas if r is not leader)
+    leader, standby = start_replicas(start_scheduler, scheduler_name, election, "--gpu-sharing=deny")
     burst = Burst(api_client, ns, burst_pods("ha", BURST, scheduler_name)).start()
 
     def enough_bound() -> None:
@@ -57,17 +45,13 @@ def test_standby_takes_over_within_the_lease_duration_and_binds_no_pod_twice(
     killed = time.monotonic()
     killed_at = time.time()
 
-    def standby_leads() -> None:
-        if not standby.is_leader():
-            raise NotYet(f"{standby.name} does not lead {time.monotonic() - killed:.1f}s after the kill")
-
     # The standby dates the Lease's expiry from when it saw the last renewal (as client-go's
     # observedTime): the last renewal is at or before the kill, the standby sees it within
     # JITTER * RETRY, it expires LEASE after that, and the standby looks again within
     # JITTER * RETRY; one second of slack for a busy 2-core machine. (The bound left out the
     # first look once, and a takeover past 18.4 s failed in CI's run of 2026-11-25.)
     limit = LEASE + 2 * JITTER * RETRY + 1
-    wait_for(f"{standby.name} to take the Lease", standby_leads, limit, interval=0.1)
+    standby.wait_leads(limit, interval=0.1)
     takeover = time.monotonic() - killed
     created_at_takeover = len(burst.report.created)
 

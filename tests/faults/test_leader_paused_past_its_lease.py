@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from e2e.components import LeaderElection
+from e2e.components import LeaderElection, start_replicas
 from e2e.waiting import NotYet, wait_for
 
 from .audit import verdict
@@ -33,19 +33,7 @@ def test_a_leader_paused_past_its_lease_binds_nothing_after_it_resumes(
 ):
     contention = gpu_contention(scheduler_name)
     election = LeaderElection(scheduler_name, ns, LEASE, RENEW, RETRY)
-    replicas = [
-        start_scheduler(f"replica-{i}", "--gpu-sharing=deny", scheduler_name=scheduler_name, leader_election=election)
-        for i in (0, 1)
-    ]
-
-    def one_leader():
-        leaders = [r for r in replicas if r.is_leader()]
-        if len(leaders) != 1:
-            raise NotYet(f"{len(leaders)} leaders")
-        return leaders[0]
-
-    leader = wait_for("exactly one replica to lead", one_leader, LEASE + 10)
-    standby = next(r for r in replicas if r is not leader)
+    leader, standby = start_replicas(start_scheduler, scheduler_name, election, "--gpu-sharing=deny")
     old_agent = leader.user_agent()
     scheduling_map = burst_map(3 * PHASE)
     pods = burst_pods("pause", 3 * PHASE, scheduler_name, scheduling_map)
@@ -58,11 +46,7 @@ def test_a_leader_paused_past_its_lease_binds_nothing_after_it_resumes(
     try:
         Burst(api_client, ns, pods[PHASE : 2 * PHASE]).start().wait()
 
-        def standby_leads() -> None:
-            if not standby.is_leader():
-                raise NotYet(f"{standby.name} does not lead yet")
-
-        wait_for(f"{standby.name} to take the Lease", standby_leads, LEASE + 10, interval=0.1)
+        standby.wait_leads(LEASE + 10, interval=0.1)
         took_over = time.monotonic() - frozen
         wait_all_bound(api_client, ns, 2 * PHASE, timeout=30, scheduler=standby)
         # Pods are pending when the old leader wakes up: it could bind them, and must not.

@@ -14,6 +14,7 @@ which requests it will still answer (webhook/server.py).
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import random
 import shutil
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import pytest
 from e2e import webhook_registration
+from e2e.cluster import admission_problem
 from e2e.components import Certs, WebhookProcess, make_certs
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from e2e.workloads import bare_pod
 from urllib3.exceptions import HTTPError
 
+from .background import Background
 from .conftest import track, untrack
 
 pytestmark = pytest.mark.faults
@@ -38,15 +40,10 @@ CLIENTS = 6
 
 
 def probe_pod(scheduler_name: str, index: int) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"rotation-probe-{index}", "annotations": {"gpu-scheduling-map": f"{index}=node1:0\n"}},
-        "spec": {"schedulerName": scheduler_name, "containers": [{"name": "main", "image": "rotation:probe"}]},
-    }
+    return bare_pod(f"rotation-probe-{index}", f"{index}=node1:0\n", scheduler_name)
 
 
-class Admissions:
+class Admissions(Background):
     """CLIENTS threads, each creating (dry run) a pod, pausing 0-40 ms, and again, until stopped."""
 
     def __init__(self, api_client, namespace: str, scheduler_name: str) -> None:
@@ -56,30 +53,16 @@ class Admissions:
         self.passed = 0
         self.failures: list[str] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(CLIENTS)]
 
-    def __enter__(self) -> Admissions:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
+    def loops(self):
+        return [functools.partial(self._run, i) for i in range(CLIENTS)]
 
     def _run(self, index: int) -> None:
-        core = client.CoreV1Api(self.api_client)
         pod = probe_pod(self.scheduler_name, index)
         while not self._stop.is_set():
             at = time.strftime("%H:%M:%S")
             try:
-                created = core.create_namespaced_pod(self.namespace, pod, dry_run="All", _request_timeout=15)
-                env = {e.name: e.value for e in created.spec.containers[0].env or []}
-                problem = None if env.get("CUDA_VISIBLE_DEVICES") == "0" else f"admitted without the env: {env}"
-            except ApiException as err:
-                problem = f"{err.status}: {err.body}"
+                problem = admission_problem(self.api_client, self.namespace, pod, _request_timeout=15)
             except (HTTPError, OSError) as err:
                 problem = f"{err.__class__.__name__}: {err}"
             with self._lock:

@@ -18,6 +18,7 @@ twice, read from the cluster's pod list.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import urllib.error
@@ -25,7 +26,7 @@ import urllib.request
 
 import pytest
 from e2e.cluster import get_pod, wait_for_event
-from e2e.components import SchedulerProcess
+from e2e.components import SchedulerProcess, started_schedulers
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import bare_pod
 from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR
@@ -34,7 +35,7 @@ from kubernetes import client
 from .api_proxy import ApiProxy, Delay, Fail, Request, Stream
 from .audit import verdict
 from .binding_gates import post_binding
-from .conftest import track, untrack
+from .conftest import tracked
 
 pytestmark = pytest.mark.faults
 
@@ -45,21 +46,14 @@ LIST_DELAY = 5.0
 @pytest.fixture
 def proxied_scheduler(proxy, tmp_path, scheduler_name):
     """proxied_scheduler(*flags, wait=True): a scheduler whose every request goes through the proxy."""
-    started: list[SchedulerProcess] = []
     kubeconfig = str(proxy.write_kubeconfig(tmp_path / "proxy-kubeconfig"))
+    with started_schedulers(kubeconfig, tmp_path, tracked) as start_named:
+        names = (f"scheduler-{n}" for n in itertools.count())
 
-    def start(*flags: str, wait: bool = True) -> SchedulerProcess:
-        process = SchedulerProcess(
-            kubeconfig, tmp_path / f"scheduler-{len(started)}.log", scheduler_name=scheduler_name
-        )
-        process.argv += list(flags)
-        started.append(track(process))
-        return process.start_and_wait() if wait else process.start()
+        def start(*flags: str, wait: bool = True) -> SchedulerProcess:
+            return start_named(next(names), *flags, wait=wait, scheduler_name=scheduler_name)
 
-    yield start
-    for process in started:
-        process.stop()
-        untrack(process)
+        yield start
 
 
 def readyz(scheduler: SchedulerProcess) -> tuple[int, str]:

@@ -17,7 +17,7 @@ import pytest
 from e2e.cluster import wait_for_pods
 from e2e.waiting import NotYet, wait_for
 
-from .audit import verdict
+from .audit import bound_once
 from .bursts import Burst, burst_pods, count_bound, misplaced, settled_scheduled_events, wait_all_bound
 
 pytestmark = pytest.mark.faults
@@ -57,17 +57,7 @@ def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
     running = wait_for_pods(api_client, ns, BURST, timeout=60, phases=("Running",))
     assert len(running) == BURST  # none left Pending
 
-    names = {p["metadata"]["name"] for p in pods}
-
-    def audited():
-        found = verdict(audit_log, ns)
-        missing = names - found.accounted()
-        if missing:
-            raise NotYet(f"no binding in the audit log for {sorted(missing)[:10]}")
-        return found
-
-    found = wait_for("the audit log to show a binding of every pod", audited, 10)
-    assert found.twice() == {}, f"pods bound twice: {found.twice()}"
+    found = bound_once(audit_log, ns, {p["metadata"]["name"] for p in pods})
     by_process = {
         agent: sum(1 for b in audit_log.bindings(ns) if b.stored and b.user_agent == agent)
         for agent in {b.user_agent for b in audit_log.bindings(ns)}

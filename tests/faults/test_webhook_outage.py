@@ -11,7 +11,6 @@ tests/delivery/test_helm_install.py proves the same scoping with no webhook ever
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 from e2e import webhook_registration
-from e2e.cluster import container_env, list_pods
+from e2e.cluster import container_env, list_pods, status_message
 from e2e.components import WebhookProcess
 from e2e.isolation import create_namespace, delete_namespace
 from e2e.workloads import bare_pod
@@ -43,13 +42,6 @@ class Attempt:
     message: str = ""
 
 
-def status_message(err: ApiException) -> str:
-    try:
-        return json.loads(err.body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return str(err)
-
-
 class CreateStream:
     """Creates pods round-robin until stopped: ours, another scheduler's, and ours in kube-system
     (a server-side dry run there: it passes admission like a real create, and leaves nothing)."""
@@ -71,7 +63,7 @@ class CreateStream:
             else:
                 self.core.create_namespaced_pod("kube-system", bare_pod(f"faults-{number}", MAP), dry_run="All")
         except ApiException as err:
-            self.attempts.append(Attempt(time.monotonic(), who, False, status_message(err)))
+            self.attempts.append(Attempt(time.monotonic(), who, False, status_message(err.body)))
             return
         self.attempts.append(Attempt(time.monotonic(), who, True))
 

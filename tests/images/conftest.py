@@ -8,7 +8,6 @@ script `make images` runs, so `pytest -m images` works on its own.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import uuid
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prerequisites import missing
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_SCRIPT = REPO / "scripts" / "images.sh"
@@ -37,10 +37,7 @@ def docker(
 
 
 def _no_docker(reason: str) -> None:
-    message = f"{reason}: the image tests need a Docker engine; {INSTALL_DOCKER}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing(f"{reason}: the image tests need a Docker engine; {INSTALL_DOCKER}")
 
 
 @pytest.fixture(scope="session")

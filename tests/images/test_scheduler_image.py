@@ -9,14 +9,13 @@ host verifies against the CA `certs` wrote.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 import requests
+from documents import readable
 from fake_nvml import library
 
 from .conftest import REPO, docker, running
@@ -76,13 +75,6 @@ def wait_ready(container: str, url: str, ca: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def readable(review: dict) -> dict:
-    response = review["response"]
-    if "patch" in response:
-        response["patch"] = json.loads(base64.b64decode(response["patch"]))
-    return review
-
-
 def test_webhook_serves_tls_from_a_mounted_certificate_read_only_as_uid_1000(images, certs):
     with running(
         *HARDENED, "--tmpfs", "/tmp", "-v", f"{certs}:/etc/gpu-scheduler/tls:ro",
@@ -107,12 +99,6 @@ def test_webhook_serves_tls_from_a_mounted_certificate_read_only_as_uid_1000(ima
         write = docker("exec", container, "sh", "-c", "echo x > /opt/venv/probe")
         assert write.returncode != 0
         assert "Read-only file system" in write.stderr
-
-
-@pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory) -> Path:
-    """The fake libnvidia-ml.so.1 (tests/fake_nvml), built on this host."""
-    return library.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 @pytest.mark.parametrize("node", ["node3", "node4"])

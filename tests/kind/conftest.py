@@ -24,6 +24,9 @@ from pathlib import Path
 
 import commands
 import pytest
+from e2e.cluster import Kubectl
+from e2e.waiting import wait_until
+from prerequisites import missing
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -59,23 +62,11 @@ def docker_network_exists(name: str) -> bool:
 
 
 @dataclass
-class Kind:
+class Kind(Kubectl):
     """The test cluster: kubectl against it, and how it was made."""
 
-    kubeconfig: Path
     network_existed_before: bool
     up_seconds: float
-
-    def kubectl(self, *args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], timeout=timeout, input=stdin)
-
-    def ok(self, *args: str, timeout: float = 120, stdin: str | None = None) -> str:
-        result = self.kubectl(*args, timeout=timeout, stdin=stdin)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {tail(result)}"
-        return result.stdout
-
-    def get(self, *args: str) -> dict:
-        return json.loads(self.ok("get", *args, "-o", "json"))
 
     def apply(self, manifest: dict, namespace: str) -> None:
         self.ok("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
@@ -85,15 +76,8 @@ class Kind:
         return name
 
     def wait_for(self, what: str, predicate, timeout: float = 180, interval: float = 1.0):
-        """Polls `predicate` until it returns a truthy value; fails naming `what`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout}s waiting for {what}", pytrace=False)
-            time.sleep(interval)
+        """Polls `predicate` until it returns a truthy value (the pace of a real cluster: once a second)."""
+        return wait_until(what, predicate, timeout, interval)
 
 
 @pytest.fixture(scope="session")
@@ -102,10 +86,7 @@ def docker_engine() -> None:
     ensure = run(["bash", REPO / "scripts" / "docker-engine.sh", "ensure"], timeout=600)
     if ensure.returncode == 0:
         return
-    message = f"the KinD tests need a Docker engine (https://docs.docker.com/engine/install/): {ensure.stderr.strip()}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing(f"the KinD tests need a Docker engine (https://docs.docker.com/engine/install/): {ensure.stderr.strip()}")
 
 
 @pytest.fixture(scope="session")

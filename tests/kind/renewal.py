@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import json
 import subprocess
 import threading
 import time
@@ -23,12 +22,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from e2e.cluster import served_certificate
+from e2e.cluster import admission_problem, served_certificate
+from e2e.workloads import bare_pod
 from gpu_scheduler.certs.bundle import CertBundle
 from gpu_scheduler.certs.cluster import bundle_from_secret
 from gpu_scheduler.certs.files import CA_FILE, CERT_FILE, KEY_FILE
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes import config
 from urllib3.exceptions import HTTPError
 
 NAMESPACE = "gpu-scheduler-system"
@@ -157,39 +156,21 @@ class Admissions:
 
     def _loop(self) -> None:
         api = config.new_client_from_config(config_file=self.kubeconfig)
-        core = client.CoreV1Api(api)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "renewal-probe-0", "annotations": {"gpu-scheduling-map": "0=node1:0\n"}},
-            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "image": "renewal:probe"}]},
-        }
+        pod = bare_pod("renewal-probe-0", "0=node1:0\n")
         try:
             while not self._stop.is_set():
                 at = time.strftime("%H:%M:%S")
                 try:
-                    created = core.create_namespaced_pod(self.namespace, pod, dry_run="All", _request_timeout=15)
-                    env = {e.name: e.value for e in created.spec.containers[0].env or []}
-                    if env.get("CUDA_VISIBLE_DEVICES") == "0":
-                        self.passed += 1
-                    else:
-                        self.failures.append(f"{at} admitted without CUDA_VISIBLE_DEVICES=0: {env}")
-                except ApiException as err:
-                    self.failures.append(f"{at} {err.status}: {status_message(err.body)}")
+                    problem = admission_problem(api, self.namespace, pod, _request_timeout=15)
                 except (HTTPError, OSError) as err:
-                    self.failures.append(f"{at} {err.__class__.__name__}: {err}")
+                    problem = f"{err.__class__.__name__}: {err}"
+                if problem:
+                    self.failures.append(f"{at} {problem}")
+                else:
+                    self.passed += 1
                 self._stop.wait(self.interval)
         finally:
             api.close()
-
-
-def status_message(body) -> str:
-    """The message of the API server's Status answer, whole: where a refused admission says why
-    (the webhook's error comes last in it)."""
-    try:
-        return json.loads(body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return str(body)[:2000]
 
 
 def job_log(kubectl: list[str], job: str) -> str:

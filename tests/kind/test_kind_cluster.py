@@ -20,13 +20,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import ssl
 import time
 import uuid
 
 import pytest
 from cryptography import x509
+from prerequisites import missing
 
 from . import renewal
 from .conftest import (
@@ -189,10 +189,7 @@ def installed_release(kind: Kind) -> dict:
     where make test runs make e2e first)."""
     found = kind.kubectl("-n", renewal.NAMESPACE, "get", "deployment", renewal.WEBHOOK_SERVICE, "-o", "json")
     if found.returncode != 0:
-        message = "no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one")
     return json.loads(found.stdout)
 
 
@@ -576,7 +573,7 @@ def test_a_restarted_worker_gets_its_pod_network_back(kind, echo_image):
     )
     assert "hello from node4" in output
     # kubelet re-registered; the simulated GPUs survive (its device-plugin
-    # checkpoint is on the node's /var volume), as docs/delivery.md says.
+    # checkpoint is on the node's /var volume), as docs/install.md says.
     assert kind.get("node", "node4")["status"]["allocatable"].get("nvidia.com/gpu") == "4"
 
 

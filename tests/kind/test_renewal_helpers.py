@@ -8,6 +8,7 @@ names, its CA): reuse_problem, which the renewal Job runs, must say exactly that
 from __future__ import annotations
 
 from cryptography import x509
+from e2e.cluster import status_message
 from gpu_scheduler.certs.bundle import CertBundle, certificate_sans, generate_bundle, reuse_problem
 
 from . import renewal
@@ -51,9 +52,9 @@ REFUSED = (
 
 
 def test_a_refused_admission_is_reported_with_its_whole_message():
-    message = renewal.status_message(REFUSED)
+    message = status_message(REFUSED)
 
     assert message.startswith("Internal error occurred: failed calling webhook")
     assert message.endswith("write tcp 127.0.0.1:39036->127.0.0.1:39547: write: broken pipe")
-    assert renewal.status_message("upstream connect error") == "upstream connect error"
-    assert renewal.status_message(None) == "None"
+    assert status_message("upstream connect error") == "upstream connect error"
+    assert status_message(None) == "None"

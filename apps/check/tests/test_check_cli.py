@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_nvml.library import layout_path
 
 CLI = str(Path(sys.executable).parent / "gpu-scheduler-check")
 TIMESTAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -159,21 +160,9 @@ def test_gpu_list_or_a_single_nvml_notice():
         assert not any("gpus=" in line for line in lines)
 
 
-REPO = Path(__file__).resolve().parents[3]
-LAYOUT = REPO / "tests" / "fake_nvml" / "layouts" / "node3.json"
-
-
-@pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory) -> Path:
-    """The fake libnvidia-ml.so.1 (tests/fake_nvml): the real pynvml reads its made-up GPUs."""
-    built = subprocess.run(
-        ["bash", str(REPO / "tests" / "fake_nvml" / "build.sh"), str(tmp_path_factory.mktemp("fake-nvml"))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert built.returncode == 0, built.stderr
-    return Path(built.stdout.strip()).parent
+# `fake_nvml` (the root conftest's fixture): the fake libnvidia-ml.so.1 of tests/fake_nvml,
+# whose made-up GPUs the real pynvml reads.
+LAYOUT = layout_path("node3")
 
 
 def test_gpus_are_listed_in_nvml_order_with_uuid_and_pci_bus_id(fake_nvml):

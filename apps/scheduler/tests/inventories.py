@@ -1,8 +1,9 @@
-"""One node's GPU inventory for the tests of the inventory, the ledger and `gpu-scheduler gpus`.
+"""GPU inventories for the tests of the inventory, the ledger, the agent, the webhook and
+`gpu-scheduler gpus`.
 
-node3 as a fake NVML would publish it: GPU 0 an A100 in MIG mode with two MIG
-devices, GPU 1 an A100 joined to it by NVLink, GPU 2 an H100 across the
-system bus (another NUMA node).
+INVENTORY is node3 as a fake NVML would publish it: GPU 0 an A100 in MIG mode with two MIG
+devices, GPU 1 an A100 joined to it by NVLink, GPU 2 an H100 across the system bus (another
+NUMA node). ONE_A100 is a node of one A100 (GPU0), no MIG.
 """
 
 from __future__ import annotations
@@ -38,3 +39,5 @@ INVENTORY = Inventory(
         Link(1, 2, 0, "SYSTEM"),
     ),
 )
+
+ONE_A100 = Inventory("550.54.15", (Gpu(0, GPU0, "00000000:07:00.0", A100, 40960),))

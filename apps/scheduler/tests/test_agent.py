@@ -19,6 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from e2e.cluster import write_kubeconfig
+from e2e.waiting import wait_until
+from fake_nvml import library
 from gpu_scheduler.agent.nvml import NvmlReadError, NvmlUnavailable, pci_key
 from gpu_scheduler.agent.publish import MERGE_PATCH, node_update, summary
 from gpu_scheduler.agent.runner import Agent, Outcome
@@ -32,6 +35,7 @@ from gpu_scheduler.scheduling.inventory import (
     Link,
     MigDevice,
 )
+from inventories import A100, GPU0, GPU1, MIG_A
 from kubernetes.config.config_exception import ConfigException
 
 CLI = str(Path(sys.executable).with_name("gpu-scheduler"))
@@ -39,10 +43,6 @@ REPO = Path(__file__).resolve().parents[3]
 FAKE_NVML = REPO / "tests" / "fake_nvml"
 LAYOUTS = sorted((FAKE_NVML / "layouts").glob("node*.json"))
 MIB = 1024 * 1024
-GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
-GPU1 = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
-MIG_A = "MIG-5e6f7a8b-0000-4000-8000-00000000000a"
-A100 = "NVIDIA A100-SXM4-40GB"
 
 TWO_GPUS = Inventory(
     "550.54.15",
@@ -360,28 +360,13 @@ class ConnectionCounter:
 
 
 def kubeconfig_for(tmp_path: Path, port: int) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return path
+    cluster = {"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}
+    return write_kubeconfig(tmp_path / "kubeconfig", cluster, "u", "t")
 
 
 def agent_env(library_dir: Path, layout: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "AGENT_INTERVAL", "FAKE_NVML_LAYOUT")}
-    env["LD_LIBRARY_PATH"] = str(library_dir)
-    if layout is not None:
-        env["FAKE_NVML_LAYOUT"] = str(layout)
-    return env
+    """The fake library's environment, without the agent's own settings from this process's."""
+    return library.environment(library_dir, layout, drop=("NODE_NAME", "AGENT_INTERVAL"))
 
 
 NO_NVML_WARNING = (
@@ -463,17 +448,7 @@ def test_the_node_name_is_required_to_publish():
 # --- NVML read from the fake libnvidia-ml.so.1 ------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def fake_nvml(tmp_path_factory) -> Path:
-    """The directory holding the fake libnvidia-ml.so.1, built for this test session."""
-    out = tmp_path_factory.mktemp("fake-nvml")
-    result = subprocess.run(
-        ["bash", FAKE_NVML / "build.sh", out], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert (out / "libnvidia-ml.so.1").is_file()
-    return out
-
+# `fake_nvml`, the folder of the library built for this session: the root conftest's fixture.
 
 READ_INVENTORY = "from gpu_scheduler.agent.nvml import read_inventory; print(read_inventory().to_annotation())"
 
@@ -743,13 +718,13 @@ def test_the_loop_publishes_a_changed_layout_and_nothing_while_it_stays(fake_nvm
         text=True,
     )
     try:
-        wait_for(lambda: sum(method == "GET" for method, *_ in server.requests) >= 4)
+        wait_until("4 GETs", lambda: sum(method == "GET" for method, *_ in server.requests) >= 4, 30, 0.02)
         assert [method for method, *_ in server.requests].count("PATCH") == 1
         assert server.nodes["node3"]["metadata"]["labels"][COUNT_LABEL] == "4"
 
         layout.write_text((FAKE_NVML / "layouts" / "node4.json").read_text())
-        wait_for(lambda: [method for method, *_ in server.requests].count("PATCH") == 2)
-        wait_for(lambda: sum(method == "GET" for method, *_ in server.requests) >= 10)
+        wait_until("a second PATCH", lambda: [m for m, *_ in server.requests].count("PATCH") == 2, 30, 0.02)
+        wait_until("10 GETs", lambda: sum(method == "GET" for method, *_ in server.requests) >= 10, 30, 0.02)
         assert [method for method, *_ in server.requests].count("PATCH") == 2
         labels = server.nodes["node3"]["metadata"]["labels"]
         assert (labels[COUNT_LABEL], labels[MODEL_LABEL]) == ("4", "NVIDIA-H100-80GB-HBM3")
@@ -776,7 +751,7 @@ def test_sigterm_ends_the_agent_at_once_while_a_request_hangs(fake_nvml, apiserv
         text=True,
     )
     try:
-        wait_for(lambda: len(server.requests) == 1)
+        wait_until("the first request", lambda: len(server.requests) == 1, 30, 0.02)
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
@@ -784,13 +759,6 @@ def test_sigterm_ends_the_agent_at_once_while_a_request_hangs(fake_nvml, apiserv
     finally:
         process.kill()
         process.wait()
-
-
-def wait_for(condition, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_print_shows_what_would_be_published_without_an_api_server(fake_nvml):

@@ -4,9 +4,8 @@ behind them go on; never after another 4xx. What became of them reaches the metr
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from e2e.waiting import wait_until
 from gpu_scheduler.kube import events
 from gpu_scheduler.kube.client import ApiError
 from gpu_scheduler.kube.events import NORMAL, EventRecorder
@@ -52,13 +51,6 @@ def recorder_for(api: ScriptedApi, queue_size: int = 64) -> EventRecorder:
 def send(recorder: EventRecorder, *reasons: str) -> None:
     for reason in reasons:
         recorder.record(POD, NORMAL, reason, "Binding", f"{reason} happened")
-
-
-def wait_until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("trouble", [0, 500, 503, 429])
@@ -118,9 +110,9 @@ def test_an_event_with_no_room_left_to_wait_is_dropped_and_counted(monkeypatch):
     api = ScriptedApi(First=[503], Second=[503])
     recorder = recorder_for(api, queue_size=1)
     send(recorder, "First")
-    wait_until(lambda: api.tries_of("First") == 1 and recorder.retried == 1)
+    wait_until("one retry of First", lambda: api.tries_of("First") == 1 and recorder.retried == 1, 5.0, 0.01)
     send(recorder, "Second")
-    wait_until(lambda: recorder.dropped == 1)
+    wait_until("one dropped event", lambda: recorder.dropped == 1, 5.0, 0.01)
     assert recorder.counts() == {"sent": 0, "retried": 1, "dropped": 1, "failed": 0}
     assert not recorder.flush(0.1)  # First still waits for its next try
 

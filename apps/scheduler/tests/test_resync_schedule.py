@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 from gpu_scheduler.kube.informer import Informer, ResyncSchedule
 
@@ -90,30 +91,34 @@ class _Handler:
         pass
 
 
+@contextlib.contextmanager
+def synced_informer(client: _CountingClient, name: str) -> Iterator[Informer]:
+    """An informer of pods over `client`, started and past its first list; stopped at the end."""
+    informer = Informer(client, "/api/v1/pods", _Handler(), lambda o: o, name=name)
+    informer.start()
+    try:
+        assert informer.synced.wait(5)
+        yield informer
+    finally:
+        informer.stop()
+
+
 def test_a_storm_of_requests_costs_a_few_lists_not_one_each():
     # Before: every request_resync() interrupted the watch and listed at once (one LIST per
     # binding whose answer was lost). Now: 100 requests over about a second, a few lists.
     client = _CountingClient()
-    informer = Informer(client, "/api/v1/pods", _Handler(), lambda o: o, name="storm")
-    informer.start()
-    try:
-        assert informer.synced.wait(5)
+    with synced_informer(client, "storm") as informer:
         for _ in range(100):
             informer.request_resync()
             time.sleep(0.01)
         time.sleep(0.3)
         # The first list, then requested lists at most 1 s, 2 s ... apart: at most 3 in ~1.3 s.
         assert 2 <= client.lists <= 3, client.lists
-    finally:
-        informer.stop()
 
 
 def test_a_request_for_a_later_time_lists_then_and_not_before():
     client = _CountingClient()
-    informer = Informer(client, "/api/v1/pods", _Handler(), lambda o: o, name="later")
-    informer.start()
-    try:
-        assert informer.synced.wait(5)
+    with synced_informer(client, "later") as informer:
         informer.request_resync(at=time.monotonic() + 0.5)
         time.sleep(0.3)
         assert client.lists == 1
@@ -121,8 +126,6 @@ def test_a_request_for_a_later_time_lists_then_and_not_before():
         while client.lists < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert client.lists == 2
-    finally:
-        informer.stop()
 
 
 def test_a_request_between_the_due_time_and_the_lists_start_merges_into_that_list():

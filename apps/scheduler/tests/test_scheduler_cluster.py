@@ -20,6 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from e2e import waiting
+from e2e.cluster import delete_fake_node
+from e2e.processes import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -31,20 +34,8 @@ EXPECTED_GPUS = {"job-0": "0,1", "job-1": "2", "job-2": "0,1,2", "job-3": "3"}
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """e2e.waiting's wait_until, in the order this file's many calls give: condition first."""
+    return waiting.wait_until(what, condition, timeout, interval)
 
 
 def http_status(url: str) -> int:
@@ -223,9 +214,7 @@ def kwok_node(core):
 
     yield create
     for name in created:
-        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
-            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-        core.delete_node(name)
+        delete_fake_node(core.api_client, name)
 
 
 def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(start_scheduler, core, api_client, namespace):
@@ -322,14 +311,19 @@ def lease_holder(api_client, namespace: str, name: str) -> str | None:
 FAST_LEASE = ("--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3", "--leader-elect-retry-period=0.5")
 
 
-def test_sigterm_hands_the_lease_back_and_exits_zero(start_scheduler, api_client, namespace):
-    lease = f"lease-{uuid.uuid4().hex[:6]}"
-    scheduler = start_scheduler(
+def competing_for(namespace: str, lease: str) -> tuple[str, ...]:
+    """The flags of a replica competing for the Lease `lease` in `namespace`, with FAST_LEASE's timing."""
+    return (
         "--leader-elect=true",
         f"--leader-elect-resource-namespace={namespace}",
         f"--leader-elect-resource-name={lease}",
         *FAST_LEASE,
     )
+
+
+def test_sigterm_hands_the_lease_back_and_exits_zero(start_scheduler, api_client, namespace):
+    lease = f"lease-{uuid.uuid4().hex[:6]}"
+    scheduler = start_scheduler(*competing_for(namespace, lease))
     holder = wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
     assert holder.startswith(socket.gethostname() + "_")
     wait_until(lambda: "gpu_scheduler_leader 1.0" in scheduler.metrics(), 5, "the leader gauge")
@@ -342,12 +336,7 @@ def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
     start_scheduler, core, api_client, namespace
 ):
     lease = f"lease-{uuid.uuid4().hex[:6]}"
-    flags = (
-        "--leader-elect=true",
-        f"--leader-elect-resource-namespace={namespace}",
-        f"--leader-elect-resource-name={lease}",
-        *FAST_LEASE,
-    )
+    flags = competing_for(namespace, lease)
     first = start_scheduler(*flags)
     wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "a leader")
     second = start_scheduler(*flags)
@@ -380,12 +369,7 @@ def test_two_replicas_bind_every_pod_exactly_once_and_the_standby_takes_over(
 
 def test_a_leader_that_cannot_renew_exits_non_zero(start_scheduler, api_client, namespace):
     lease = f"lease-{uuid.uuid4().hex[:6]}"
-    scheduler = start_scheduler(
-        "--leader-elect=true",
-        f"--leader-elect-resource-namespace={namespace}",
-        f"--leader-elect-resource-name={lease}",
-        *FAST_LEASE,
-    )
+    scheduler = start_scheduler(*competing_for(namespace, lease))
     wait_until(lambda: lease_holder(api_client, namespace, lease), 10, "the lease to be taken")
     # Another replica "takes" the lease (as after a network partition): the
     # leader sees a live foreign holder at every renewal until its deadline.

@@ -5,7 +5,6 @@ import copy
 import json
 
 import pytest
-from gpu_scheduler.scheduling.inventory import Gpu, Inventory
 from gpu_scheduler.webhook.admission import (
     ALLOWED,
     DENIED,
@@ -16,6 +15,7 @@ from gpu_scheduler.webhook.admission import (
     validate,
 )
 from gpu_scheduler.webhook.nodes import NodeFacts, NodeReadError
+from inventories import GPU0, ONE_A100
 
 SCHEDULER = "gpu-scheduler"
 MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
@@ -315,13 +315,9 @@ def test_a_node_that_cannot_be_read_gets_a_warning_not_a_failed_admission():
     )
 
 
-GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
-NODE3_GPUS = Inventory("550.54.15", (Gpu(0, GPU0, "00000000:07:00.0", "NVIDIA A100-SXM4-40GB", 40960),))
-
-
 def test_a_device_the_lines_node_does_not_have_is_refused_listing_its_gpus():
     # Issue 19, point 3: checked at admission where the node publishes its GPUs.
-    nodes = Nodes({"node3": "node3"}, inventories={"node3": NODE3_GPUS})
+    nodes = Nodes({"node3": "node3"}, inventories={"node3": ONE_A100})
     decision = mutate(pinned(None, "node3"), SCHEDULER, nodes)
     assert decision.result == DENIED
     assert decision.review["response"]["status"]["message"] == (

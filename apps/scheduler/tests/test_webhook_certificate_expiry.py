@@ -10,10 +10,12 @@ import time
 import pytest
 import requests
 from cryptography import x509
+from e2e.components import make_certs
+from e2e.processes import child_pids
 from gpu_scheduler.certs import generate_bundle
 from gpu_scheduler.certs.files import write_bundle
 from prometheus_client.parser import text_string_to_metric_families
-from webhook_server import HOST, WebhookProcess, make_certs, worker_pids
+from webhook_server import HOST, WebhookProcess
 
 REMAINING = "gpu_scheduler_webhook_certificate_remaining_seconds"
 EXPIRY = "gpu_scheduler_webhook_certificate_expiry_timestamp_seconds"
@@ -71,13 +73,13 @@ def test_every_worker_reports_the_renewed_certificate_after_the_files_change(tmp
     server.trust_file = trust
     assert gauges(server)[EXPIRY] == not_after(tmp_path / "tls").timestamp()
 
-    workers = worker_pids(server.process.pid)
+    workers = child_pids(server.process.pid)
     write_bundle(tmp_path / "tls", renewed)
     expiry = not_after(tmp_path / "tls")
     # Each worker reports the certificate it serves, and the master replaces them,
     # one at a time, once the new pair loads: wait until the old ones have exited.
     deadline = time.monotonic() + 40
-    while len(worker_pids(server.process.pid) - workers) < 2 or worker_pids(server.process.pid) & workers:
+    while len(child_pids(server.process.pid) - workers) < 2 or child_pids(server.process.pid) & workers:
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.05)
     # A scrape reaches one of the two workers.

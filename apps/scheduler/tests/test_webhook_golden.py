@@ -6,27 +6,18 @@ carries, so a reviewer can read it. Regenerate after an intended change with
 UPDATE_GOLDEN=1 and review the diff.
 """
 
-import base64
-import copy
 import json
 import os
 from pathlib import Path
 
 import jsonpatch
 import pytest
+from documents import readable
 from gpu_scheduler.webhook import admission
 
 SCHEDULER = "gpu-scheduler"
 TESTDATA = Path(__file__).parent / "testdata" / "admission"
 CASES = sorted(TESTDATA.glob("*.input.json"))
-
-
-def readable(review: dict) -> dict:
-    review = copy.deepcopy(review)
-    response = review["response"]
-    if "patch" in response:
-        response["patch"] = json.loads(base64.b64decode(response["patch"]))
-    return review
 
 
 def decide(case: Path, review: dict) -> admission.Decision:

@@ -10,6 +10,7 @@ from gpu_scheduler.kube.client import ApiError
 from gpu_scheduler.scheduling.inventory import COUNT_LABEL, INVENTORY_ANNOTATION, Gpu, Inventory
 from gpu_scheduler.webhook.gpu_nodes import PublishedGpus, trim_node
 from gpu_scheduler.webhook.nodes import CACHE_SECONDS, NodeFacts, NodeReader, NodeReadError
+from inventories import GPU0, ONE_A100
 
 # What the API server answers from its watch cache; written out, not imported, so that a
 # reader asking etcd (no resourceVersion) fails these tests.
@@ -88,10 +89,6 @@ def test_a_node_that_cannot_be_read_is_a_node_read_error_naming_it(status):
     assert len(api.asked) == 1  # only a 404 is asked again
 
 
-GPU0 = "GPU-0a1b2c3d-0000-4000-8000-000000000000"
-A100 = Inventory("550.54.15", (Gpu(0, GPU0, "00000000:07:00.0", "NVIDIA A100-SXM4-40GB", 40960),))
-
-
 def gpu_node(name: str, inventory: Inventory | str) -> dict:
     text = inventory if isinstance(inventory, str) else inventory.to_annotation()
     count = "1" if isinstance(inventory, str) else str(len(inventory.gpus))
@@ -121,9 +118,9 @@ def test_the_watch_asks_only_for_the_nodes_that_publish_gpus():
 
 def test_a_current_watch_answers_for_every_node_with_no_read():
     api, watched = Api({"n1": node("n1")}), Watched()
-    watched.replace([trim_node(gpu_node("gpu1", A100))], listed_at=0.0)
+    watched.replace([trim_node(gpu_node("gpu1", ONE_A100))], listed_at=0.0)
     reader = NodeReader(api, "gpu-node-name", published=watched)
-    assert reader.inventory("gpu1") == A100
+    assert reader.inventory("gpu1") == ONE_A100
     assert reader.inventory("n1") is None  # not watched: it publishes no GPUs
     assert reader.inventory("nowhere") is None
     assert api.asked == []
@@ -133,19 +130,19 @@ def test_the_watch_follows_a_node_publishing_changing_and_leaving():
     watched = Watched()
     watched.replace([], listed_at=0.0)
     assert watched.inventory("gpu1") is None
-    watched.upsert(trim_node(gpu_node("gpu1", A100)))
+    watched.upsert(trim_node(gpu_node("gpu1", ONE_A100)))
     first = watched.inventory("gpu1")
-    assert first == A100 and watched.inventory("gpu1") is first  # parsed once
+    assert first == ONE_A100 and watched.inventory("gpu1") is first  # parsed once
     two = Inventory(
-        "550.54.15", (*A100.gpus, Gpu(1, GPU0.replace("0000-4000", "1111-4000"), "00000000:08:00.0", "x", 1))
+        "550.54.15", (*ONE_A100.gpus, Gpu(1, GPU0.replace("0000-4000", "1111-4000"), "00000000:08:00.0", "x", 1))
     )
     watched.upsert(trim_node(gpu_node("gpu1", two)))
     assert watched.inventory("gpu1") == two
     watched.delete(trim_node(gpu_node("gpu1", two)))  # deleted, or its label removed
     assert watched.inventory("gpu1") is None
-    watched.upsert(trim_node(gpu_node("gpu2", A100)))
-    watched.replace([trim_node(gpu_node("gpu3", A100))], listed_at=1.0)  # a new list: gpu2 is gone
-    assert watched.inventory("gpu2") is None and watched.inventory("gpu3") == A100
+    watched.upsert(trim_node(gpu_node("gpu2", ONE_A100)))
+    watched.replace([trim_node(gpu_node("gpu3", ONE_A100))], listed_at=1.0)  # a new list: gpu2 is gone
+    assert watched.inventory("gpu2") is None and watched.inventory("gpu3") == ONE_A100
 
 
 def test_an_unreadable_published_inventory_is_no_inventory():
@@ -156,9 +153,9 @@ def test_an_unreadable_published_inventory_is_no_inventory():
 
 @pytest.mark.parametrize("current", [False, None])
 def test_until_the_watch_is_current_the_node_is_read(current):
-    api = Api({"gpu1": gpu_node("gpu1", A100)})
+    api = Api({"gpu1": gpu_node("gpu1", ONE_A100)})
     published = None if current is None else Watched(current=current)
     reader = NodeReader(api, "gpu-node-name", published=published)
-    assert reader.inventory("gpu1") == A100
+    assert reader.inventory("gpu1") == ONE_A100
     assert reader.inventory("gone") is None
     assert [path for _, path, _ in api.asked] == ["/api/v1/nodes/gpu1", "/api/v1/nodes/gone", "/api/v1/nodes/gone"]

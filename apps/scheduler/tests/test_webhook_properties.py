@@ -2,12 +2,12 @@
 AdmissionReview or raise BadRequest; nothing else escapes them."""
 
 import base64
-import copy
 import json
 from pathlib import Path
 
 import jsonpatch
 import pytest
+from documents import at, locations, replaced
 from gpu_scheduler.webhook.admission import (
     DENIED,
     BadRequest,
@@ -29,35 +29,13 @@ JSON = st.recursive(
 )
 
 
-def paths(value, prefix=()):
-    """Every location in a JSON document, as a tuple of keys and indexes."""
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from paths(child, (*prefix, index))
-
-
-def replaced(document, path, value):
-    if not path:
-        return value
-    result = copy.deepcopy(document)
-    target = result
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = value
-    return result
-
-
 @st.composite
 def mangled_reviews(draw):
     """A real AdmissionReview from the golden files with a few locations replaced
     by random JSON: deep enough to reach the pod's fields, unlike random JSON alone."""
     document = json.loads(draw(st.sampled_from(GOLDEN)).read_text())
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(list(paths(document))))
+        path = draw(st.sampled_from(list(locations(document))))
         # Scalars half the time: a number where an object belongs is the
         # likeliest way to crash code that expects a mapping.
         document = replaced(document, path, draw(SCALARS | JSON))
@@ -114,10 +92,8 @@ WRONG_VALUES = [None, 0, 7, True, "", "x", [], [1], {}, {"a": 1}]
 def test_every_location_of_a_real_review_with_every_kind_of_wrong_value(case):
     """Exhaustive where the random test samples: each single replacement."""
     document = json.loads(case.read_text())
-    for path in list(paths(document))[1:]:
-        parent = document
-        for step in path[:-1]:
-            parent = parent[step]
+    for path in list(locations(document))[1:]:
+        parent = at(document, path[:-1])
         original = parent[path[-1]]
         for value in WRONG_VALUES:
             parent[path[-1]] = value  # in place and restored: copying is the slow part

@@ -20,10 +20,12 @@ import h2.errors
 import pytest
 import requests
 from cryptography import x509
+from e2e.components import make_certs
+from e2e.processes import child_pids
 from gpu_scheduler.certs import generate_bundle
 from gpu_scheduler.certs.files import write_bundle
 from gpu_scheduler.webhook.server import WATCH_INTERVAL, build_context
-from webhook_server import CLI, HOST, WebhookProcess, handshake, make_certs, worker_pids
+from webhook_server import CLI, HOST, WebhookProcess, handshake
 
 ADMISSION = Path(__file__).parent / "testdata" / "admission"
 
@@ -158,7 +160,7 @@ def test_every_worker_that_runs_writes_its_log(server):
     Read the workers from /proc, not from the log, and find each one's own line."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        workers = worker_pids(server.process.pid)
+        workers = child_pids(server.process.pid)
         silent = [pid for pid in workers if f"worker {pid} serving" not in server.log()]
         if len(workers) == 2 and not silent:
             return
@@ -385,7 +387,7 @@ class HandshakeLoop:
         connection for a while, an old one still serving."""
         deadline = time.monotonic() + timeout
         while True:
-            now = worker_pids(server.process.pid)
+            now = child_pids(server.process.pid)
             if len(now) == 2 and not now & workers:
                 break
             assert time.monotonic() < deadline, f"workers {now}, old {workers}\n{server.log()}"
@@ -444,12 +446,12 @@ def test_certificate_rewritten_in_place_is_served_once_whole(tmp_path, start_web
         # Written in place, certificate first: for a while the key does not
         # match the certificate, and the server must keep the old pair and its
         # workers. The while lasts past two of the master's checks of the files.
-        workers = worker_pids(server.process.pid)
+        workers = child_pids(server.process.pid)
         (live / "tls.crt").write_bytes((new / "tls.crt").read_bytes())
         seen = set()
         deadline = time.monotonic() + 2.5 * WATCH_INTERVAL
         while time.monotonic() < deadline:
-            seen |= worker_pids(server.process.pid)
+            seen |= child_pids(server.process.pid)
             time.sleep(0.05)
         assert len(workers) == 2 and seen == workers
         (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
@@ -474,7 +476,7 @@ def test_secret_volume_symlink_swap_is_followed(tmp_path, start_webhook):
     server = start_webhook(volume / "tls.crt", volume / "tls.key", trust, tmp_path)
     with HandshakeLoop(server.port, trust) as loop:
         time.sleep(0.3)
-        workers = worker_pids(server.process.pid)
+        workers = child_pids(server.process.pid)
         shutil.copytree(new, volume / "..2025_06_01_00_00_00.000000002")
         (volume / "..data_tmp").symlink_to("..2025_06_01_00_00_00.000000002")
         os.rename(volume / "..data_tmp", volume / "..data")
@@ -612,14 +614,14 @@ def process_cpu_seconds(pids) -> float:
 
 
 def test_requests_reset_by_their_client_leave_the_webhook_idle(certs, start_webhook, tmp_path):
-    # Bug 6 (docs/faults.md): werkzeug read the body in pieces, and granian's piecewise read of
+    # Bug 6 (docs/logs/faults.md): werkzeug read the body in pieces, and granian's piecewise read of
     # a request its client had reset kept a Rust thread spinning for minutes: 0.9-1.2 cores
     # busy after 300 requests cancelled by vegeta (3 runs of 3), 1.6 cores after an overload.
     webhook = start_webhook(certs / "tls.crt", certs / "tls.key", certs / "ca.crt", tmp_path)
     body = json.dumps(golden("mutate-statefulset-pod")).encode()
     cancelled_http2_requests(webhook.port, certs / "ca.crt", body, count=20)
     time.sleep(1)  # the resets reach the workers
-    pids = [webhook.process.pid, *worker_pids(webhook.process.pid)]
+    pids = [webhook.process.pid, *child_pids(webhook.process.pid)]
     before, started = process_cpu_seconds(pids), time.monotonic()
     time.sleep(3)
     cores = (process_cpu_seconds(pids) - before) / (time.monotonic() - started)

@@ -13,28 +13,10 @@ from pathlib import Path
 
 import requests
 from cryptography import x509
+from e2e.processes import free_port
 
 CLI = str(Path(sys.executable).parent / "gpu-scheduler")
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def make_certs(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`gpu-scheduler certs --out-dir out_dir --ip 127.0.0.1 ...`, which must succeed."""
-    result = subprocess.run(
-        [CLI, "certs", "--out-dir", str(out_dir), "--ip", HOST, *extra],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 def handshake(port: int, trust_file: Path, minimum=None, maximum=None, ciphers=None) -> int:
@@ -51,17 +33,6 @@ def handshake(port: int, trust_file: Path, minimum=None, maximum=None, ciphers=N
         context.wrap_socket(raw, server_hostname=HOST) as tls,
     ):
         return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
-
-
-def worker_pids(master: int) -> set[int]:
-    """The PIDs of `master`'s children: the webhook's workers, from /proc."""
-    found = set()
-    for task in Path(f"/proc/{master}/task").iterdir():
-        try:
-            found.update(int(pid) for pid in (task / "children").read_text().split())
-        except FileNotFoundError:
-            continue  # a thread of the master that ended meanwhile
-    return found
 
 
 class WebhookProcess:
