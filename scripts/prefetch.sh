@@ -19,7 +19,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-MODULES=(cluster/local cluster/local/kwok cluster/kind cluster/argocd cluster/argocd/kustomize cluster/crane)
+MODULES=(cluster/local cluster/local/kwok cluster/kind cluster/argocd cluster/argocd/kustomize cluster/crane cluster/prometheus)
 
 go_modules() {
   command -v go >/dev/null || return 0

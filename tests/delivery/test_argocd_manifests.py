@@ -46,7 +46,16 @@ CLUSTER_SCOPED = {
 # Argo CD renders with the cluster's API versions: the agent's node restriction needs this one.
 CLUSTER_API_VERSIONS = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
 EVERY_MODE = [
-    (SCHEDULER_CHART, ("certs.mode=job", "metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true")),
+    (
+        SCHEDULER_CHART,
+        (
+            "certs.mode=job",
+            "metrics.serviceMonitor.enabled=true",
+            "networkPolicy.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.grafanaDashboard.enabled=true",
+        ),
+    ),
     (SCHEDULER_CHART, ("certs.mode=cert-manager",)),
     (SCHEDULER_CHART, ("certs.mode=provided", "certs.existingSecret=tls")),
     (CHECK_CHART, ()),
