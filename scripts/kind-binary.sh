@@ -29,15 +29,7 @@ declare -A RELEASE_SHA256=(
 # reports_version BIN: true when `BIN version` says our version.
 reports_version() { [[ "$("$1" version 2>/dev/null)" == "kind $KIND_VERSION "* ]]; }
 
-if [[ -x "$BIN_DIR/kind" ]] && reports_version "$BIN_DIR/kind"; then
-  echo "$BIN_DIR/kind"
-  exit 0
-fi
-on_path="$(command -v kind 2>/dev/null || true)"
-if [[ -n "$on_path" && "$on_path" != "$BIN_DIR/kind" ]] && reports_version "$on_path"; then
-  echo "$on_path"
-  exit 0
-fi
+pinned_tool kind && exit 0
 
 platform() { echo "$(platform_os)/$(platform_arch)"; }
 

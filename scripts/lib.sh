@@ -166,3 +166,19 @@ platform_arch() {
 sha256_of() {
   if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi
 }
+
+# pinned_tool NAME: the path of a NAME that the caller's reports_version accepts:
+# .cache/bin's first, else the one on PATH; nothing (status 1) when neither does.
+pinned_tool() {
+  local on_path
+  if [[ -x "$BIN_DIR/$1" ]] && reports_version "$BIN_DIR/$1"; then
+    echo "$BIN_DIR/$1"
+    return 0
+  fi
+  on_path="$(command -v "$1" 2>/dev/null || true)"
+  if [[ -n "$on_path" && "$on_path" != "$BIN_DIR/$1" ]] && reports_version "$on_path"; then
+    echo "$on_path"
+    return 0
+  fi
+  return 1
+}

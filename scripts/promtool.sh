@@ -39,13 +39,9 @@ use() {
   exit 0
 }
 
-if [[ -x "$BIN_DIR/promtool" ]] && reports_version "$BIN_DIR/promtool"; then
-  echo "$BIN_DIR/promtool"
-  exit 0
-fi
-on_path="$(command -v promtool 2>/dev/null || true)"
-if [[ -n "$on_path" && "$on_path" != "$BIN_DIR/promtool" ]] && reports_version "$on_path"; then
-  use "$on_path"
+if found="$(pinned_tool promtool)"; then
+  [[ "$found" == "$BIN_DIR/promtool" ]] && { echo "$found"; exit 0; }
+  use "$found"
 fi
 
 platform() { echo "$(platform_os)-$(platform_arch)"; }
