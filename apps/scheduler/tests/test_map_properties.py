@@ -1,6 +1,7 @@
 """Random text only ever yields a map or a typed error; no line is dropped silently."""
 
 from gpu_scheduler.placement import InvalidMapError, MapLineError, parse_map_uncached
+from gpu_scheduler.placement.grammar import SPACE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ entry = st.tuples(
 
 
 def _is_ignorable(line: str) -> bool:
-    stripped = line.rstrip("\r").strip()
+    stripped = line.rstrip("\r").strip(SPACE)
     return not stripped or stripped.startswith("#")
 
 

@@ -333,3 +333,20 @@ template:
     volumes:
       {{- include "gpu-scheduler.tmpVolume" $root | nindent 6 }}
 {{- end -}}
+
+{{/*
+How a new pod of ours gets its placement (values: admission.mode):
+"policy" (a MutatingAdmissionPolicy, evaluated by kube-apiserver) where the
+API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+(Kubernetes 1.36+), else "webhook". A mode the cluster cannot serve fails
+the render, saying why.
+*/}}
+{{- define "gpu-scheduler.admissionMode" -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- $mode := .Values.admission.mode | default (ternary "policy" "webhook" $served) -}}
+{{- if and (eq $mode "policy") (not $served) -}}
+{{- fail (printf "admission.mode=policy needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), which this API server (%s) does not serve: leave admission.mode empty or set webhook (helm template: --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- $mode -}}
+{{- end -}}
+{{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}

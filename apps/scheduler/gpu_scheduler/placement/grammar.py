@@ -41,6 +41,12 @@ MAX_MAP_BYTES = 256 * 1024
 MAX_ERRORS_KEPT = 100
 MAX_NODE_NAME = 253
 MAX_LABEL_VALUE = 63
+# The whitespace a line and its fields are stripped of: Unicode's White_Space,
+# as Go's strings.TrimSpace has it, which is what CEL's trim() strips in the
+# admission policy (charts/gpu-scheduler/templates/_placement-cel.tpl). Python's
+# own str.strip() also strips \x1c-\x1f, which would make "\x1c0=node1:0" a
+# valid line here and an invalid one there.
+SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 _INDEX = re.compile(r"[0-9]+")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -188,12 +194,12 @@ def device_identity(device: str) -> str:
 
 
 def _parse_devices(line: int, text: str, token: str) -> tuple[str, ...]:
-    if not token.strip():
+    if not token.strip(SPACE):
         raise InvalidDeviceError(line, text, f"no devices after ':' in {quote(text)}")
     devices: list[str] = []
     seen: set[str] = set()
     for raw in token.split(","):
-        device = raw.strip()
+        device = raw.strip(SPACE)
         if not device:
             raise InvalidDeviceError(line, text, f"empty device in {quote(text)} (stray comma?)")
         if _DEVICE_ORDINAL.fullmatch(device):
@@ -271,8 +277,8 @@ def _parse_line(line: int, text: str) -> MapEntry:
             line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no ':' after the node)"
         )
     return MapEntry(
-        index=_parse_index(line, text, index_part.strip()),
-        node=_parse_node(line, text, node_part.strip()),
+        index=_parse_index(line, text, index_part.strip(SPACE)),
+        node=_parse_node(line, text, node_part.strip(SPACE)),
         devices=_parse_devices(line, text, devices_part),
         line=line,
     )
@@ -375,7 +381,7 @@ def _parse_line_by_line(text: str) -> SchedulingMap:
             errors.append(err)
 
     for number, raw in _lines(text):
-        stripped = raw.strip()
+        stripped = raw.strip(SPACE)
         if not stripped or stripped.startswith("#"):
             continue
         entry = _parse_plain_line(number, stripped)
