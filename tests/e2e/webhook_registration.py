@@ -52,6 +52,10 @@ def render(
         "templates/webhook-configurations.yaml",
         "--set-string",
         f"schedulerName={scheduler_name}",
+        # The webhook places every pod here, whatever the API server serves;
+        # test_admission_policy_equality.py installs the policy mode's objects.
+        "--set-string",
+        "admission.mode=webhook",
     )
     kinds = sorted(doc["kind"] for doc in configurations)
     if kinds != sorted(KINDS):
