@@ -20,3 +20,7 @@ local-down: ## Stop the local KWOK cluster and delete .cache/local-cluster
 .PHONY: test-cluster
 test-cluster: install tools control-plane ##dev the cluster, e2e and fault tests on the local control plane, brought up and torn down (CI's test-cluster job)
 	$(CLUSTER_ENV) scripts/test-cluster.sh
+
+.PHONY: test-compat
+test-compat: install tools control-plane ##dev the tests marked compat on a second local control plane of Kubernetes 1.35 (cluster/compat: the oldest the charts accept), brought up and torn down (make test's 1.35 stage)
+	$(CLUSTER_ENV) scripts/test-compat.sh

@@ -2,6 +2,8 @@
 # Build (or reuse) the local control-plane binaries, linked into .cache/bin:
 #   kube-apiserver kube-controller-manager kube-scheduler etcd  (cluster/local/go.mod)
 #   kwok kwokctl                                                (cluster/local/kwok/go.mod)
+# and, with LOCAL_K8S_MODULE=cluster/compat (the 1.35 stage, lib.sh), that
+# module's kube-apiserver and kube-controller-manager, into .cache/bin/compat.
 # They are built into the machine's build store (lib.sh: BUILD_STORE), in a
 # folder named by a hash of their inputs, so that every clone shares them;
 # one built for these inputs is linked, not built again. One found in
@@ -38,7 +40,8 @@ accept() {
 
 # store_dir MODULE_DIR: the build store's folder for the binaries of the
 # module in MODULE_DIR, named by a hash of its inputs (its Go files, go.mod,
-# go.sum, Go's version and platform, the versions stamped into them).
+# go.sum, Go's version and platform, the versions stamped into them:
+# K8S_VERSION is the module's own).
 store_dir() {
   local key
   key="$( (cd "$REPO_ROOT/$1" && find . \( -name '*.go' -o -name go.mod -o -name go.sum \) -type f | LC_ALL=C sort |
@@ -46,10 +49,13 @@ store_dir() {
   echo "$BUILD_STORE/$(basename "$1")-$key"
 }
 
-# reuse NAME STORE: 0 if NAME is in STORE (linked into .cache/bin) or an
+# Where the binaries are linked: .cache/bin, or LOCAL_K8S_BIN for another module's.
+LINK_DIR="$BIN_DIR"
+
+# reuse NAME STORE: 0 if NAME is in STORE (linked into LINK_DIR) or an
 # external binary can stand in (linked); 1 if it must be built.
 reuse() {
-  local name="$1" dst="$BIN_DIR/$1" stored="$2/$1" ext
+  local name="$1" dst="$LINK_DIR/$1" stored="$2/$1" ext
   if [[ -x "$stored" ]]; then
     ln -sfn "$stored" "$dst"
     log "$name: built for these inputs ($stored)"
@@ -66,7 +72,7 @@ reuse() {
 
 # go_build DIR STORE LDFLAGS PKG...: one `go build` for all PKGs so they share
 # compile work, into STORE (whole or not at all: another clone may build the
-# same at once), each linked into .cache/bin.
+# same at once), each linked into LINK_DIR.
 go_build() {
   local dir="$1" store="$2" ldflags="$3"; shift 3
   local names="${*##*/}" start=$SECONDS tmp name
@@ -78,7 +84,7 @@ go_build() {
   mkdir -p "$store"
   for name in $names; do
     mv "$tmp/$name" "$store/$name"
-    ln -sfn "$store/$name" "$BIN_DIR/$name"
+    ln -sfn "$store/$name" "$LINK_DIR/$name"
   done
   rm -rf "$tmp"
   log "built $names in $((SECONDS - start))s ($store)"
@@ -104,6 +110,23 @@ for name in kwok kwokctl; do
 done
 if ((${#pkgs[@]})); then
   go_build cluster/local/kwok "$store" "-s -w -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" "${pkgs[@]}"
+fi
+
+# The 1.35 stage's control plane: another module's kube-apiserver and
+# kube-controller-manager, stamped with its own version (kwokctl reads it);
+# etcd, kwok and kwokctl are the ones above.
+if [[ "$LOCAL_K8S_MODULE" != cluster/local ]]; then
+  K8S_VERSION="$LOCAL_K8S_VERSION" K8S_MINOR="${LOCAL_K8S_VERSION%.*}" LINK_DIR="$LOCAL_K8S_BIN"
+  mkdir -p "$LINK_DIR"
+  store="$(store_dir "$LOCAL_K8S_MODULE")"
+  pkgs=()
+  for name in kube-apiserver kube-controller-manager; do
+    reuse "$name" "$store" || pkgs+=("k8s.io/kubernetes/cmd/$name")
+  done
+  if ((${#pkgs[@]})); then
+    go_build "$LOCAL_K8S_MODULE" "$store" "$(k8s_release_ldflags)" "${pkgs[@]}"
+  fi
+  log "Kubernetes $K8S_VERSION's kube-apiserver and kube-controller-manager ready in $LINK_DIR"
 fi
 
 log "control plane ready in $BIN_DIR"

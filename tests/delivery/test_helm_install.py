@@ -1,6 +1,7 @@
 """Both charts `helm install`ed into the real local control plane (marker `cluster`).
 
-What this proves, against a real kube-apiserver (1.34) with RBAC:
+What this proves, against a real kube-apiserver (1.37; the two marked compat also on 1.35,
+make test-compat) with RBAC:
   - every object of the gpu-scheduler release is accepted and stored, the
     webhook configurations' CEL matchConditions included (the API server
     compiles them on create);
@@ -104,13 +105,14 @@ def release(kubeconfig, helm, kubectl):
     uninstall(installed, helm, kubectl)
 
 
+@pytest.mark.compat
 def test_every_object_of_the_release_is_stored(release, helm, kubectl, render):
     rendered = render(
         SCHEDULER_CHART,
         *release.sets,
         release=release.name,
         namespace=release.namespace,
-        # What the local API server (1.34) serves, so the agent's policy is rendered as helm install did.
+        # What the local API server (1.35 and 1.37) serves, so the agent's policy is rendered as helm install did.
         api_versions=("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",),
     )
     expected = sorted(
@@ -162,6 +164,7 @@ def admission_error(create) -> str | None:
     return None
 
 
+@pytest.mark.compat
 def test_webhook_outage_refuses_our_pods_and_workloads_only(release, api_client, namespace):
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     ours = release.scheduler_name

@@ -36,11 +36,11 @@ def test_kind_workers_carry_the_alias_labels_node1_to_node4():
     assert "labels" not in control_plane
 
 
-def test_kind_nodes_run_one_kubernetes_1_34_image_pinned_by_digest():
+def test_kind_nodes_run_one_kubernetes_1_37_image_pinned_by_digest():
     images = {node["image"] for node in KIND_CONFIG["nodes"]}
 
     (image,) = images
-    assert re.fullmatch(r"kindest/node:v1\.34\.\d+@sha256:[0-9a-f]{64}", image), image
+    assert re.fullmatch(r"kindest/node:v1\.37\.\d+@sha256:[0-9a-f]{64}", image), image
 
 
 def dockerfile(app: str) -> list[str]:

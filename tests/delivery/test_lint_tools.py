@@ -1,7 +1,7 @@
 """The delivery files pass the real linters and validators users and CI run.
 
 helm lint --strict (charts), kubernetes-validate (rendered manifests against
-the Kubernetes 1.34 schemas, strict), yamllint (every YAML file but Helm
+the Kubernetes 1.35 and 1.37 schemas, strict), yamllint (every YAML file but Helm
 templates), hadolint (Dockerfiles), check-jsonschema (.gitlab-ci.yml against
 GitLab's schema) and gitlab-ci-local (the pipeline's lint and test jobs run on
 this host with the shell executor).
@@ -72,7 +72,7 @@ def test_helm_lint_strict_passes(helm, chart, sets):
 
 
 @pytest.mark.parametrize(("chart", "sets"), CHART_VARIANTS)
-def test_rendered_manifests_match_the_kubernetes_1_34_schemas(render, lint_bin, tmp_path, chart, sets):
+def test_rendered_manifests_match_the_kubernetes_1_35_and_1_37_schemas(render, lint_bin, tmp_path, chart, sets):
     docs = [doc for doc in render(chart, *sets).docs if not doc["apiVersion"].startswith(ADDON_GROUPS)]
 
     result = kubernetes_validate(lint_bin, tmp_path / "rendered.yaml", docs)

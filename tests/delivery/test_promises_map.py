@@ -22,7 +22,7 @@ pytestmark = pytest.mark.delivery
 PAGE = REPO / "docs" / "promises.md"
 README = REPO / "README.md"
 HEADER = ["promise (README)", "proved by", "where it runs"]
-STAGES = ("unit", "images", "cluster", "kind", "argocd", "pipeline")
+STAGES = ("unit", "images", "cluster", "compat", "kind", "argocd", "pipeline")
 # `path/to/test_file.py::test_name`, `path/to/test_file.py::Class::test_name`, or
 # `path/to/test_file.py` alone: every test of a file (for a file still being written).
 TEST_ID = re.compile(r"`([^`\s]+\.py)(?:::([A-Za-z_]\w*(?:::[A-Za-z_]\w*)?))?`")
@@ -198,7 +198,7 @@ def stages_of(path: str, name: str) -> set[str]:
             stages.add("cluster")
         else:
             stages |= {"cluster", "kind"}
-    stages |= markers & {"images", "kind", "argocd", "pipeline"}
+    stages |= markers & {"images", "compat", "kind", "argocd", "pipeline"}  # compat: make test-compat
     return stages or {"unit"}  # the Makefile's UNIT_TESTS: none of the markers above
 
 

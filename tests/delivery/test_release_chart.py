@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 import yaml
+from e2e.charts import KUBE_VERSION_ARGS
 
 from .conftest import (
     CHECK_CHART,
@@ -69,11 +70,26 @@ def test_both_charts_pull_the_release_of_their_app_version_from_one_registry(ren
 
 
 @pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
+def test_the_charts_refuse_kubernetes_older_than_1_35(helm, chart):
+    """kubeVersion >=1.35: the oldest Kubernetes make test-compat proves; 1.34 is refused
+    before anything is rendered, 1.35 is not."""
+
+    def rendered(kube_version: str):
+        return run([helm, "template", chart.name, chart, "--kube-version", kube_version, "--set", REGISTRY_SET])
+
+    refused = rendered("v1.34.9")
+    assert refused.returncode != 0, "rendered for Kubernetes 1.34"
+    assert "incompatible with Kubernetes v1.34.9" in refused.stderr, refused.stderr
+    accepted = rendered("v1.35.0")
+    assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
 @pytest.mark.parametrize("sets", [(), (f"image.registry={PLACEHOLDER_REGISTRY}/", "image.tag=0.0.9")])
 def test_the_placeholder_registry_is_refused_in_one_line_that_says_what_to_set(helm, chart, sets):
     """A first `helm install` with the defaults would create pods stuck in ImagePullBackOff;
     it stops before anything is created, and says what to set."""
-    argv = [helm, "template", chart.name, chart]
+    argv = [helm, "template", chart.name, chart, *KUBE_VERSION_ARGS]
     for assignment in sets:
         argv += ["--set", assignment]
 
@@ -198,6 +214,7 @@ def _render_json(assignment: str) -> dict:
             "template",
             "gpu-scheduler",
             SCHEDULER_CHART,
+            *KUBE_VERSION_ARGS,
             "--set",
             REGISTRY_SET,
             "--set",
@@ -326,7 +343,7 @@ def test_there_is_a_kind_and_a_gpu_cluster_example_for_each_chart():
 @pytest.mark.parametrize("example", EXAMPLE_FILES, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
 def test_each_example_renders_and_validates_against_kubernetes(helm, lint_bin, example, tmp_path):
     chart = REPO / "charts" / example.name.removesuffix(".values.yaml")
-    argv = [helm, "template", chart.name, chart, "--namespace", "examples", "-f", example]
+    argv = [helm, "template", chart.name, chart, *KUBE_VERSION_ARGS, "--namespace", "examples", "-f", example]
     if yaml.safe_load(example.read_text())["image"]["registry"] == PLACEHOLDER_REGISTRY:
         # A line for users to replace with their registry (the charts refuse the placeholder).
         argv += ["--set", REGISTRY_SET]

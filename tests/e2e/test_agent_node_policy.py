@@ -223,6 +223,7 @@ def test_the_agent_publishes_on_its_own_node(setup, api_client):
     assert MODEL_LABEL not in node_metadata(api_client, setup.own_node)["labels"]
 
 
+@pytest.mark.compat
 def test_another_node_is_refused(setup, api_client):
     answer = patch(setup.agent, f"/api/v1/nodes/{setup.other_node}", inventory_patch({INVENTORY: "{}"}))
 

@@ -50,6 +50,7 @@ def test_statefulset_whose_pods_the_webhook_denies_reports_the_broken_line_in_fa
     assert list_pods(api_client, namespace) == []
 
 
+@pytest.mark.compat
 def test_kubectl_apply_of_a_deployment_with_a_broken_map_is_refused_naming_the_line(
     kubeconfig, api_client, product, ns, tmp_path
 ):

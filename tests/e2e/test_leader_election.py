@@ -46,6 +46,7 @@ def assert_scheduled_once(api_client, namespace: str, names: list[str]) -> None:
     assert counts == {name: [1] for name in names}
 
 
+@pytest.mark.compat
 def test_two_replicas_bind_each_pod_once_and_the_standby_takes_over_when_the_leader_is_killed(
     api_client, ns, start_scheduler
 ):

@@ -27,6 +27,7 @@ def check_statefulset_with_every_kind_of_container(namespace: str) -> list[dict]
     return objects
 
 
+@pytest.mark.compat
 @pytest.mark.pipeline_sample
 def test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_every_container(api_client, product, ns):
     create(api_client, ns, check_statefulset_with_every_kind_of_container(ns))

@@ -40,7 +40,9 @@ def test_the_same_certificate_with_most_of_its_lifetime_left_would_be_kept():
 # A refused admission's Status as kube-apiserver 1.34 answered it (recorded 2026-11-29 from
 # tests/faults/test_rotation_under_admission_load.py against an HTTP/1.1-only webhook). The KinD
 # renewal test kept the first 300 characters of such a body, which cut the webhook's error off
-# at "write tcp 172.19.0.6:36978-" in a fresh-clone CI run the same day.
+# at "write tcp 172.19.0.6:36978-" in a fresh-clone CI run the same day. kube-apiserver 1.37.2
+# answers a failed webhook call in the same shape (checked 2026-12-06 with a webhook at a closed
+# port: kind Status, reason InternalError, the message again in details.causes, code 500).
 REFUSED = (
     '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Internal error occurred: '
     'failed calling webhook \\"pods.mutate.gpu-scheduler\\": failed to call webhook: Post '

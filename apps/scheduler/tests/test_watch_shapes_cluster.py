@@ -110,6 +110,7 @@ def _pod(name: str, scheduler_name: str) -> dict:
     }
 
 
+@pytest.mark.compat
 @pytest.mark.pipeline_sample
 def test_the_watch_events_the_state_machine_models_are_the_ones_kube_apiserver_sends(kubeconfig, api_client, namespace):
     core = client.CoreV1Api(api_client)

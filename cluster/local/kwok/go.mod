@@ -1,6 +1,6 @@
 // Separate tools module for kwok/kwokctl: kwok v0.8 depends on k8s.io/*
-// v0.36, which cannot share a build list with k8s.io/kubernetes v1.34 (whose
-// staging modules ../go.mod pins to v0.34). Built by scripts/build-control-plane.sh.
+// v0.36, which cannot share a build list with k8s.io/kubernetes v1.37 (whose
+// staging modules ../go.mod pins to v0.37). Built by scripts/build-control-plane.sh.
 module gpu-scheduler/cluster/local/kwok
 
 go 1.26.0
