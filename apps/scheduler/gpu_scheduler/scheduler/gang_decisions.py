@@ -40,7 +40,7 @@ def decide_gang(state: SchedulerState, uid: str, pod: dict, gang: str, wall: flo
     view = state.gang_view(gang)
     scheduling_map = view.scheduling_map()
     if isinstance(scheduling_map, str):
-        return _wait(state, view, pod, scheduling_map, (), wall)
+        return _wait(state, view, pod, f"waits: {scheduling_map}", (), wall)
     nodes = _nodes(state, scheduling_map)
     missing = view.missing(scheduling_map)
     if missing:
@@ -51,7 +51,7 @@ def decide_gang(state: SchedulerState, uid: str, pod: dict, gang: str, wall: flo
         return _wait(state, view, pod, why, nodes, wall)
     members = view.by_index()
     if uid not in {m.uid for m in members.values()}:
-        why = f"another pod of the gang has index {_index(pod)}, and each index takes one pod"
+        why = f"waits: another of its pods has index {_index(pod)}, and each index takes one pod"
         return _wait(state, view, pod, why, nodes, wall)
     busy = [m for m in members.values() if m.uid != uid and state.queue.state_of(m.uid) == IN_FLIGHT]
     if busy:
@@ -59,7 +59,7 @@ def decide_gang(state: SchedulerState, uid: str, pod: dict, gang: str, wall: flo
         # done, so that the change that woke this attempt is not lost.
         for m in busy:
             state.queue.nudge(m.uid)
-        return _wait(state, view, pod, f"its pod {busy[0].key} is being tried by another worker", nodes, wall)
+        return _wait(state, view, pod, f"waits: its pod {busy[0].key} is being tried by another worker", nodes, wall)
 
     reserved = state.reservations(wall)
     decided: list[tuple[str, dict, Decision]] = []
@@ -69,7 +69,7 @@ def decide_gang(state: SchedulerState, uid: str, pod: dict, gang: str, wall: flo
         if not decision.bind:
             for assumed_uid, _, _ in decided:
                 state.cache.forget(assumed_uid)
-            why = f"its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
+            why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
             return _wait(state, view, pod, why, nodes, wall)
         state.assume(m.uid, m.pod, decision, gang)
         decided.append((m.uid, m.pod, decision))
