@@ -149,31 +149,44 @@ def reservations(
     nodes: list[dict], pods: list[dict], pending: list[dict], scheduler_name: str, now: float, gang_timeout: float
 ) -> dict[str, dict[str, str]]:
     """node -> device (as a map wrote it) -> the gang it is reserved for: the scheduler's own
-    state and rule (scheduler.state, scheduling.gangs) run over these lists, under deny."""
+    cache and rule (scheduling.gangs) run over these lists, under deny."""
     from .kube.objects import assigned_pod, node_info, trim_pending_pod
-    from .scheduler.state import SchedulerState
-    from .scheduling import SharingPolicy
+    from .placement import PlacementError
+    from .placement.gang import gang_of
+    from .scheduling import ClusterCache
+    from .scheduling.gangs import GangView, PendingGangs
+    from .scheduling.gangs import reservations as reserve
 
-    state = SchedulerState(DEFAULT_ALIAS_LABEL, SharingPolicy.DENY, gang_timeout=gang_timeout)
-    state.nodes_replace([node_info(n) for n in nodes])
-    state.assigned_replace([assigned_pod(p, scheduler_name) for p in pods], 0.0)
-    ours = [p for p in pending if (p.get("spec") or {}).get("schedulerName") == scheduler_name]
-    state.pending_replace([trim_pending_pod(p) for p in ours])
-    by_key = state.reservations(now) or {}
+    cache = ClusterCache(DEFAULT_ALIAS_LABEL)
+    for node in nodes:
+        cache.upsert_node(node_info(node))
+    for pod in pods:
+        cache.add_pod(assigned_pod(pod, scheduler_name))
+    gangs = PendingGangs()
+    for pod in pending:
+        if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
+            continue
+        try:
+            gang = gang_of(pod)
+        except PlacementError:
+            continue
+        gangs.upsert((pod.get("metadata") or {}).get("uid") or "", trim_pending_pod(pod), gang)
+    views = [GangView(gang, gangs.pending(gang), tuple(cache.gang_pods(gang))) for gang in gangs.gangs()]
+    by_key = reserve(views, cache, now, gang_timeout)
     # Back from the ledger's keys to the devices as the gangs' maps write them.
     found: dict[str, dict[str, str]] = {}
-    for gang in state.gangs.gangs():
-        scheduling_map = state.gang_view(gang).scheduling_map()
+    for view in views:
+        scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             continue
         for entry in scheduling_map.values():
             try:
-                node = state.cache.nodes.resolve(entry.node).name
-            except ValueError:
+                node = cache.nodes.resolve(entry.node).name
+            except PlacementError:
                 continue
             for device in entry.devices:
-                if by_key.get((node, state.cache.ledger.key(node, device))) == gang:
-                    found.setdefault(node, {})[device] = gang
+                if by_key.get((node, cache.ledger.key(node, device))) == view.key:
+                    found.setdefault(node, {})[device] = view.key
     return found
 
 
