@@ -13,8 +13,10 @@ The oracle reads the cluster, never the scheduler:
 - every gang placed once its GPUs are free: the first once the churn frees them, the second once
   the first is deleted.
 
-It was seen failing against a build that binds gang pods one by one (GANG_ONE_BY_ONE=1 runs the
-same test against it: gang_hooks/sitecustomize.py; docs/gangs.md has the command and what failed).
+GANG_ONE_BY_ONE=1 runs the same test against a build that binds gang pods one by one
+(gang_hooks/sitecustomize.py), against which it must fail. NOT YET RUN on a cluster (the shared
+heavy lock was held throughout the session that wrote it): neither the pass nor that failure
+has been seen.
 """
 
 from __future__ import annotations
