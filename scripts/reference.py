@@ -93,6 +93,7 @@ def _registries() -> list[tuple[str, object]]:
         watch_silences=lambda: {"pods": 1.0},
     )
     scheduler.watch_reports(events=lambda: {"sent": 1}, conditions=lambda: {"written": 1})
+    scheduler.watch_gangs(lambda: {"waiting": 1})
     scheduler.observe_attempt("scheduled", 0.01)  # the attempt histogram's label shows once observed
     expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
     webhook = WebhookMetrics(certificate_not_after=lambda: expiry)

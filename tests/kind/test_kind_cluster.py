@@ -497,6 +497,52 @@ def test_an_agents_own_token_cannot_write_another_nodes_inventory(kind, inventor
     assert [g["uuid"] for g in before["gpus"]] == [g["uuid"] for g in layout("node2")["gpus"]]
 
 
+# GPUs the task's map (the release make e2e installed) does not use, none on node3 (MIG on).
+GANG_MAP = "0=node1:2\n1=node2:0\n2=node4:0\n3=node4:1\n"
+
+
+def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
+    """charts/gpu-scheduler-check with gang=true (docs/gangs.md): the StatefulSet carries
+    gpu-scheduler/gang: "true" (Parallel, as always), the installed webhook admits it, and the
+    installed scheduler binds its four pods, all of them: each Running on its map's node."""
+    installed_release(kind)
+    namespace = kind.namespace(f"gang-{uuid.uuid4().hex[:6]}")
+    repository, _, tag = CHECK_IMAGE.rpartition(":")
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
+    try:
+        done = run(
+            [*helm, "install", "gang-check", REPO / "charts" / "gpu-scheduler-check", "--set", "gang=true"]
+            + ["--set", "replicas=4", "--set-string", f"schedulingMap={GANG_MAP}", "--set", "image.registry="]
+            + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
+            timeout=300,
+        )
+        assert done.returncode == 0, tail(done)
+        statefulset = kind.get("-n", namespace, "statefulset", "gang-check-gpu-scheduler-check")
+        template = statefulset["spec"]["template"]["metadata"]["annotations"]
+        assert template.get("gpu-scheduler/gang") == "true" and statefulset["spec"]["podManagementPolicy"] == "Parallel"
+        expected = {
+            f"gang-check-gpu-scheduler-check-{i}": line.split("=")[1].split(":")[0]
+            for i, line in enumerate(GANG_MAP.split())
+        }
+        aliases = {
+            n["metadata"]["name"]: n["metadata"]["labels"].get("gpu-node-name", n["metadata"]["name"])
+            for n in kind.get("nodes")["items"]
+        }
+
+        def all_running() -> dict:
+            pods = kind.get("-n", namespace, "pods")["items"]
+            placed = {
+                p["metadata"]["name"]: aliases.get(p["spec"].get("nodeName") or "", "")
+                for p in pods
+                if p["status"].get("phase") == "Running"
+            }
+            return placed if placed == expected else {}
+
+        kind.wait_for("the gang's 4 pods Running, each on its map's node", all_running, timeout=300)
+    finally:
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
 def test_kind_load_puts_a_locally_built_image_into_every_node(kind, echo_image):
     for node in [f"{CLUSTER}-control-plane", *WORKERS]:
         container = container_of(kind, node)

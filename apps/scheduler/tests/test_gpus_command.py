@@ -72,3 +72,30 @@ def test_nodes_with_nothing_of_gpus_are_left_out():
     advertised = {**node("node2", None), "status": {"capacity": {"nvidia.com/gpu": "4"}}}
     shown = report([control_plane, advertised, node("node3", INVENTORY)], [], "gpu-scheduler")
     assert [n.name for n in shown] == ["node2", "node3"]
+
+
+def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
+    # Gang pods pending for node1:0 (held by a-0) and node1:1 (free): the free one is reserved.
+    gang_map = "0=node1:0\n1=node1:1\n"
+
+    def gang_pod(index: int) -> dict:
+        return {
+            "metadata": {
+                "name": f"train-{index}",
+                "namespace": "ml",
+                "uid": f"t{index}",
+                "creationTimestamp": "2026-11-26T08:00:00Z",
+                "labels": {"apps.kubernetes.io/pod-index": str(index)},
+                "annotations": {"gpu-scheduling-map": gang_map, "gpu-scheduler/gang": "true"},
+                "ownerReferences": [{"kind": "StatefulSet", "name": "train", "controller": True}],
+            },
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main"}]},
+        }
+
+    nodes = [{**node("node1", None), "status": {"capacity": {"nvidia.com/gpu": "4"}}}]
+    nodes[0]["status"]["allocatable"] = nodes[0]["status"]["capacity"]
+    nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    now = 1_795_000_000.0  # within the gang's timeout of its pods' creation
+    (node1,) = report(nodes, [pod("a-0", "node1", "0")], "gpu-scheduler", [gang_pod(0), gang_pod(1)], now, 10**9)
+    assert node1.reserved == {"1": "ml/StatefulSet/train"}
+    assert "(reserved for gang ml/StatefulSet/train)" in render_text([node1])

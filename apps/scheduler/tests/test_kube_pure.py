@@ -143,7 +143,8 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
             "resourceVersion": "42",
             "annotations": {"gpu-scheduling-map": "1=node2:2\n"},
             "labels": {"apps.kubernetes.io/pod-index": "1"},
-            "ownerReferences": [{"kind": "StatefulSet", "controller": True}],
+            # The owner's name: a gang is the pods of one owner (placement.gang).
+            "ownerReferences": [{"kind": "StatefulSet", "name": "train", "controller": True}],
         },
         "spec": {
             "schedulerName": "gpu-scheduler",

@@ -40,7 +40,8 @@ from gpu_scheduler.placement import (
     given_value,
     placement_for,
 )
-from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, STATEFULSET_INDEX_LABEL
+from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_label, gang_of
+from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, STATEFULSET_INDEX_LABEL, pod_index
 from gpu_scheduler.scheduling import (
     CPU,
     DEFAULT_ALIAS_LABEL,
@@ -50,7 +51,7 @@ from gpu_scheduler.scheduling import (
     requests_of,
 )
 
-KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY)
+KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
 KEPT_LABELS = (STATEFULSET_INDEX_LABEL, JOB_INDEX_KEY)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 POD_SCHEDULED = "PodScheduled"
@@ -189,11 +190,17 @@ def trim_pending_pod(pod: dict) -> dict:
     annotations = _kept(metadata.get("annotations"), KEPT_ANNOTATIONS)
     if annotations:
         trimmed_meta["annotations"] = annotations
-    labels = _kept(metadata.get("labels"), KEPT_LABELS)
+    # A bare gang pod's gang is the value of the label it names (placement.gang).
+    grouped_by = gang_label(annotations)
+    labels = _kept(metadata.get("labels"), (*KEPT_LABELS, grouped_by) if grouped_by else KEPT_LABELS)
     if labels:
         trimmed_meta["labels"] = labels
+    if metadata.get("creationTimestamp"):
+        # Gangs are served oldest first and time out from their newest pod's creation.
+        trimmed_meta["creationTimestamp"] = metadata["creationTimestamp"]
     owners = [
-        {"kind": ref.get("kind"), "controller": ref.get("controller")}
+        # The owner's name: a gang is the pods of one owner.
+        {"kind": ref.get("kind"), "name": ref.get("name"), "controller": ref.get("controller")}
         for ref in metadata.get("ownerReferences") or ()
         if ref.get("controller")
     ]
@@ -257,14 +264,28 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
     pods, also the GPUs it holds."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    devices = held_devices(pod) if spec.get("schedulerName") == scheduler_name else ()
+    ours = spec.get("schedulerName") == scheduler_name
+    gang, index = _gang_member(pod) if ours else (None, None)
     return AssignedPod(
         uid=metadata.get("uid") or "",
         key=f"{metadata.get('namespace')}/{metadata.get('name')}",
         node=spec.get("nodeName") or "",
         requests=pod_requests(pod),
-        devices=devices,
+        devices=held_devices(pod) if ours else (),
+        gang=gang,
+        index=index,
     )
+
+
+def _gang_member(pod: dict) -> tuple[str | None, int | None]:
+    """(gang, index) of a bound pod of ours in a gang, else (None, None): which of its gang's
+    lines it has taken, so that a gang partly bound (a failed binding, a crash) is finished
+    by binding only the rest."""
+    try:
+        gang = gang_of(pod)
+        return (gang, pod_index(pod)) if gang is not None else (None, None)
+    except PlacementError:
+        return None, None
 
 
 @dataclass(frozen=True, slots=True)

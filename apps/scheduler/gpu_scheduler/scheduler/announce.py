@@ -17,6 +17,7 @@ from gpu_scheduler.kube.binder import BindResult
 from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
 from gpu_scheduler.scheduling import Decision, NodeInfo
+from gpu_scheduler.scheduling.gangs import GANG_WAITING
 
 from .metrics import SchedulerMetrics
 
@@ -50,7 +51,9 @@ class Announcer:
 
     def refused(self, pod: dict, decision: Decision) -> None:
         reason = decision.reason or ""
-        self._recorder.record(pod, WARNING, "FailedScheduling", "Scheduling", reason, coalesce=True)
+        # A gang waiting for its pods is expected, not a failure: Normal; the rest warn.
+        kind = NORMAL if decision.event == GANG_WAITING else WARNING
+        self._recorder.record(pod, kind, decision.event, "Scheduling", reason, coalesce=True)
         if self._conditions is not None:
             self._conditions.unschedulable(pod, reason)
 

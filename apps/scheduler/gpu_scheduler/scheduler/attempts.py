@@ -18,6 +18,7 @@ from gpu_scheduler.kube.binder import BindOutcome, bind
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.objects import pod_key
 from gpu_scheduler.scheduling import Decision
+from gpu_scheduler.scheduling.gangs import GangPlan
 
 from .announce import Announcer
 from .locked_state import LockedState
@@ -58,16 +59,47 @@ class Attempts:
     def _attempt(self, uid: str, pod: dict) -> None:
         started = time.perf_counter()
         with self._locked.work:
-            decision = self._state.decide(uid, pod)
+            decision = self._state.decide(uid, pod, time.time())
         if decision is None:
             return  # being deleted; its DELETED event ends it
+        if isinstance(decision, GangPlan):
+            self._bind_gang(decision, started)
+            return
         if not decision.bind:
             self._refuse(uid, pod, decision, started)
             return
+        self._bind(uid, pod, decision, started)
+
+    def _bind_gang(self, plan: GangPlan, started: float) -> None:
+        """Binds every pod of a gang that was decided as one. Kubernetes binds one pod at a
+        time, so a binding may fail after others were stored: the pods bound stay bound, each
+        failed one is retried with backoff like any pod (its GPUs reserved for the gang, which
+        is now partly bound and served first), and the gang says so (GangPartial) until its
+        last pod is bound. Each pod's outcome is recorded on its own, whatever the others'."""
+        bound = 0
+        for uid, pod, decision in plan.members:
+            try:
+                bound += self._bind(uid, pod, decision, started)
+            except Exception:  # one pod's surprise must not strand the others in flight
+                log.exception("binding %s of gang %s failed", pod_key(pod), plan.gang)
+                self._locked.update(self._state.attempt_failed, uid, time.monotonic(), random.random())
+                self._relist_for_doubts()
+        if bound == len(plan.members):
+            if plan.complete:
+                self._metrics.gang_completed(max(0.0, time.time() - plan.newest))
+            log.info("gang bound", extra={"fields": {"gang": plan.gang, "pods": bound}})
+        else:
+            log.warning(
+                "gang partly bound: the rest are retried, their GPUs reserved for it",
+                extra={"fields": {"gang": plan.gang, "bound": bound, "pods": len(plan.members)}},
+            )
+
+    def _bind(self, uid: str, pod: dict, decision: Decision, started: float) -> bool:
+        """Binds one pod decided "bind" (and assumed); True when it is on its node."""
         if not self._may_bind():
             # Leadership ended between taking the pod and binding it.
             self._locked.update(self._state.not_leading, uid, time.monotonic(), random.random())
-            return
+            return False
 
         bind_started = time.perf_counter()
         result = bind(
@@ -92,7 +124,7 @@ class Attempts:
                 # Not a binding of this attempt: "scheduled" counts only those, so that it
                 # says how many pods this process placed.
                 self._announcer.finish(ALREADY_BOUND, decision, started, outcome=result.outcome.value)
-            return
+            return True
         if result.outcome is BindOutcome.POD_GONE:
             self._locked.update(self._state.pod_gone, uid)
             self._announcer.forget(uid, pod_key(pod))
@@ -105,6 +137,7 @@ class Attempts:
         self._announcer.finish(
             ERROR, decision, started, outcome=result.outcome.value, reason=result.message or str(result.status)
         )
+        return False
 
     def _refuse(self, uid: str, pod: dict, decision: Decision, started: float) -> None:
         self._locked.update(self._state.refused, uid, decision, time.monotonic(), random.random())

@@ -102,6 +102,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=env_help("longest wait between retries of a pod", "POD_MAX_BACKOFF_SECONDS"),
     )
     add(
+        "--gang-timeout-seconds",
+        type=positive_float,
+        default=float(env("GANG_TIMEOUT_SECONDS", "300")),
+        help=env_help(
+            "how long a gang (gpu-scheduler/gang) waits with the GPUs it needs reserved under --gpu-sharing=deny, "
+            "from its newest pod's creation; then they are released and a GangTimeout event says what blocked it",
+            "GANG_TIMEOUT_SECONDS",
+        ),
+    )
+    add(
         "--leader-elect",
         type=boolean,
         default=boolean(env("LEADER_ELECT", "true")),
@@ -226,5 +236,6 @@ def run(args: argparse.Namespace) -> int:
         args.pod_initial_backoff_seconds,
         args.pod_max_backoff_seconds,
         bind_timeout=bind_timeout(args),
+        gang_timeout=args.gang_timeout_seconds,
     )
     return process.run(args, config)

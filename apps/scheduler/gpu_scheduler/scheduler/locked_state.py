@@ -9,6 +9,7 @@ wait on (workers.py), so a change that makes pods due wakes one of them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from .state import SchedulerState
@@ -42,3 +43,7 @@ class LockedState:
     def gpu_holders(self) -> list[tuple[str, str, str]]:
         with self.lock:
             return self.state.cache.ledger.held()
+
+    def gang_counts(self) -> dict[str, int]:
+        with self.lock:
+            return self.state.gang_counts(time.time())

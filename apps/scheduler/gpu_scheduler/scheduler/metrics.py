@@ -104,6 +104,29 @@ class _StateCollector(Collector):
         yield silences
 
 
+# A gang waits from seconds (its pods being created) to its timeout (minutes) or longer.
+GANG_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+
+class _GangCollector(Collector):
+    """Gangs with pending pods, read from the state when Prometheus scrapes."""
+
+    def __init__(self, gang_counts: Callable[[], dict[str, int]]) -> None:
+        self._gang_counts = gang_counts
+
+    def collect(self):
+        gangs = GaugeMetricFamily(
+            "gpu_scheduler_gangs_waiting",
+            "Gangs with pods waiting, by state: waiting (none bound, GPUs reserved under deny), partial "
+            "(some pods bound: a binding failed or the scheduler restarted mid-gang), timed-out (waited "
+            "past --gang-timeout-seconds: nothing reserved).",
+            labels=["state"],
+        )
+        for state, count in sorted(self._gang_counts().items()):
+            gangs.add_metric([state], count)
+        yield gangs
+
+
 class _ReportsCollector(Collector):
     """What became of the Events and PodScheduled conditions written in the background,
     read from their writers' counters when Prometheus scrapes."""
@@ -167,6 +190,18 @@ class SchedulerMetrics:
         )
         for result in (SCHEDULED, ALREADY_BOUND, UNSCHEDULABLE, ERROR):
             self.attempts.labels(result)  # present at 0 before the first attempt
+        self.gang_completion = Histogram(
+            "gpu_scheduler_gang_completion_seconds",
+            "Time from the creation of a gang's newest pod to the binding of its last one (docs/gangs.md).",
+            buckets=GANG_BUCKETS,
+            registry=self.registry,
+        )
+
+    def gang_completed(self, seconds: float) -> None:
+        self.gang_completion.observe(seconds)
+
+    def watch_gangs(self, gang_counts: Callable[[], dict[str, int]]) -> None:
+        self.registry.register(_GangCollector(gang_counts))
 
     def observe_attempt(self, result: str, seconds: float) -> None:
         self.attempts.labels(result).inc()

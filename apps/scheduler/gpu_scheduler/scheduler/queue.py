@@ -153,6 +153,25 @@ class SchedulingQueue:
         self._set_state(entry, IN_FLIGHT)
         return key, entry.pod
 
+    def claim(self, key: str) -> dict | None:
+        """Takes one pod, in whatever state it waits, into flight with the pod a worker popped:
+        a gang's pods are bound together by one worker (scheduling.gangs). None when it is not
+        waiting (another worker has it, or it is gone)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state in ("", IN_FLIGHT):
+            return None
+        self._unwait(key, entry)
+        self._active.pop(key, None)
+        self._set_state(entry, IN_FLIGHT)
+        return entry.pod
+
+    def nudge(self, key: str) -> None:
+        """A pod in flight will be tried again as soon as its attempt ends, as if it had
+        changed: a gang attempt found it busy, and what woke that attempt may be what it needs."""
+        entry = self._in_flight(key)
+        if entry is not None:
+            entry.changed_in_flight = True
+
     def next_due(self) -> float | None:
         """When the earliest backoff expires, or None if nothing waits on time."""
         while self._backoff:

@@ -31,7 +31,7 @@ from .attempts import Attempts
 from .locked_state import LockedState
 from .metrics import SchedulerMetrics
 from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
-from .state import SchedulerState
+from .state import GANG_TIMEOUT_SECONDS, SchedulerState
 from .watches import Watches
 from .workers import BindWorkers
 
@@ -46,6 +46,7 @@ class SchedulerConfig:
     initial_backoff: float = INITIAL_BACKOFF_SECONDS
     max_backoff: float = MAX_BACKOFF_SECONDS
     bind_timeout: float = BIND_TIMEOUT_SECONDS  # command.bind_timeout: fits the leader lease
+    gang_timeout: float = GANG_TIMEOUT_SECONDS
 
 
 class Scheduler:
@@ -59,7 +60,9 @@ class Scheduler:
         conditions: PodConditionWriter | None = None,
     ) -> None:
         self._metrics = metrics
-        self.state = SchedulerState(config.alias_label, config.policy, config.initial_backoff, config.max_backoff)
+        self.state = SchedulerState(
+            config.alias_label, config.policy, config.initial_backoff, config.max_backoff, config.gang_timeout
+        )
         locked = LockedState(self.state)
         announcer = Announcer(recorder, conditions, metrics)
         self._watches = Watches(client, locked, announcer, config.scheduler_name, config.namespace, config.alias_label)
@@ -76,6 +79,7 @@ class Scheduler:
             self._watches.relists,
             self._watches.watch_silences,
         )
+        metrics.watch_gangs(locked.gang_counts)
 
     def start(self) -> None:
         self._watches.start()

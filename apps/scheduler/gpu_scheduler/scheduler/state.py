@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpu_scheduler.kube.objects import WatchedPod, pod_key, pod_uid
+from gpu_scheduler.placement.gang import GangError, gang_of
 from gpu_scheduler.scheduling import (
     AssignedPod,
     ClusterCache,
@@ -25,8 +26,13 @@ from gpu_scheduler.scheduling import (
     SharingPolicy,
     decide,
 )
+from gpu_scheduler.scheduling.gangs import GangPlan, GangView, PendingGangs, reservations
 
+from .gang_decisions import decide_gang
 from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
+
+# How long a gang waits with its GPUs reserved (--gang-timeout-seconds).
+GANG_TIMEOUT_SECONDS = 300.0
 
 
 class SchedulerState:
@@ -36,10 +42,13 @@ class SchedulerState:
         policy: SharingPolicy,
         initial_backoff: float = INITIAL_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
+        gang_timeout: float = GANG_TIMEOUT_SECONDS,
     ) -> None:
         self.policy = policy
         self.cache = ClusterCache(alias_label)
         self.queue = SchedulingQueue(initial_backoff, max_backoff)
+        self.gangs = PendingGangs()  # the pending pods of each gang, beside the queue
+        self.gang_timeout = gang_timeout
 
     # -- the pod watch: every pod not finished, of every scheduler ---------------------------------
     # Each returns whether pods became active (LockedState.update then wakes a worker).
@@ -83,6 +92,10 @@ class SchedulerState:
         """A list of the pending pods. Returns the keys of the pods it dropped (their Event series
         are forgotten). A listed pod that the cache holds is left out (see pending_upsert)."""
         dropped = self.queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
+        for pod in dropped:
+            self.gangs.delete(pod_uid(pod))
+        for uid in self.queue.keys():
+            self._gang_upsert(uid, self.queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
 
     def pending_upsert(self, pod: dict) -> bool:
@@ -93,12 +106,22 @@ class SchedulerState:
         uid = pod_uid(pod)
         if self._placed(uid):
             return False
+        self._gang_upsert(uid, pod)
         return self.queue.upsert(uid, pod)
 
     def pending_delete(self, uid: str) -> bool:
-        """The pod left the pending set: bound, or deleted. It leaves the queue."""
+        """The pod left the pending set: bound, or deleted. It leaves the queue (and its gang's
+        pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
         self.queue.delete(uid)
+        self.gangs.delete(uid)
         return False
+
+    def _gang_upsert(self, uid: str, pod: dict | None) -> None:
+        try:
+            gang = gang_of(pod) if pod is not None else None
+        except GangError:
+            gang = None  # its own decision says why
+        self.gangs.upsert(uid, pod or {}, gang)
 
     # -- pods on nodes, of every scheduler ------------------------------------------------------------
 
@@ -145,28 +168,68 @@ class SchedulerState:
     def pop(self, now: float) -> tuple[str, dict] | None:
         return self.queue.pop(now)
 
-    def decide(self, uid: str, pod: dict) -> Decision | None:
+    def decide(self, uid: str, pod: dict, wall: float = 0.0) -> Decision | GangPlan | None:
         """Decides for a pod taken off the queue; on "bind", assumes it (its requests and GPUs are
-        held on the node from now on). None when the pod is being deleted (dropped until its
-        DELETED event)."""
+        held on the node from now on). A pod of a gang is decided with its whole gang: a
+        GangPlan when all of it can go (every pending pod assumed and in flight), else the
+        pod's refusal. None when the pod is being deleted (dropped until its DELETED event).
+        `wall`: the Unix time now, which gang timeouts are reckoned in (pods' creation times)."""
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self.queue.give_up_until_changed(uid)
             return None
-        decision = decide(pod, self.cache, self.policy)
+        try:
+            gang = gang_of(pod)
+        except GangError as err:
+            return Decision(pod_key(pod), None, None, bind=False, reason=str(err), retryable=False)
+        if gang is not None:
+            return decide_gang(self, uid, pod, gang, wall)
+        decision = decide(pod, self.cache, self.policy, self.reservations(wall))
         if decision.bind:
-            self.cache.assume(
-                AssignedPod(
-                    uid, decision.pod_key, decision.node or "", pod.get("requests") or (), decision.entry.devices
-                )
-            )
+            self.assume(uid, pod, decision)
         return decision
+
+    def assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
+        self.cache.assume(
+            AssignedPod(
+                uid,
+                decision.pod_key,
+                decision.node or "",
+                pod.get("requests") or (),
+                decision.entry.devices,
+                gang,
+                decision.index,
+            )
+        )
+
+    # -- gangs ----------------------------------------------------------------------------------
+
+    def gang_view(self, gang: str) -> GangView:
+        return GangView(gang, self.gangs.pending(gang), tuple(self.cache.gang_pods(gang)))
+
+    def reservations(self, wall: float) -> dict[tuple[str, str], str] | None:
+        """The GPUs held for waiting gangs (scheduling.gangs), under deny only: where GPUs may
+        be shared nothing needs holding. Computed at each decision from the pods and the
+        ledger as they are now, so a GPU that frees is reserved before any pod can take it."""
+        if self.policy is not SharingPolicy.DENY or not len(self.gangs):
+            return None
+        views = [self.gang_view(gang) for gang in self.gangs.gangs()]
+        return reservations(views, self.cache, wall, self.gang_timeout)
+
+    def gang_counts(self, wall: float) -> dict[str, int]:
+        """Gangs with pending pods by state: waiting, partial (some pods bound), timed-out."""
+        counts = {"waiting": 0, "partial": 0, "timed-out": 0}
+        for gang in self.gangs.gangs():
+            view = self.gang_view(gang)
+            state = "partial" if view.placed else "timed-out" if view.timed_out(wall, self.gang_timeout) else "waiting"
+            counts[state] += 1
+        return counts
 
     def refused(self, uid: str, decision: Decision, now: float, jitter: float) -> None:
         """The pod cannot go to its node now; it waits. The cache is left alone: a hold kept from
         an earlier binding whose answer was lost may be real (the pod watch may lag behind
         the binding), and a list settles it (see bind_failed)."""
         if decision.retryable:
-            waiting_on = (decision.entry.node if decision.entry else None, decision.node)
+            waiting_on = (decision.entry.node if decision.entry else None, decision.node, *decision.waiting_on)
             self.queue.retry_later(uid, now, jitter, [n for n in waiting_on if n])
         else:
             self.queue.give_up_until_changed(uid)

@@ -50,6 +50,8 @@ class AssignedPod:
     node: str
     requests: Requests = ()
     devices: tuple[str, ...] = ()  # the GPUs it holds, as its map wrote them; () if none
+    gang: str | None = None  # its gang (placement.gang), for pods of ours in one
+    index: int | None = None  # its index in that gang's map
 
 
 # kube-apiserver's --request-timeout default (1m): a binding whose answer was lost may still
@@ -72,6 +74,7 @@ class ClusterCache:
         self._pods: dict[str, AssignedPod] = {}  # uid -> pod, assumed or confirmed
         self._assumed: dict[str, _Assumed] = {}  # uid -> binding state, for pods not yet confirmed
         self._usage: dict[str, NodeUsage] = {}  # node name -> what its pods request
+        self._gangs: dict[str, set[str]] = {}  # gang -> uids of its pods held here (bound or assumed)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -107,6 +110,10 @@ class ClusterCache:
         times = [a.settles_at for a in self._assumed.values() if a.doubtful and a.settles_at is not None]
         later = [t for t in times if t > after]
         return min(later) if later else None
+
+    def gang_pods(self, gang: str) -> list[AssignedPod]:
+        """The pods of a gang on nodes (bound, or assumed while their binding runs)."""
+        return [self._pods[uid] for uid in self._gangs.get(gang, ())]
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -201,6 +208,8 @@ class ClusterCache:
         self._pods[pod.uid] = pod
         self._usage.setdefault(pod.node, NodeUsage()).add(pod.requests)
         self.ledger.hold(pod.uid, pod.key, pod.node, pod.devices)
+        if pod.gang is not None:
+            self._gangs.setdefault(pod.gang, set()).add(pod.uid)
 
     def _drop(self, uid: str) -> str | None:
         pod = self._pods.pop(uid, None)
@@ -212,4 +221,10 @@ class ClusterCache:
             if usage.empty():
                 del self._usage[pod.node]
         self.ledger.release(uid)
+        if pod.gang is not None:
+            members = self._gangs.get(pod.gang)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._gangs[pod.gang]
         return pod.node

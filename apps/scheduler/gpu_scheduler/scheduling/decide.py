@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..placement import CUDA_ENV, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
 from .cache import ClusterCache
 from .filters import run_filters, unavailable_message
+from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
 
@@ -44,6 +45,8 @@ class Decision:
     warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
     retryable: bool = False  # True: time or a node change can help; False: only a change to the pod can
     plugin: str | None = None  # the filter that refused the node, if one did
+    event: str = "FailedScheduling"  # the Event's reason when refused (a gang's: GangWaiting, ...)
+    waiting_on: tuple[str, ...] = ()  # nodes whose changes may let it on, beyond its own (a gang's)
 
     @property
     def index(self) -> int | None:
@@ -116,11 +119,18 @@ def _not_injected(node: str, entry: MapEntry) -> BindWarning:
 
 
 def _sharing(
-    key: str, uid: str, entry: MapEntry, node: str, ledger: GpuLedger, policy: SharingPolicy
+    key: str,
+    uid: str,
+    entry: MapEntry,
+    node: str,
+    ledger: GpuLedger,
+    policy: SharingPolicy,
+    reserved: list[tuple[str, str]] = (),
 ) -> tuple[str | None, list[BindWarning]]:
     """Under deny, why the pod cannot have its GPUs yet (None when it can); under warn, the
     GPUShared warnings; under allow, nothing. A device written another way than one a live pod
-    holds on the node counts as held, since they may be one GPU (ledger.spelling_conflicts)."""
+    holds on the node counts as held, since they may be one GPU (ledger.spelling_conflicts);
+    under deny so does one reserved for a waiting gang the pod is not in (scheduling.gangs)."""
     if policy is SharingPolicy.ALLOW:
         return None, []
     conflicts = ledger.conflicts(uid, node, entry.devices)
@@ -129,6 +139,9 @@ def _sharing(
         held = [f"GPUs already held ({_sharing_message(conflicts, node)})"] if conflicts else []
         if spellings:
             held.append(f"GPUs maybe held ({_spelling_message(key, spellings, node)})")
+        if reserved:
+            gangs = ", ".join(f"GPU {device} for gang {gang}" for device, gang in reserved)
+            held.append(f"GPUs reserved (on node {node}, {gangs}, which waits for all its pods to fit)")
         return (f"{'; '.join(held)} and --gpu-sharing=deny" if held else None), []
     warnings = []
     if conflicts:
@@ -139,7 +152,15 @@ def _sharing(
     return None, warnings
 
 
-def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPolicy.WARN) -> Decision:
+def decide(
+    pod: Mapping,
+    cache: ClusterCache,
+    policy: SharingPolicy = SharingPolicy.WARN,
+    reserved: Mapping[tuple[str, str], str] | None = None,
+    gang: str | None = None,
+) -> Decision:
+    """`reserved`: the GPUs held for waiting gangs (gangs.reservations), which under deny only
+    `gang`'s own pods may take."""
     key = pod_key(pod)
     uid = (pod.get("metadata") or {}).get("uid") or ""
     try:
@@ -173,7 +194,8 @@ def decide(pod: Mapping, cache: ClusterCache, policy: SharingPolicy = SharingPol
     # Only when no container has the variable: a pod that set the map's own devices
     # itself sees exactly them, with or without the webhook.
     warnings = [_not_injected(node.name, entry)] if given.none_given else []
-    refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy)
+    taken = reserved_for_others(reserved, cache, node.name, entry.devices, gang) if reserved else []
+    refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy, taken)
     if refusal is not None:
         return Decision(key, entry, node.name, bind=False, retryable=True, reason=refusal)
     return Decision(key, entry, node.name, bind=True, warnings=(*warnings, *shared))

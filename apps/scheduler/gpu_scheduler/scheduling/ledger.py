@@ -76,6 +76,10 @@ class GpuLedger:
     def inventory(self, node: str) -> Inventory | None:
         return self._inventories.get(node)
 
+    def key(self, node: str, device: str) -> str:
+        """The key under which a device of a node is held (its physical GPU where known)."""
+        return self._key(node, device)[0]
+
     def _key(self, node: str, device: str) -> tuple[str, str | None]:
         """(key, the key of its GPU when the device is a MIG device, else None)."""
         inventory = self._inventories.get(node)

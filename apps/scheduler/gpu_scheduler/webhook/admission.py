@@ -33,6 +33,7 @@ from ..placement import (
     placement_for,
     pod_key,
 )
+from . import gang_checks
 from .nodes import NodeReader, NodeReadError
 from .patch import (
     CONTAINER_LISTS,
@@ -424,7 +425,12 @@ def validate(review: object, scheduler_name: str) -> Decision:
         scheduling_map = parse_map(text)
     except InvalidMapError as err:
         return _deny(request, f"{what}: {MAP_ANNOTATION} in {where}: {_map_errors(err)}", fields)
-    return _allow(request, fields, _index_warnings(kind, obj, scheduling_map, what))
+    never = gang_checks.refusal(kind, obj, template, what)
+    if never is not None:
+        return _deny(request, never, fields)
+    warnings = _index_warnings(kind, obj, scheduling_map, what)
+    unreachable = gang_checks.unreachable_indexes(kind, obj, template, sorted(scheduling_map), what)
+    return _allow(request, fields, warnings + ([unreachable] if unreachable else []))
 
 
 def _map_of(template: dict) -> object:
