@@ -42,9 +42,15 @@ CLUSTER_SCOPED = {
     "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
 }
-# Argo CD renders with the cluster's API versions: the agent's node restriction needs this one.
-CLUSTER_API_VERSIONS = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+# Argo CD renders with the cluster's API versions: the agent's node restriction needs the
+# first, admission.mode policy (the default where it is served) the second.
+CLUSTER_API_VERSIONS = (
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+)
 EVERY_MODE = [
     (
         SCHEDULER_CHART,

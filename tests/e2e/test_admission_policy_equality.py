@@ -160,12 +160,25 @@ def cases() -> list[Case]:
     table += [Case(f"task map, index {i}", TASK_MAP, name=f"train-{i}") for i in range(6)]
     table += [
         Case("no map", None),
-        Case("statefulset label", TASK_MAP, name="x", labels={"apps.kubernetes.io/pod-index": "2"}, owner_kind="StatefulSet"),
+        Case(
+            "statefulset label",
+            TASK_MAP,
+            name="x",
+            labels={"apps.kubernetes.io/pod-index": "2"},
+            owner_kind="StatefulSet",
+        ),
         Case("label with zeros", TASK_MAP, name="x", labels={"apps.kubernetes.io/pod-index": "0003"}),
         Case("label not a number", TASK_MAP, name="x-1", labels={"apps.kubernetes.io/pod-index": "two"}),
-        Case("label of 5,000 digits", TASK_MAP, name="x", annotations={"batch.kubernetes.io/job-completion-index": "1" * 5000}),
+        Case(
+            "label of 5,000 digits",
+            TASK_MAP,
+            name="x",
+            annotations={"batch.kubernetes.io/job-completion-index": "1" * 5000},
+        ),
         Case("job label", TASK_MAP, name="job-abcde", labels={"batch.kubernetes.io/job-completion-index": "4"}),
-        Case("job annotation", TASK_MAP, name="job-abcde", annotations={"batch.kubernetes.io/job-completion-index": "1"}),
+        Case(
+            "job annotation", TASK_MAP, name="job-abcde", annotations={"batch.kubernetes.io/job-completion-index": "1"}
+        ),
         Case("replicaset pod", TASK_MAP, name="web-7d4b9-12345", owner_kind="ReplicaSet"),
         Case("statefulset pod by name", TASK_MAP, name="web-3", owner_kind="StatefulSet"),
         Case("name without index", TASK_MAP, name="trainer"),
@@ -177,19 +190,39 @@ def cases() -> list[Case]:
             TASK_MAP,
             name="train-2",
             containers=[
-                {"name": "a", "image": "busybox", "env": env(("A", "1"), ("CUDA_VISIBLE_DEVICES", "9"), ("B", "2"), ("CUDA_VISIBLE_DEVICES", "8"))},
+                {
+                    "name": "a",
+                    "image": "busybox",
+                    "env": env(("A", "1"), ("CUDA_VISIBLE_DEVICES", "9"), ("B", "2"), ("CUDA_VISIBLE_DEVICES", "8")),
+                },
                 {"name": "b", "image": "busybox", "env": env(("CUDA_DEVICE_ORDER", "FASTEST_FIRST"), ("X", "y"))},
-                {"name": "c", "image": "busybox", "env": env(("CUDA_VISIBLE_DEVICES", FIELD_REF), ("CUDA_DEVICE_ORDER", FIELD_REF))},
-                {"name": "d", "image": "busybox", "env": env(("CUDA_VISIBLE_DEVICES", "0,1,2"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))},
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "env": env(("CUDA_VISIBLE_DEVICES", FIELD_REF), ("CUDA_DEVICE_ORDER", FIELD_REF)),
+                },
+                {
+                    "name": "d",
+                    "image": "busybox",
+                    "env": env(("CUDA_VISIBLE_DEVICES", "0,1,2"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")),
+                },
                 {"name": "e", "image": "busybox", "env": []},
             ],
             init_containers=[
                 {"name": "i1", "image": "busybox"},
-                {"name": "i2", "image": "busybox", "env": env(("CUDA_VISIBLE_DEVICES", "7"), ("CUDA_VISIBLE_DEVICES", "6"))},
+                {
+                    "name": "i2",
+                    "image": "busybox",
+                    "env": env(("CUDA_VISIBLE_DEVICES", "7"), ("CUDA_VISIBLE_DEVICES", "6")),
+                },
             ],
         ),
-        Case("placement annotation already there", TASK_MAP, name="train-1",
-             annotations={"gpu-scheduler/placement": '{"index":9,"node":"x","cudaVisibleDevices":"9"}'}),
+        Case(
+            "placement annotation already there",
+            TASK_MAP,
+            name="train-1",
+            annotations={"gpu-scheduler/placement": '{"index":9,"node":"x","cudaVisibleDevices":"9"}'},
+        ),
     ]
     rng = random.Random(20261206)
     alphabet = list("0123456789=:,#- \t\r\nabcnode.GPUMIG_/x")
@@ -227,7 +260,11 @@ def namespaces(api_client):
     webhook_ns = create_namespace(api_client, "eq-webhook", labelled=True)
     core = client.CoreV1Api(api_client)
     for namespace in (policy_ns, webhook_ns):
-        wait_for(f"ServiceAccount default in {namespace}", lambda ns=namespace: _exists(core.read_namespaced_service_account, "default", ns), 30)
+        wait_for(
+            f"ServiceAccount default in {namespace}",
+            lambda ns=namespace: _exists(core.read_namespaced_service_account, "default", ns),
+            30,
+        )
     yield policy_ns, webhook_ns
     for namespace in (policy_ns, webhook_ns):
         delete_namespace(api_client, namespace)
@@ -259,7 +296,12 @@ def render_policies(namespace: str) -> list[dict]:
     )
     kinds = sorted(doc["kind"] for doc in documents)
     assert kinds == sorted(
-        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        [
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
     ), kinds
     for doc in documents:
         if doc["kind"].endswith("Binding"):
@@ -296,7 +338,13 @@ def policies(api_client, namespaces):
     wait_for("the policies to place a pod", mutated, 30)
     yield documents
     for doc in documents:
-        ignoring_not_found(custom.delete_cluster_custom_object, "admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], doc["metadata"]["name"])
+        ignoring_not_found(
+            custom.delete_cluster_custom_object,
+            "admissionregistration.k8s.io",
+            "v1",
+            PLURALS[doc["kind"]],
+            doc["metadata"]["name"],
+        )
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +363,10 @@ def test_the_policy_admits_and_refuses_what_the_webhook_does(api_client, namespa
         if by_policy.pod is not None and by_webhook.pod is not None:
             admitted += 1
             if by_policy.compared() != by_webhook.compared():
-                differences.append(f"{case.label}: admitted differently:\n  policy:  {by_policy.compared()}\n  webhook: {by_webhook.compared()}")
+                differences.append(
+                    f"{case.label}: admitted differently:\n"
+                    f"  policy:  {by_policy.compared()}\n  webhook: {by_webhook.compared()}"
+                )
         elif by_policy.pod is None and by_webhook.pod is None:
             refused += 1
             if by_policy.lines() != by_webhook.lines():
@@ -338,7 +389,13 @@ def test_the_policy_admits_and_refuses_what_the_webhook_does(api_client, namespa
     [
         ("10,000 plain lines", "".join(f"{i}=node{i % 4 + 1}:{i % 8}\n" for i in range(10_000))),
         ("501 lines", "".join(f"{i}=node1:0\n" for i in range(501))),
-        ("65 KiB in 200 lines", "".join(f"{i}=node1:" + ",".join(f"GPU-{i:08x}-0000-4000-8000-{j:012x}" for j in range(8)) + "\n" for i in range(200))),
+        (
+            "65 KiB in 200 lines",
+            "".join(
+                f"{i}=node1:" + ",".join(f"GPU-{i:08x}-0000-4000-8000-{j:012x}" for j in range(8)) + "\n"
+                for i in range(200)
+            ),
+        ),
     ],
 )
 def test_a_map_too_big_for_the_policy_is_refused_saying_so(api_client, namespaces, policies, label, text):
@@ -354,4 +411,3 @@ def test_a_map_larger_than_kubernetes_allows_is_refused_by_both(api_client, name
     for namespace in namespaces:
         outcome = admit(core, namespace, case)
         assert outcome.pod is None, f"admitted in {namespace}"
-

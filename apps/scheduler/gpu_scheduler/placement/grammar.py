@@ -46,7 +46,10 @@ MAX_LABEL_VALUE = 63
 # admission policy (charts/gpu-scheduler/templates/_placement-cel.tpl). Python's
 # own str.strip() also strips \x1c-\x1f, which would make "\x1c0=node1:0" a
 # valid line here and an invalid one there.
-SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 _INDEX = re.compile(r"[0-9]+")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
