@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e.cluster import get_json, list_pods, wait_for_event
+from e2e.cluster import get_json, ignoring_not_found, list_pods, wait_for_event
 from e2e.components import SchedulerProcess
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import MAP_ANNOTATION, container
@@ -224,12 +224,12 @@ def test_two_gangs_with_overlapping_gpus_are_placed_whole_in_order_through_a_chu
         apps.delete_namespaced_stateful_set("gang-a", ns, propagation_policy="Background", grace_period_seconds=0)
         core = client.CoreV1Api(api_client)
         for name in [f"gang-a-{i}" for i in range(REPLICAS)]:
-            core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+            ignoring_not_found(core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
         a_deleted = time.monotonic()
         b_done = wait_gang_bound(api_client, ns, "gang-b", PLACED_TIMEOUT)
         apps.delete_namespaced_stateful_set("gang-b", ns, propagation_policy="Background", grace_period_seconds=0)
         for name in [f"gang-b-{i}" for i in range(REPLICAS)]:
-            core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+            ignoring_not_found(core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
         contention_line = contention.verify()
     finally:
         oracle.stop()
