@@ -4,7 +4,7 @@
 # says how scripts/kind.sh picks the node image (KIND_NODE_IMAGE).
 .PHONY: kind kind-node-image test-kind
 
-kind: ## kind (the version cluster/kind/go.mod pins) into .cache/bin, unless one is there or on PATH: the release binary (sha256 pinned), else built from Go modules
+kind: ## kind (the version cluster/kind/go.mod pins) into .cache/bin, unless one is there or on PATH: the release binary (sha256 checked against the release's), else built from Go modules
 	CACHE_DIR=$(abspath $(CACHE)) scripts/kind-binary.sh
 
 kind-node-image: ##offline assemble the KinD node image offline (Debian packages, Go modules, images built here); cached by a hash of its inputs
