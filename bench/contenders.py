@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 OURS = "ours"
+# gpu-scheduler whose pods are placed by the chart's admission.mode policy (a MutatingAdmissionPolicy and
+# a ValidatingAdmissionPolicy that kube-apiserver evaluates itself: bench/policies.py), not by the
+# webhook: the same scheduler under its own schedulerName, its pods created with no webhook call.
+OURS_POLICY = "ours_policy"
 KUBE_DEFAULTS = "kube_defaults"
 KUBE_MATCHED = "kube_matched"
 KUBE_PINNED = "kube_pinned"
 CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
-RUNNERS = (OURS, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
+RUNNERS = (OURS, OURS_POLICY, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
 # gpu-scheduler under a schedulerName the bench's webhook registration does not match, so that its
 # pods are created without the admission call: what the scheduler costs apart from the webhook, and
 # what the admission costs the control plane (its CPU per pod against ours'). A diagnostic, run only
@@ -16,6 +20,8 @@ RUNNERS = (OURS, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDE
 OURS_UNADMITTED = "ours_unadmitted"
 OPTIONAL_RUNNERS = (OURS_UNADMITTED,)
 ALL_RUNNERS = RUNNERS + OPTIONAL_RUNNERS
+# The runners that are gpu-scheduler (its /metrics, its profile), however their pods are admitted.
+GPU_SCHEDULER_RUNNERS = (OURS, OURS_POLICY, OURS_UNADMITTED)
 KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED)
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
@@ -32,7 +38,8 @@ BIND_WORKERS = 32
 CEILING_WORKERS = 32
 
 LABELS = {
-    OURS: "gpu-scheduler",
+    OURS: "gpu-scheduler, admission webhook",
+    OURS_POLICY: "gpu-scheduler, admission policy (CEL)",
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST}, default profile)",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile)",
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
@@ -43,7 +50,8 @@ LABELS = {
 
 # For the plot's axis.
 SHORT_LABELS = {
-    OURS: "gpu-scheduler",
+    OURS: "gpu-scheduler\nwebhook",
+    OURS_POLICY: "gpu-scheduler\npolicy (CEL)",
     KUBE_DEFAULTS: "kube-scheduler\ndefaults",
     KUBE_MATCHED: "kube-scheduler\nmatched",
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
@@ -63,6 +71,9 @@ RATIOS = {
     "ours_over_ceiling": (OURS, (CEILING, PYTHON_BINDER)),
     "ours_over_go_binder": (OURS, (CEILING,)),
     "ours_over_python_binder": (OURS, (PYTHON_BINDER,)),
+    "policy_over_kube_pinned": (OURS_POLICY, (KUBE_PINNED,)),
+    "policy_over_kube_matched": (OURS_POLICY, (KUBE_MATCHED,)),
+    "policy_over_kube_defaults": (OURS_POLICY, (KUBE_DEFAULTS,)),
     "unadmitted_over_kube_matched": (OURS_UNADMITTED, (KUBE_MATCHED,)),
 }
 RATIO_LABELS = {
@@ -72,14 +83,19 @@ RATIO_LABELS = {
     "ours_over_ceiling": f"{LABELS[OURS]} / ceiling (the faster bare binder of the round)",
     "ours_over_go_binder": f"{LABELS[OURS]} / bare binder in Go",
     "ours_over_python_binder": f"{LABELS[OURS]} / {LABELS[PYTHON_BINDER]}",
+    "policy_over_kube_pinned": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_PINNED]}",
+    "policy_over_kube_matched": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_MATCHED]}",
+    "policy_over_kube_defaults": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_DEFAULTS]}",
     "unadmitted_over_kube_matched": f"{LABELS[OURS_UNADMITTED]} / {LABELS[KUBE_MATCHED]}",
 }
 
 # CPU per pod is compared with the kube-scheduler runs at our client settings: ratio name ->
-# denominator. (At its defaults kube-scheduler is slower, not cheaper, per pod.)
+# (numerator, denominator). (At its defaults kube-scheduler is slower, not cheaper, per pod.)
 CPU_RATIOS = {
-    "ours_over_kube_pinned": KUBE_PINNED,
-    "ours_over_kube_matched": KUBE_MATCHED,
+    "ours_over_kube_pinned": (OURS, KUBE_PINNED),
+    "ours_over_kube_matched": (OURS, KUBE_MATCHED),
+    "policy_over_kube_pinned": (OURS_POLICY, KUBE_PINNED),
+    "policy_over_kube_matched": (OURS_POLICY, KUBE_MATCHED),
 }
 
 

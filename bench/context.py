@@ -17,6 +17,8 @@ NAMESPACE = "gpu-bench"
 OUR_SCHEDULER = "bench-gpu-scheduler"
 # Not the webhook's schedulerName: its matchConditions send these pods on uncalled.
 OUR_UNADMITTED_SCHEDULER = "bench-gpu-scheduler-unadmitted"
+# Not the webhook's either: the chart's admission policies, rendered for this name (policies.py), place these pods.
+OUR_POLICY_SCHEDULER = OUR_SCHEDULER + "-policy"
 KUBE_SCHEDULER = "bench-kube-scheduler"
 CEILING_SCHEDULER = "bench-ceiling"
 PYTHON_BINDER_SCHEDULER = "bench-python-binder"

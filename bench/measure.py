@@ -18,6 +18,7 @@ from . import apiserver_work, audit, contenders, runners
 from .context import (
     CEILING_SCHEDULER,
     KUBE_SCHEDULER,
+    OUR_POLICY_SCHEDULER,
     OUR_SCHEDULER,
     OUR_UNADMITTED_SCHEDULER,
     PYTHON_BINDER_SCHEDULER,
@@ -36,6 +37,15 @@ from .workload import bench_pods
 def make_runner(bench: Bench, key: str) -> Runner:
     if key == contenders.OURS:
         return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
+    if key == contenders.OURS_POLICY:
+        # Its figures say "admission policy" only while the policies place its pods (policies.py, run.py).
+        placed, answer = dry_run_admitted(bench.api, bench.namespace, OUR_POLICY_SCHEDULER)
+        if not placed:
+            raise RuntimeError(
+                f"no admission policy places pods of {OUR_POLICY_SCHEDULER} in {bench.namespace}: "
+                f"{contenders.LABELS[key]} would not be (dry-run answer {answer[:200]!r})"
+            )
+        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_POLICY_SCHEDULER, key=key)
     if key == contenders.OURS_UNADMITTED:
         # Its figures say "without the admission" only while its pods are not sent to the webhook.
         admitted, _ = dry_run_admitted(bench.api, bench.namespace, OUR_UNADMITTED_SCHEDULER)
@@ -135,7 +145,7 @@ def unbound_diagnosis(
 
 
 def start_profiler(bench: Bench, runner: Runner, label: str) -> Profiler | None:
-    if not (bench.settings.profile and runner.key in (contenders.OURS, contenders.OURS_UNADMITTED)):
+    if not (bench.settings.profile and runner.key in contenders.GPU_SCHEDULER_RUNNERS):
         return None
     out = bench.settings.out / "profiles" / f"{label.replace(' ', '-')}.txt"
     return Profiler(runner.process.pid, out, bench.settings.profile)
@@ -158,7 +168,8 @@ def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:
     workers) and the control plane.
 
     On two shared cores, CPU per pod says what a throughput figure costs and
-    who pays it: gpu-scheduler's pods also pay for its admission webhook.
+    who pays it: gpu-scheduler's pods also pay for its admission webhook, or,
+    for ours_policy, for the policies' CEL inside kube-apiserver (control plane).
     """
     webhook = [bench.webhook.process.pid] if bench.webhook.process.running() else []
     groups = {"webhook": webhook, "control_plane": bench.control_plane}

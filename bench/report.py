@@ -13,12 +13,13 @@ from .contenders import (
     BIND_WORKERS,
     CEILING_WORKERS,
     CPU_RATIOS,
+    GPU_SCHEDULER_RUNNERS,
     LABELS,
     LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
     OURS,
-    OURS_UNADMITTED,
+    OURS_POLICY,
     RATIO_LABELS,
     RATIOS,
     RENEW_DEADLINE_SECONDS,
@@ -72,6 +73,11 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
         "admission call as in production; the other "
         "runners' pods do not go through it.",
+        f'"{LABELS[OURS_POLICY]}" is the same gpu-scheduler under its own schedulerName and Lease, whose pods are '
+        "placed by the chart's `admission.mode: policy` objects instead (a MutatingAdmissionPolicy and a "
+        "ValidatingAdmissionPolicy with their bindings, rendered by `helm template` for that schedulerName and "
+        "bound to the bench namespace): kube-apiserver evaluates their CEL itself, so these pods make no webhook "
+        "call and what the placement costs is in the control plane's CPU.",
         f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
         f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
         f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
@@ -198,13 +204,13 @@ def cpu_ratio_lines(figures: dict) -> list[str]:
         "total": "scheduler + webhook + control plane",
     }
     rows = []
-    for name, denominator in CPU_RATIOS.items():
+    for name, (numerator, denominator) in CPU_RATIOS.items():
         for group in CPU_RATIO_GROUPS:
             ratio = (figures.get("cpu_ratios") or {}).get(name, {}).get(group)
             if ratio:
                 rows.append(
                     [
-                        f"{names[group]}: gpu-scheduler / {LABELS[denominator]}",
+                        f"{names[group]}: {LABELS[numerator]} / {LABELS[denominator]}",
                         ", ".join(num(r, 2) for r in ratio["per_round"]),
                         f"**{num(ratio['median'], 2)}x**",
                     ]
@@ -362,7 +368,8 @@ def throughput_lines(tp: dict) -> list[str]:
             "",
             "**Burst** (the clock runs from the first create request to the last bind). Latency is from "
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
-            "request alone, which for gpu-scheduler includes its admission webhook; a create answered "
+            "request alone, which for gpu-scheduler includes its admission webhook (or, with the admission policy, "
+            "the policies' CEL in kube-apiserver); a create answered "
             "429/5xx (such as a webhook timeout) is sent again and counted. CPU is the work each process "
             "group did for the burst (from /proc): from just before the first pod is created until the "
             "groups have settled after the last bind (back to their idle rates), minus each group's idle "
@@ -394,7 +401,7 @@ def throughput_lines(tp: dict) -> list[str]:
                 _runs(s),
                 _rate(s),
                 num(s["launch_to_first_bind_s"], 2, " s"),
-                num(s["attempt_ms"], 1, " ms") if key in (OURS, OURS_UNADMITTED) else "—",
+                num(s["attempt_ms"], 1, " ms") if key in GPU_SCHEDULER_RUNNERS else "—",
                 cpu_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]
@@ -445,6 +452,22 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
         ],
     ]
     header = ["gpu-scheduler", bare[0] if bare else "bare pods", f"StatefulSet, {sts['replicas']}-line map"]
+    policy = sts.get(OURS_POLICY)
+    if policy:  # the same StatefulSet, its pods placed by the admission policies
+        header = [
+            LABELS[OURS],
+            bare[0] if bare else "bare pods",
+            f"StatefulSet, {sts['replicas']}-line map",
+            f"StatefulSet, {sts['replicas']}-line map, {LABELS[OURS_POLICY].removeprefix('gpu-scheduler, ')}",
+        ]
+        cells = [
+            num(policy["pods_per_second"]),
+            f"{num(policy['created_per_second'])} (kube-controller-manager)",
+            ms(policy["seen_to_bound_p50_s"]),
+            ms(policy["seen_to_bound_p99_s"]),
+            num(policy["attempt_ms"], 2, " ms"),
+        ]
+        rows = [[*row, cell] for row, cell in zip(rows, cells, strict=True)]
     return [
         f"A real apps/v1 StatefulSet (podManagementPolicy Parallel) of {sts['replicas']} replicas; "
         "kube-controller-manager creates its pods at its own client rate, so compare seen→bound latency "
@@ -605,10 +628,15 @@ def scale_lines(sc: dict) -> list[str]:
 
 
 def profile_lines(tp: dict) -> list[str]:
-    """gpu-scheduler's top functions in its last profiled run of each mode (BENCH_PROFILE=1)."""
+    """gpu-scheduler's top functions in its last profiled run of each mode (BENCH_PROFILE=1), for each
+    way its pods were admitted (webhook, policy, none)."""
     lines = []
-    for mode in ("burst", "drain"):
-        profiled = [r for r in (tp.get(mode) or {}).get("runs", []) if r.get("profile", {}).get("samples")]
+    for mode, key in ((mode, key) for mode in ("burst", "drain") for key in GPU_SCHEDULER_RUNNERS):
+        profiled = [
+            r
+            for r in (tp.get(mode) or {}).get("runs", [])
+            if r.get("profile", {}).get("samples") and r.get("key", OURS) == key
+        ]
         if not profiled:
             continue
         run = profiled[-1]
@@ -622,7 +650,7 @@ def profile_lines(tp: dict) -> list[str]:
         ]
         lines += [
             "",
-            f"{mode}, round {run['round']} ({prof['samples']:,} samples at 100/s, "
+            f"{mode}, {LABELS[key]}, round {run['round']} ({prof['samples']:,} samples at 100/s, "
             + (
                 "of the thread holding the GIL: the Python CPU):"
                 if prof.get("gil")

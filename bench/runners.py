@@ -120,8 +120,9 @@ def ours(
     client settings (given explicitly, so that the bench's labels and the Python binder's threads
     say the truth).
 
-    key OURS_UNADMITTED: the same, on its own Lease, under a scheduler_name the webhook does
-    not match (contenders.OURS_UNADMITTED).
+    key OURS_POLICY or OURS_UNADMITTED: the same, on its own Lease, under a scheduler_name the
+    webhook does not match, whose pods the chart's admission policies place
+    (contenders.OURS_POLICY, policies.py) or nothing does (contenders.OURS_UNADMITTED).
 
     --gpu-sharing=allow because the bench's maps share GPUs once there are
     more pods than nodes x 8 (see workload.placement), and sharing is not what

@@ -1,7 +1,8 @@
 """`make bench-scale`: scheduler_perf's scale, 5,000 KWOK nodes and 10,000 pods, side by side.
 
-gpu-scheduler and kube-scheduler at our client settings (both profiles) each
-bind one 10,000-pod burst over 5,000 nodes, in turn (the order changed each
+gpu-scheduler (its pods admitted by the webhook, and by the admission
+policies: contenders.OURS_POLICY) and kube-scheduler at our client settings
+(both profiles) each bind one 10,000-pod burst over 5,000 nodes, in turn (the order changed each
 round, contenders.round_order), as in the throughput phase
 (measure.measure_burst: the same pods but for spec.schedulerName, the same
 clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
@@ -17,7 +18,7 @@ from .context import Bench
 from .measure import measure_burst
 from .summary import summarize_throughput
 
-RUNNERS = (contenders.OURS, contenders.KUBE_MATCHED, contenders.KUBE_PINNED)
+RUNNERS = (contenders.OURS, contenders.OURS_POLICY, contenders.KUBE_MATCHED, contenders.KUBE_PINNED)
 
 
 def run(bench: Bench) -> dict:

@@ -7,12 +7,18 @@ equal, the scheduler kept up and the controller set the pace. The per-pod
 figure that isolates the map's size is seen-to-bound latency (the watch sees
 the pod, then sees it bound), compared with the same figure for the bare pods,
 whose maps have `group` lines.
+
+gpu-scheduler runs it with its pods admitted by the webhook (ours) and, when
+the throughput runners include it, by the chart's admission policies
+(ours_policy, under its own schedulerName), in turn each round
+(contenders.round_order): the policy reads the whole map in CEL for every pod.
 """
 
 from __future__ import annotations
 
 from . import contenders
-from .context import OUR_SCHEDULER, Bench
+from .chart import policy_max_lines
+from .context import Bench
 from .measure import attempt_seconds, make_runner
 from .pods import BindWatcher, wait_until_bound
 from .stats import latency_summary, median
@@ -21,11 +27,11 @@ from .workload import statefulset
 NAME = "ss"
 
 
-def measure_once(bench: Bench) -> dict:
+def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
     settings = bench.settings
     replicas = settings.sts_replicas
     settled = bench.settle()
-    runner = make_runner(bench, contenders.OURS)
+    runner = make_runner(bench, key)
     runner.start()
     watcher = BindWatcher(bench.api, bench.namespace)
     watcher.start()
@@ -33,7 +39,7 @@ def measure_once(bench: Bench) -> dict:
         bench.api.call(
             "POST",
             f"/apis/apps/v1/namespaces/{bench.namespace}/statefulsets",
-            statefulset(NAME, replicas, settings.nodes, OUR_SCHEDULER, bench.namespace),
+            statefulset(NAME, replicas, settings.nodes, runner.scheduler_name, bench.namespace),
         )
         names = [f"{NAME}-{i}" for i in range(replicas)]
         complete = wait_until_bound(watcher, names, settings.burst_timeout(replicas), "statefulset")
@@ -48,6 +54,7 @@ def measure_once(bench: Bench) -> dict:
     bench.cluster.delete_statefulset(NAME)
     bench.cluster.delete_pods()
     return {
+        "key": key,
         "replicas": replicas,
         "map_lines": replicas,
         "bound": len(bound),
@@ -61,26 +68,51 @@ def measure_once(bench: Bench) -> dict:
     }
 
 
-def run(bench: Bench) -> dict:
-    runs = []
-    for round_no in range(1, bench.settings.runs + 1):
+def runner_keys(bench: Bench) -> list[str]:
+    """ours always; ours_policy beside it when the run's runners include it and the policy reads a
+    map of that many lines (admission.policyMaxLines: a longer one it refuses, and no pod is made)."""
+    if contenders.OURS_POLICY not in bench.settings.runners:
+        return [contenders.OURS]
+    if bench.settings.sts_replicas > policy_max_lines():
         bench.phase(
-            f"statefulset round {round_no}/{bench.settings.runs}: {bench.settings.sts_replicas} "
-            f"replicas, a {bench.settings.sts_replicas}-line map"
+            f"statefulset: {contenders.LABELS[contenders.OURS_POLICY]} left out: the policy refuses maps of more "
+            f"than {policy_max_lines()} lines (admission.policyMaxLines)"
         )
-        figures = measure_once(bench)
-        bench.phase(
-            f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
-            f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
-            f"{figures['seen_to_bound_s']['p99']:.3f}s"
-        )
-        runs.append(figures)
+        return [contenders.OURS]
+    return [contenders.OURS, contenders.OURS_POLICY]
+
+
+def summarize(runs: list[dict]) -> dict:
     return {
-        "replicas": bench.settings.sts_replicas,
         "runs": runs,
         "pods_per_second": median([r["pods_per_second"] for r in runs]),
         "created_per_second": median([r["created_per_second"] for r in runs]),
         "seen_to_bound_p50_s": median([r["seen_to_bound_s"]["p50"] for r in runs]),
         "seen_to_bound_p99_s": median([r["seen_to_bound_s"]["p99"] for r in runs]),
         "attempt_ms": median([(r["attempt_seconds"] or float("nan")) * 1000 for r in runs]),
+    }
+
+
+def run(bench: Bench) -> dict:
+    """ours' figures at the top (as before ours_policy existed); ours_policy's under its key."""
+    keys = runner_keys(bench)
+    runs: dict[str, list[dict]] = {key: [] for key in keys}
+    for round_no in range(1, bench.settings.runs + 1):
+        for key in contenders.round_order(keys, round_no):
+            bench.phase(
+                f"statefulset round {round_no}/{bench.settings.runs}, {contenders.LABELS[key]}: "
+                f"{bench.settings.sts_replicas} replicas, a {bench.settings.sts_replicas}-line map"
+            )
+            figures = measure_once(bench, key)
+            figures["round"] = round_no
+            bench.phase(
+                f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
+                f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
+                f"{figures['seen_to_bound_s']['p99']:.3f}s"
+            )
+            runs[key].append(figures)
+    return {
+        "replicas": bench.settings.sts_replicas,
+        **summarize(runs[contenders.OURS]),
+        **{key: summarize(key_runs) for key, key_runs in runs.items() if key != contenders.OURS},
     }

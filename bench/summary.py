@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .contenders import CPU_RATIOS, OURS, RATIOS
+from .contenders import CPU_RATIOS, OURS, OURS_POLICY, RATIOS
 from .stats import median, paired_ratios
 
 # A webhook's run at one rate is saturated when it answers (HTTP 200) fewer than this share of the
@@ -26,6 +26,9 @@ SATURATED_P50_MS = 100.0
 CPU_GROUPS = ("runner", "webhook", "control_plane")
 # The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
 CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
+# The runners whose own figures (pods/s, CPU per pod, latency) the targets read: gpu-scheduler with
+# its pods admitted by the webhook, and by the admission policies.
+HEADLINE_RUNNERS = (OURS, OURS_POLICY)
 
 
 def _nan(value: float | None) -> float:
@@ -147,7 +150,7 @@ def _paired(by_key: dict[str, list[dict]], numerator: str, denominators: tuple[s
 
 def summarize_throughput(runs: list[dict]) -> dict:
     """Per-runner medians, and each ratio as the median of its per-round ratios: pods/s, and
-    CPU per pod of ours over kube-scheduler's at our client settings (total, and each group)."""
+    CPU per pod of ours (webhook, policy) over kube-scheduler's at our client settings (total, and each group)."""
     by_key: dict[str, list[dict]] = {}
     for run in runs:
         by_key.setdefault(run["key"], []).append(run)
@@ -159,9 +162,9 @@ def summarize_throughput(runs: list[dict]) -> dict:
         if paired is not None:
             ratios[name] = paired
     cpu_ratios: dict[str, dict] = {}
-    for name, denominator in CPU_RATIOS.items():
+    for name, (numerator, denominator) in CPU_RATIOS.items():
         for group in CPU_RATIO_GROUPS:
-            paired = _paired(by_key, OURS, (denominator,), lambda r, g=group: cpu_ms_per_pod(r)[g])
+            paired = _paired(by_key, numerator, (denominator,), lambda r, g=group: cpu_ms_per_pod(r)[g])
             if paired is not None:
                 cpu_ratios.setdefault(name, {})[group] = paired
     return {
@@ -198,7 +201,7 @@ def _runner_metrics(metrics: dict, figures: dict, prefix: str, scale: str) -> No
         reason = incomplete_rounds(summary, (numerator, *denominators))
         metrics[f"{prefix}ratio.{name}"] = _metric(ratio["median"], scale, reason)
     for name, groups in (figures.get("cpu_ratios") or {}).items():
-        reason = incomplete_rounds(summary, (OURS, CPU_RATIOS[name]))
+        reason = incomplete_rounds(summary, CPU_RATIOS[name])
         for group, ratio in groups.items():
             metrics[f"{prefix}cpu_ratio.{group}.{name}"] = _metric(ratio["median"], scale, reason)
 
@@ -215,14 +218,16 @@ def headline_metrics(results: dict) -> dict[str, dict]:
         scale = f"{throughput['pods']} pods, {throughput['nodes']} nodes"
         prefix = "" if mode == "burst" else "drain."
         _runner_metrics(metrics, figures, prefix, scale)
-        ours = figures["summary"].get(OURS)
-        if ours:
-            reason = incomplete_rounds(figures["summary"], (OURS,))
-            metrics[f"{prefix}ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
+        for key in HEADLINE_RUNNERS:
+            ours = figures["summary"].get(key)
+            if not ours:
+                continue
+            reason = incomplete_rounds(figures["summary"], (key,))
+            metrics[f"{prefix}{key}.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
             for group, value in ours["cpu_ms_per_pod"].items():
-                metrics[f"{prefix}ours.cpu_ms_per_pod.{group}"] = _metric(value, scale, reason)
+                metrics[f"{prefix}{key}.cpu_ms_per_pod.{group}"] = _metric(value, scale, reason)
             if mode == "burst":
-                metrics["ours.latency_p99_s"] = _metric(ours["latency_p99_s"], scale, reason)
+                metrics[f"{key}.latency_p99_s"] = _metric(ours["latency_p99_s"], scale, reason)
     admission = results.get("admission") or {}
     for workload in admission.get("workloads", []):
         for row in workload["rates"]:
@@ -244,12 +249,14 @@ def headline_metrics(results: dict) -> dict[str, dict]:
         metrics["memory.scheduler_peak_rss_mib"] = _metric(memory["scheduler_peak_rss_mib"], scale, reason)
         metrics["memory.webhook_peak_rss_sum_mib"] = _metric(memory["webhook"]["sum_mib"], scale, reason)
     scale_run = results.get("scale") or {}
-    ours = (scale_run.get("summary") or {}).get(OURS)
-    if ours:
+    scale_summary = scale_run.get("summary") or {}
+    if any(scale_summary.get(key) for key in HEADLINE_RUNNERS):
         scale = f"{scale_run['pods']} pods, {scale_run['nodes']} nodes"
-        reason = incomplete_rounds(scale_run["summary"], (OURS,))
-        metrics["scale.ours.peak_rss_mib"] = _metric(ours["peak_rss_mib"], scale, reason)
-        metrics["scale.ours.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
+        for key in HEADLINE_RUNNERS:
+            if ours := scale_summary.get(key):
+                reason = incomplete_rounds(scale_summary, (key,))
+                metrics[f"scale.{key}.peak_rss_mib"] = _metric(ours["peak_rss_mib"], scale, reason)
+                metrics[f"scale.{key}.pods_per_second"] = _metric(ours["pods_per_second"], scale, reason)
         _runner_metrics(metrics, scale_run, "scale.", scale)
     return metrics
 

@@ -31,6 +31,7 @@ REGISTRATION_TIMEOUT = 60.0
 
 sys.path.insert(0, str(REPO / "tests"))
 from e2e import webhook_registration  # noqa: E402
+from e2e.charts import KUBE_VERSION_ARGS  # noqa: E402
 
 
 def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: tuple[str, str]) -> list[dict]:
@@ -46,8 +47,13 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
             "gpu-scheduler",
             "--show-only",
             "templates/webhook-configurations.yaml",
+            *KUBE_VERSION_ARGS,  # the chart's kubeVersion refuses helm's own default (tests/e2e/charts.py)
             "--set",
             f"schedulerName={scheduler_name}",
+            # Every pod of scheduler_name through the webhook, whatever the API server serves (the
+            # policy mode's objects are policies.py's, for the ours_policy runner's schedulerName).
+            "--set-string",
+            "admission.mode=webhook",
             # The chart refuses its placeholder registry even where, as here, no image is rendered.
             "--set-string",
             "image.registry=",

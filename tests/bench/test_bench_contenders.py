@@ -10,7 +10,16 @@ import pytest
 import yaml
 
 from bench import bare_binder, contenders, context, measure, runners, scale, throughput
-from bench.contenders import KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, OURS, OURS_UNADMITTED, RUNNERS, round_order
+from bench.contenders import (
+    KUBE_DEFAULTS,
+    KUBE_MATCHED,
+    KUBE_PINNED,
+    OURS,
+    OURS_POLICY,
+    OURS_UNADMITTED,
+    RUNNERS,
+    round_order,
+)
 from bench.run import parse_settings
 
 
@@ -57,12 +66,26 @@ def test_with_an_even_number_of_runners_the_first_n_rounds_are_balanced_already(
 
 def test_gpu_scheduler_no_longer_always_follows_the_same_runner():
     # The rotation it replaces put the Python binder right before gpu-scheduler in every round after the first.
-    before = set()
-    for round_no in range(2, 6):
+    for ours in (OURS, OURS_POLICY):
+        before = set()
+        for round_no in range(2, 6):
+            order = round_order(RUNNERS, round_no)
+            if order.index(ours):
+                before.add(order[order.index(ours) - 1])
+        assert len(before) >= 3
+
+
+def test_the_runners_of_every_run_ours_policy_among_them_make_a_williams_design():
+    assert OURS_POLICY in RUNNERS and RUNNERS.index(OURS_POLICY) == RUNNERS.index(OURS) + 1
+    n = len(RUNNERS)
+    leads, pairs = Counter(), Counter()
+    for round_no in range(1, 2 * n + 1):
         order = round_order(RUNNERS, round_no)
-        if order.index(OURS):
-            before.add(order[order.index(OURS) - 1])
-    assert len(before) == 4
+        assert sorted(order) == sorted(RUNNERS)
+        leads[order[0]] += 1
+        pairs.update(pairwise(order))
+    assert leads == {key: 2 for key in RUNNERS}
+    assert pairs == {(a, b): 2 for a in RUNNERS for b in RUNNERS if a != b}
 
 
 @dataclass
@@ -232,3 +255,127 @@ def test_gpu_scheduler_without_admission_refuses_to_run_when_the_webhook_admits_
     bench = ProbedBench(FakeApi({probe: admitted}), tmp_path)
     with pytest.raises(RuntimeError, match="the webhook admits pods of bench-gpu-scheduler-unadmitted"):
         measure.make_runner(bench, OURS_UNADMITTED)
+
+
+def test_gpu_scheduler_with_the_admission_policy_runs_by_default_and_its_policies_only_where_it_runs(monkeypatch):
+    from bench.run import needs_policies
+
+    for name in ("BENCH_RUNNERS", "BENCH_PHASES", "BENCH_SCALE", "QUICK"):
+        monkeypatch.delenv(name, raising=False)
+    settings = parse_settings([])
+    assert OURS_POLICY in settings.runners and needs_policies(settings)
+    assert not needs_policies(parse_settings(["--runners", "ours,kube_matched"]))
+    assert not needs_policies(parse_settings(["--phases", "admission,memory"]))
+    assert needs_policies(parse_settings(["--phases", "statefulset"]))
+    assert OURS_POLICY in scale.RUNNERS
+
+
+def test_the_throughput_phase_runs_the_policy_runner_every_round_beside_ours(monkeypatch):
+    bench = FakeBench(FakeSettings(runners=(OURS, OURS_POLICY, KUBE_MATCHED)))
+    monkeypatch.setitem(
+        throughput.MODES, "burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label)
+    )
+    throughput.run(bench)
+    for round_no in range(3):
+        assert {key for key, _ in bench.ran[3 * round_no : 3 * round_no + 3]} == {OURS, OURS_POLICY, KUBE_MATCHED}
+    assert (OURS_POLICY, "ours_policy burst") in bench.ran
+
+
+def test_the_labels_say_how_gpu_schedulers_pods_are_admitted():
+    assert contenders.LABELS[OURS] == "gpu-scheduler, admission webhook"
+    assert contenders.LABELS[OURS_POLICY] == "gpu-scheduler, admission policy (CEL)"
+    assert set(contenders.SHORT_LABELS) == set(contenders.LABELS)
+    assert set(contenders.RATIO_LABELS) == set(contenders.RATIOS)
+    for name in ("policy_over_kube_matched", "policy_over_kube_pinned", "policy_over_kube_defaults"):
+        assert contenders.RATIOS[name][0] == OURS_POLICY
+        assert contenders.RATIO_LABELS[name].startswith(contenders.LABELS[OURS_POLICY] + " / ")
+    assert contenders.CPU_RATIOS["policy_over_kube_matched"] == (OURS_POLICY, KUBE_MATCHED)
+    assert contenders.CPU_RATIOS["policy_over_kube_pinned"] == (OURS_POLICY, KUBE_PINNED)
+    assert contenders.CPU_RATIOS["ours_over_kube_matched"] == (OURS, KUBE_MATCHED)
+
+
+def test_gpu_scheduler_with_the_admission_policy_is_ours_under_its_own_name_and_lease(tmp_path: Path):
+    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
+    placed = probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}, {"name": "CUDA_DEVICE_ORDER"}])
+    bench = ProbedBench(FakeApi({probe: placed}), tmp_path)
+    runner = measure.make_runner(bench, OURS_POLICY)
+    ours = measure.make_runner(bench, OURS)
+    assert runner.key == OURS_POLICY and runner.label == contenders.LABELS[OURS_POLICY]
+    assert runner.scheduler_name == context.OUR_POLICY_SCHEDULER
+    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_UNADMITTED_SCHEDULER}) == 3
+    flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
+    assert flags["--scheduler-name"] == context.OUR_POLICY_SCHEDULER
+    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_POLICY) != contenders.lease_name(OURS)
+    ours_flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
+    different = {k for k in flags if flags[k] != ours_flags.get(k)}
+    assert different == {"--scheduler-name", "--leader-elect-resource-name", "--metrics-port"}
+    assert runner.process.log_path != ours.process.log_path
+    assert runner.metrics_url  # its mean attempt time is read as ours' is
+
+
+def test_gpu_scheduler_with_the_admission_policy_refuses_to_run_when_no_policy_places_its_pods(tmp_path: Path):
+    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
+    bench = ProbedBench(FakeApi({probe: probe_answer([])}), tmp_path)
+    with pytest.raises(RuntimeError, match="no admission policy places pods of bench-gpu-scheduler-policy"):
+        measure.make_runner(bench, OURS_POLICY)
+
+
+def test_the_policy_runners_pods_are_sent_as_they_are_and_it_is_profiled_like_ours(tmp_path: Path):
+    from bench.measure import runner_pods, start_profiler
+
+    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
+    bench = ProbedBench(FakeApi({probe: probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])}), tmp_path)
+    bench.settings = type("S", (), {"group": 2, "profile": "", "out": tmp_path})()
+    runner = measure.make_runner(bench, OURS_POLICY)
+    pods = runner_pods(bench, runner, 4, 2)
+    assert {p["spec"]["schedulerName"] for p in pods} == {context.OUR_POLICY_SCHEDULER}
+    assert not any(c.get("env") for p in pods for c in p["spec"]["containers"])  # the policies add it
+    assert start_profiler(bench, runner, "x") is None  # no profile asked
+    assert OURS_POLICY in contenders.GPU_SCHEDULER_RUNNERS
+
+
+@dataclass
+class StsBench:
+    settings: object
+    notes: list = field(default_factory=list)
+
+    def phase(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_the_statefulset_phase_runs_the_policy_runner_beside_ours_when_its_map_fits_the_policy():
+    from bench import statefulset
+    from bench.chart import policy_max_lines
+
+    def settings(runners, replicas):
+        return type("S", (), {"runners": runners, "sts_replicas": replicas})()
+
+    assert statefulset.runner_keys(StsBench(settings(RUNNERS, 500))) == [OURS, OURS_POLICY]
+    assert statefulset.runner_keys(StsBench(settings((OURS, KUBE_MATCHED), 500))) == [OURS]
+    too_long = StsBench(settings(RUNNERS, policy_max_lines() + 1))
+    assert statefulset.runner_keys(too_long) == [OURS]
+    assert "left out" in too_long.notes[0]
+
+
+def test_the_statefulset_phase_keeps_ours_figures_on_top_and_the_policy_runners_under_its_key(monkeypatch):
+    from bench import statefulset
+
+    bench = StsBench(type("S", (), {"runners": RUNNERS, "sts_replicas": 10, "runs": 2})())
+    ran = []
+
+    def once(bench, key):
+        ran.append(key)
+        rate = 100.0 if key == OURS else 80.0
+        return {
+            "key": key,
+            "pods_per_second": rate,
+            "created_per_second": 120.0,
+            "seen_to_bound_s": {"p50": 0.01, "p99": 0.02},
+            "attempt_seconds": 0.004,
+        }
+
+    monkeypatch.setattr(statefulset, "measure_once", once)
+    figures = statefulset.run(bench)
+    assert sorted(ran) == [OURS, OURS, OURS_POLICY, OURS_POLICY] and ran[0] != ran[2]  # the order turns
+    assert figures["pods_per_second"] == 100.0 and len(figures["runs"]) == 2
+    assert figures[OURS_POLICY]["pods_per_second"] == 80.0 and len(figures[OURS_POLICY]["runs"]) == 2

@@ -107,8 +107,10 @@ def test_the_readme_table_is_made_from_the_kept_file(tmp_path: Path):
         "| == 0 requests | 42 requests | **MISS** (42 requests instead of 0; webhook saturated at 1000/s: "
         "answered 900/s of 1000/s asked; median 900 ms) |"
     ) in text
-    assert "| gpu-scheduler | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in text
-    assert "| kube-scheduler, matched | 100.0 | 500 ms | 1.00 / 0.00 / 7.00 |" in text
+    assert "| gpu-scheduler, admission webhook | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in text
+    assert (
+        "| kube-scheduler, matched (qps 500, burst 1000, default profile) | 100.0 | 500 ms | 1.00 / 0.00 / 7.00 |"
+    ) in text
     assert (
         "| scheduler peak RSS (VmHWM) with the pods bound by it and the nodes in its caches | < 150 MiB | — "
         "| not measured |"
@@ -143,7 +145,7 @@ def test_the_readme_headline_counts_the_targets_and_shows_the_runners_and_the_fu
     headline = readme.render_headlines([path])
     assert f"[{path.name}](docs/bench/{path.name})" in headline
     assert f"{met} of {len(results['targets'])} targets met, {missed} missed" in headline
-    assert "| gpu-scheduler | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in headline
+    assert "| gpu-scheduler, admission webhook | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in headline
     assert "| target | wanted |" not in headline  # every target is docs/benchmarks.md's
     assert f"[{path.name}](bench/{path.name})" in readme.render([path], link_dir="bench/")
 
@@ -160,3 +162,22 @@ def test_bench_readme_writes_the_headline_and_the_full_tables_into_their_files(t
     assert "old" not in short and "old" not in full
     assert "targets met" in short and "| target | wanted |" not in short
     assert "| target | wanted | measured | status |" in full and "top\n" in full and full.endswith("bottom\n")
+
+
+def test_the_readme_rows_say_how_gpu_schedulers_pods_were_admitted(tmp_path: Path):
+    data = results()
+    burst = data["throughput"]["burst"]["runs"]
+    burst.append(burst_run("ours_policy", "x", 180.0, {"runner": 2.0, "webhook": 0.0, "control_plane": 8.5}))
+    data["throughput"]["burst"] = {"runs": burst, **summarize_throughput(burst)}
+    data["targets"] = evaluate(load(), headline_metrics(data))
+    path = tmp_path / "2026-01-01-0000-bench.json"
+    path.write_text(json.dumps(json_safe(data)))
+    headline = readme.render_headlines([path])
+    assert "| gpu-scheduler, admission webhook | 150.0 | 500 ms | 2.00 / 1.50 / 8.00 |" in headline
+    assert "| gpu-scheduler, admission policy (CEL) | 180.0 | 500 ms | 2.00 / 0.00 / 8.50 |" in headline
+    full = readme.render([path])
+    # 180 / 100 >= 1.0x kube-scheduler matched; CPU 10.5 / 8 > 1.0x: a MISS.
+    assert (
+        "| burst throughput, admission policy (CEL), vs kube-scheduler matched (default profile) | >= 1 x | 1.800 x |"
+    ) in full
+    assert "vs kube-scheduler matched (default profile) | <= 1 x | 1.312 x | **MISS** (31% over) |" in full

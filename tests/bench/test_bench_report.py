@@ -10,6 +10,7 @@ from bench.targets import MISS, NOT_MEASURED, PASS, evaluate, load
 
 LABELS = {
     "ours": "gpu-scheduler",
+    "ours_policy": "gpu-scheduler, admission policy (CEL)",
     "kube_matched": "kube matched",
     "kube_defaults": "kube defaults",
     "ceiling": "ceiling",
@@ -234,7 +235,10 @@ def test_a_nan_figure_is_not_measured_rather_than_a_miss():
 def test_the_markdown_report_shows_each_runner_each_ratio_and_each_target():
     data = results()
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
-    assert "| gpu-scheduler | 3 | 300.0 (100.0–310.0) | 100 ms | 500 ms | 20 ms | 0 | 4.00 / 2.00 / 8.00 |" in markdown
+    assert (
+        "| gpu-scheduler, admission webhook | 3 | 300.0 (100.0–310.0) | 100 ms | 500 ms | 20 ms | 0 "
+        "| 4.00 / 2.00 / 8.00 |"
+    ) in markdown
     assert "**1.50x**" in markdown and "**6.00x**" in markdown
     checked = evaluate(load(), headline_metrics(data))
     statuses = [t["status"] for t in checked]
@@ -453,3 +457,112 @@ def test_a_run_of_some_throughput_modes_names_them_so_the_readme_does_not_pass_i
     assert named({"modes": ["burst"]}).startswith("`make bench BENCH_MODES=burst` of 2026-11-26 05:03 UTC")
     assert named({"modes": ["burst", "drain"]}).startswith("`make bench` of")
     assert named({"modes": ["burst"], "scale": True}).startswith("`make bench-scale` of")
+
+
+def with_policy_runs(rates=(330, 110, 320), p99: float = 0.4) -> dict:
+    """results() with gpu-scheduler's pods also placed by the admission policies, each round beside the others:
+    no webhook CPU, a little more control plane (the policies' CEL runs in kube-apiserver)."""
+    data = results()
+    runs = data["throughput"]["burst"]["runs"]
+    for round_no, rate in enumerate(rates, start=1):
+        policy = run("ours_policy", round_no, rate, p99)
+        policy["cpu_s"] = {"runner": 2.0, "webhook": 0.0, "control_plane": 4.5}
+        runs.append(policy)
+    data["throughput"]["burst"] = {"runs": runs, **summarize_throughput(runs)}
+    return data
+
+
+def test_the_policy_runner_gets_its_own_ratios_against_kube_scheduler():
+    figures = with_policy_runs()["throughput"]["burst"]
+    assert figures["ratios"]["policy_over_kube_matched"]["per_round"] == [330 / 200, 110 / 50, 320 / 210]
+    assert figures["ratios"]["policy_over_kube_defaults"]["median"] == 320 / 50  # of 6.6, 5.5, 6.4
+    assert "policy_over_kube_pinned" not in figures["ratios"]  # that runner did not run
+    # 4 + 0 + 9 = 13 ms per pod against kube-scheduler matched's 4 + 0 + 8 = 12.
+    assert figures["cpu_ratios"]["policy_over_kube_matched"]["total"]["median"] == 13 / 12
+    assert figures["cpu_ratios"]["policy_over_kube_matched"]["runner"]["median"] == 1.0
+    assert figures["cpu_ratios"]["ours_over_kube_matched"]["total"]["median"] == 14 / 12  # ours' unchanged
+
+
+def test_the_policy_runners_targets_read_its_own_figures():
+    data = with_policy_runs()
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    assert checked["ratio.policy_over_kube_matched"]["status"] == PASS  # 1.65 >= 1.0
+    assert checked["ratio.policy_over_kube_defaults"]["status"] == PASS  # 6.4 >= 2.0
+    assert checked["ours_policy.latency_p99_s"]["status"] == PASS  # 0.4 < 1
+    assert checked["cpu_ratio.total.policy_over_kube_matched"]["status"] == MISS  # 13 / 12 > 1.0
+    assert checked["cpu_ratio.runner.policy_over_kube_matched"]["status"] == PASS
+    # ours' targets are still ours' own.
+    assert checked["ratio.ours_over_kube_matched"]["value"] == 1.5
+    assert checked["cpu_ratio.total.ours_over_kube_matched"]["threshold"] == 1.1
+    # An incomplete round of the policy runner makes its targets MISS, not ours'.
+    runs = data["throughput"]["burst"]["runs"]
+    next(r for r in runs if r["key"] == "ours_policy" and r["round"] == 2).update(complete=False)
+    data["throughput"]["burst"].update(summarize_throughput(runs))
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    assert checked["ours_policy.latency_p99_s"]["status"] == MISS
+    assert checked["ratio.policy_over_kube_defaults"]["reason"].startswith(
+        "gpu-scheduler, admission policy (CEL): round 2 incomplete"
+    )
+    assert checked["ours.latency_p99_s"]["status"] == PASS
+
+
+def test_the_policy_targets_are_set_as_asked_and_without_a_config_file_entry_of_their_own():
+    wanted = {
+        "cpu_ratio.total.policy_over_kube_matched": ("<=", 1.0),
+        "cpu_ratio.runner.policy_over_kube_matched": ("<=", 1.0),
+        "ratio.policy_over_kube_matched": (">=", 1.0),
+        "ratio.policy_over_kube_defaults": (">=", 2.0),
+        "ours_policy.latency_p99_s": ("<", 1.0),
+    }
+    loaded = {t["metric"]: t for t in load()}
+    assert {metric: (loaded[metric]["op"], loaded[metric]["threshold"]) for metric in wanted} == wanted
+    assert all(loaded[metric]["run"] == "bench" for metric in wanted)
+    assert len(load()) == len(loaded)  # each metric once
+    assert not set(wanted) & {t["metric"] for t in load(run="scale")}
+
+
+def test_the_report_says_how_each_gpu_scheduler_rows_pods_were_admitted():
+    data = with_policy_runs()
+    drain = [dict(r, mode="drain", launch_to_first_bind_s=0.5) for r in data["throughput"]["burst"]["runs"]]
+    data["throughput"]["drain"] = {"runs": drain, **summarize_throughput(drain)}
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    assert "| gpu-scheduler, admission policy (CEL) | 3 | 320.0 (110.0–330.0) | 80 ms | 400 ms |" in markdown
+    assert "| gpu-scheduler, admission webhook | 3 | 300.0 (100.0–310.0) |" in markdown
+    assert "| gpu-scheduler, admission policy (CEL) / kube-scheduler, matched (qps 500, burst 1000, default" in markdown
+    assert "| scheduler + webhook + control plane: gpu-scheduler, admission policy (CEL) / kube-scheduler" in markdown
+    # The mean attempt from its /metrics, as for ours; not for kube-scheduler.
+    assert "| gpu-scheduler, admission policy (CEL) | 3 | 320.0 (110.0–330.0) | 0.50 s | 4.0 ms |" in markdown
+    assert "| kube matched | 3 |" not in markdown and "| 0.50 s | — |" in markdown
+    assert "placed by the chart's `admission.mode: policy` objects" in markdown
+
+
+def test_the_statefulset_table_gains_a_column_for_the_policy_runner():
+    from bench.report import statefulset_lines
+
+    sts = {
+        "replicas": 500,
+        "pods_per_second": 90.0,
+        "created_per_second": 95.0,
+        "seen_to_bound_p50_s": 0.05,
+        "seen_to_bound_p99_s": 0.2,
+        "attempt_ms": 4.0,
+    }
+    alone = statefulset_lines(sts, None)
+    assert "| gpu-scheduler | bare pods | StatefulSet, 500-line map |" in alone
+    both = statefulset_lines(dict(sts, ours_policy=dict(sts, pods_per_second=80.0, attempt_ms=4.5)), None)
+    assert (
+        "| gpu-scheduler, admission webhook | bare pods | StatefulSet, 500-line map | "
+        "StatefulSet, 500-line map, admission policy (CEL) |"
+    ) in both
+    assert "| pods/s bound | — | 90.0 | 80.0 |" in both
+    assert "| scheduler's mean attempt (its /metrics) | — | 4.00 ms | 4.50 ms |" in both
+
+
+def test_the_profile_of_each_gpu_scheduler_runner_is_shown_under_its_label():
+    from bench.report import profile_lines
+
+    prof = {"samples": 100, "self": [{"function": "f", "share": 1.0}], "inclusive": [], "gil": False}
+    tp = {"burst": {"runs": [dict(run("ours", 1, 1), profile=prof), dict(run("ours_policy", 1, 1), profile=prof)]}}
+    text = "\n".join(profile_lines(tp))
+    assert "burst, gpu-scheduler, admission webhook, round 1" in text
+    assert "burst, gpu-scheduler, admission policy (CEL), round 1" in text
