@@ -106,14 +106,18 @@ def release(kubeconfig, helm, kubectl):
 
 
 @pytest.mark.compat
-def test_every_object_of_the_release_is_stored(release, helm, kubectl, render):
+def test_every_object_of_the_release_is_stored(release, helm, kubectl, render, api_client):
+    # What the local API server serves, so the chart is rendered as helm install did: the agent's
+    # policy (1.35 and 1.37), admission.mode policy's (1.37 only).
+    served = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+    if serves_mutating_policies(api_client):
+        served.append("admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
     rendered = render(
         SCHEDULER_CHART,
         *release.sets,
         release=release.name,
         namespace=release.namespace,
-        # What the local API server (1.35 and 1.37) serves, so the agent's policy is rendered as helm install did.
-        api_versions=("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",),
+        api_versions=tuple(served),
     )
     expected = sorted(
         f"{doc['kind']}/{doc['metadata']['name']}".lower()
@@ -155,6 +159,22 @@ def deployment(name: str, scheduler_name: str) -> dict:
     return controller("Deployment", name, pod(name, scheduler_name)["spec"])
 
 
+def serves_mutating_policies(api_client) -> bool:
+    """Whether the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.36+):
+    then `helm install` picks admission.mode policy (the chart's default)."""
+    resources = client.AdmissionregistrationV1Api(api_client).get_api_resources().resources
+    return any(resource.kind == "MutatingAdmissionPolicy" for resource in resources)
+
+
+def placed(create) -> bool:
+    """Whether the (dry-run) create is admitted with CUDA_VISIBLE_DEVICES in its first container."""
+    try:
+        created = create()
+    except ApiException:
+        return False
+    return any(item.name == "CUDA_VISIBLE_DEVICES" for item in created.spec.containers[0].env or [])
+
+
 def admission_error(create) -> str | None:
     """None when the (dry-run) create is admitted, else the API server's message."""
     try:
@@ -176,15 +196,25 @@ def test_webhook_outage_refuses_our_pods_and_workloads_only(release, api_client,
         body = deployment("probe", scheduler)
         return lambda: apps.create_namespaced_deployment(ns, body, dry_run="All")
 
-    # The API server picks new webhook configurations up from a watch.
+    # The API server picks new webhook configurations and policies up from a watch.
     deadline = time.monotonic() + 30
-    while (refused := admission_error(pod_in(namespace, ours))) is None:
+    while (workload_refused := admission_error(deployment_in(namespace, ours))) is None:
         assert time.monotonic() < deadline, "the API server never called the webhook"
         time.sleep(0.2)
+    assert "workloads.validate.gpu-scheduler" in workload_refused
 
-    assert "pods.mutate.gpu-scheduler" in refused
-    workload_refused = admission_error(deployment_in(namespace, ours))
-    assert workload_refused and "workloads.validate.gpu-scheduler" in workload_refused
+    if serves_mutating_policies(api_client):
+        # admission.mode policy: kube-apiserver places our pods itself, so the outage stops none
+        # of them; only a pod created on a node still needs the webhook (its node's alias and GPUs).
+        while not placed(pod_in(namespace, ours)):
+            assert time.monotonic() < deadline, "the admission policies never placed a pod"
+            time.sleep(0.2)
+        on_node = pod("probe-0", ours)
+        on_node["spec"]["nodeName"] = "node1"
+        refused = admission_error(lambda: core.create_namespaced_pod(namespace, on_node, dry_run="All"))
+    else:
+        refused = admission_error(pod_in(namespace, ours))
+    assert refused and "pods.mutate.gpu-scheduler" in refused
     assert admission_error(pod_in(namespace, "default-scheduler")) is None
     assert admission_error(deployment_in(namespace, "default-scheduler")) is None
     assert admission_error(pod_in(release.namespace, ours)) is None

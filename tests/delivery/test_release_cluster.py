@@ -16,6 +16,7 @@ starts a second API server).
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -27,7 +28,7 @@ from e2e.isolation import delete_namespace
 from kubernetes import client
 
 from .conftest import REPO, SCHEDULER_CHART, container_args, run
-from .test_helm_install import admission_error, installed_release, pod, uninstall
+from .test_helm_install import admission_error, installed_release, placed, pod, serves_mutating_policies, uninstall
 
 pytestmark = pytest.mark.cluster
 
@@ -58,11 +59,22 @@ def test_the_opt_out_label_keeps_namespaces_and_pods_away_from_the_webhook(relea
         labelled = pod("probe-0", release.scheduler_name)
         labelled["metadata"]["labels"] = OPT_OUT
 
-        # No webhook answers this release (installed without its certificate): what reaches it is refused.
-        refused = admission_error(lambda: core.create_namespaced_pod(served, ours, dry_run="All"))
-        assert refused and "pods.mutate.gpu-scheduler" in refused
-        assert admission_error(lambda: core.create_namespaced_pod(opted_out, ours, dry_run="All")) is None
-        assert admission_error(lambda: core.create_namespaced_pod(served, labelled, dry_run="All")) is None
+        create = core.create_namespaced_pod
+        if serves_mutating_policies(api_client):
+            # admission.mode policy: the policies place what they are bound to (the webhook's
+            # scope, opt-out included); a pod they leave alone is admitted without devices.
+            deadline = time.monotonic() + 30
+            while not placed(lambda: create(served, ours, dry_run="All")):
+                assert time.monotonic() < deadline, "the admission policies never placed a pod"
+                time.sleep(0.2)
+            assert not placed(lambda: create(opted_out, ours, dry_run="All"))
+            assert not placed(lambda: create(served, labelled, dry_run="All"))
+        else:
+            # No webhook answers this release (installed without its certificate): what reaches it is refused.
+            refused = admission_error(lambda: create(served, ours, dry_run="All"))
+            assert refused and "pods.mutate.gpu-scheduler" in refused
+        assert admission_error(lambda: create(opted_out, ours, dry_run="All")) is None
+        assert admission_error(lambda: create(served, labelled, dry_run="All")) is None
     finally:
         delete_namespace(api_client, served)
         delete_namespace(api_client, opted_out)

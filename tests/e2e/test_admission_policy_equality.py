@@ -327,15 +327,18 @@ def policies(api_client, namespaces):
     for doc in documents:
         custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], doc)
     core = client.CoreV1Api(api_client)
-    probe = Case("probe", TASK_MAP, name="train-1")
+    placed, broken = Case("probe", TASK_MAP, name="train-1"), Case("probe", "0=node1", name="train-0")
 
-    def mutated() -> Outcome:
-        outcome = admit(core, namespaces[0], probe)
+    def acting() -> None:
+        # The API server picks each policy up from its own watch, one after the other: until
+        # both act, a pod may be refused for want of devices, or a broken map let through.
+        outcome = admit(core, namespaces[0], placed)
         if outcome.pod is None or not outcome.pod["spec"]["containers"][0].get("env"):
-            raise NotYet(f"not placed yet: {outcome.message or 'admitted without env'}")
-        return outcome
+            raise NotYet(f"the mutating policy does not place a pod yet: {outcome.message or 'admitted without env'}")
+        if admit(core, namespaces[0], broken).pod is not None:
+            raise NotYet("the validating policy does not refuse a broken map yet")
 
-    wait_for("the policies to place a pod", mutated, 30)
+    wait_for("the policies to place a pod and refuse a broken map", acting, 30)
     yield documents
     for doc in documents:
         ignoring_not_found(
