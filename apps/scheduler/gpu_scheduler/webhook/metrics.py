@@ -9,6 +9,7 @@ all of them.
 from __future__ import annotations
 
 import datetime
+import glob
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +92,35 @@ class CertificateCollector:
         yield remaining
 
 
+# A worker's file starts with the 4-byte count of the bytes it uses (then 4 of padding).
+FILE_HEADER_BYTES = 8
+
+
+class WorkersCollector:
+    """Every worker's values, summed: prometheus_client's MultiProcessCollector over the
+    files that have been sized.
+
+    prometheus_client creates a worker's file and sizes it a moment later. A scrape that
+    reads it in between fails whole (struct.error: prometheus/client_python#1199), and a
+    worker killed in between leaves it empty for good, failing every scrape after it.
+    Seen here: the first scrape after a start, while the second worker was making its
+    metrics. A file without its header holds no values yet, so it is left out.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        files = []
+        for path in glob.glob(os.path.join(self._directory, "*.db")):
+            try:
+                if os.path.getsize(path) >= FILE_HEADER_BYTES:
+                    files.append(path)
+            except FileNotFoundError:  # a live gauge's file, removed when its worker ended
+                pass
+        return MultiProcessCollector.merge(files, accumulate=True)
+
+
 class WebhookMetrics:
     def __init__(self, certificate_not_after: Callable[[], datetime.datetime | None] | None = None) -> None:
         # A registry of our own: creating a second app (tests) must not clash
@@ -125,9 +155,10 @@ class WebhookMetrics:
 
     def exposition(self) -> bytes:
         """The text a scrape gets: the sum over all workers in multiprocess mode."""
-        if os.environ.get(MULTIPROC_DIR_ENV):
+        directory = os.environ.get(MULTIPROC_DIR_ENV)
+        if directory:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry)
+            registry.register(WorkersCollector(directory))
             if self._certificate is not None:
                 registry.register(self._certificate)
             return generate_latest(registry)
