@@ -13,10 +13,12 @@ The oracle reads the cluster, never the scheduler:
 - every gang placed once its GPUs are free: the first once the churn frees them, the second once
   the first is deleted.
 
+The test also checks its own premises: the slow-binding hook loaded into the killed process
+(its line in that process's output), and the kill landed mid-gang (the pod list at the kill shows
+some but not all of gang-a bound), so the crash it claims to survive did happen.
+
 GANG_ONE_BY_ONE=1 runs the same test against a build that binds gang pods one by one
-(gang_hooks/sitecustomize.py), against which it must fail. NOT YET RUN on a cluster (the shared
-heavy lock was held throughout the session that wrote it): neither the pass nor that failure
-has been seen.
+(gang_hooks/sitecustomize.py), against which it fails: gang-a is left partly bound.
 """
 
 from __future__ import annotations
@@ -211,6 +213,11 @@ def test_two_gangs_with_overlapping_gpus_are_placed_whole_in_order_through_a_chu
         killed.kill()
         killed_at = time.monotonic()
         partly = bound_names(api_client, ns, "gang-a")
+        hook_line = "after each binding of a gang's pod (a test hook)"
+        assert hook_line in killed.log_path.read_text(errors="replace"), "the slow-binding hook did not load"
+        # Bindings stored after the kill would come from the new process only; this list is the
+        # cluster's word that the first process died with gang-a neither unbound nor whole.
+        assert 0 < len(partly) < REPLICAS, f"the kill -9 did not land mid-gang: gang-a bound {sorted(partly)}"
         finisher = start_scheduler(
             "gang-finisher", *flags, scheduler_name=scheduler_name, extra_env={**hooks, **broken}
         )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+# The schedulerName whose pods are ours, unless --scheduler-name says otherwise.
+DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -21,7 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .config import env, env_help
+from .config import DEFAULT_SCHEDULER_NAME, env, env_help
+from .scheduling.gangs import GANG_TIMEOUT_SECONDS
 from .scheduling.inventory import Inventory
 from .scheduling.nodes import DEFAULT_ALIAS_LABEL, NodeInfo
 
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help=env_help("kubeconfig file", "KUBECONFIG"))
     parser.add_argument(
         "--scheduler-name",
-        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
         help=env_help("schedulerName whose pods hold GPUs", "SCHEDULER_NAME"),
     )
     parser.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gang-timeout-seconds",
         type=float,
-        default=float(env("GANG_TIMEOUT_SECONDS", "300")),
+        default=float(env("GANG_TIMEOUT_SECONDS", f"{GANG_TIMEOUT_SECONDS:g}")),
         help=env_help(
             "the scheduler's --gang-timeout-seconds: a gang waiting longer reserves nothing", "GANG_TIMEOUT_SECONDS"
         ),
@@ -149,12 +150,10 @@ def reservations(
     nodes: list[dict], pods: list[dict], pending: list[dict], scheduler_name: str, now: float, gang_timeout: float
 ) -> dict[str, dict[str, str]]:
     """node -> device (as a map wrote it) -> the gang it is reserved for: the scheduler's own
-    cache and rule (scheduling.gangs) run over these lists, under deny."""
-    from .kube.objects import assigned_pod, node_info, trim_pending_pod
-    from .placement import PlacementError
-    from .placement.gang import gang_of
+    cache, gang views and reservation rule (scheduling.gangs) run over these lists."""
+    from .kube.objects import assigned_pod, node_info, pod_uid, trim_pending_pod
     from .scheduling import ClusterCache
-    from .scheduling.gangs import GangView, PendingGangs
+    from .scheduling.gangs import PendingGangs, gang_views, reserved_devices
     from .scheduling.gangs import reservations as reserve
 
     cache = ClusterCache(DEFAULT_ALIAS_LABEL)
@@ -164,30 +163,10 @@ def reservations(
         cache.add_pod(assigned_pod(pod, scheduler_name))
     gangs = PendingGangs()
     for pod in pending:
-        if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
-            continue
-        try:
-            gang = gang_of(pod)
-        except PlacementError:
-            continue
-        gangs.upsert((pod.get("metadata") or {}).get("uid") or "", trim_pending_pod(pod), gang)
-    views = [GangView(gang, gangs.pending(gang), tuple(cache.gang_pods(gang))) for gang in gangs.gangs()]
-    by_key = reserve(views, cache, now, gang_timeout)
-    # Back from the ledger's keys to the devices as the gangs' maps write them.
-    found: dict[str, dict[str, str]] = {}
-    for view in views:
-        scheduling_map = view.scheduling_map()
-        if isinstance(scheduling_map, str):
-            continue
-        for entry in scheduling_map.values():
-            try:
-                node = cache.nodes.resolve(entry.node).name
-            except PlacementError:
-                continue
-            for device in entry.devices:
-                if by_key.get((node, cache.ledger.key(node, device))) == view.key:
-                    found.setdefault(node, {})[device] = view.key
-    return found
+        if (pod.get("spec") or {}).get("schedulerName") == scheduler_name:
+            gangs.upsert_pod(pod_uid(pod), trim_pending_pod(pod))
+    views = gang_views(gangs, cache)
+    return reserved_devices(views, cache, reserve(views, cache, now, gang_timeout))
 
 
 def report(
@@ -196,7 +175,7 @@ def report(
     scheduler_name: str,
     pending: list[dict] = (),
     now: float = 0.0,
-    gang_timeout: float = 300.0,
+    gang_timeout: float = GANG_TIMEOUT_SECONDS,
 ) -> list[NodeGpus]:
     """Every node's GPUs, their holders and the gangs they are reserved for, from API objects
     (nodes, pods on nodes, pending pods)."""

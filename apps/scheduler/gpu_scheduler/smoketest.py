@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from kubernetes.config.config_exception import ConfigException
 
-from .config import env, env_help, positive_float
+from .config import DEFAULT_SCHEDULER_NAME, env, env_help, positive_float
 from .kube.client import ApiError, KubeClient, load_configuration
 from .placement import InvalidMapError, parse_map_uncached
 from .scheduling.nodes import NodeInfo
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", default="0", help="the map's devices for the probe pod (default: %(default)s)")
     parser.add_argument(
         "--scheduler-name",
-        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
         help=env_help("schedulerName of the probe pod", "SCHEDULER_NAME"),
     )
     parser.add_argument(

@@ -10,7 +10,7 @@ import pytest
 from gpu_scheduler.kube.binder import BindOutcome, BindResult
 from gpu_scheduler.kube.objects import node_info, trim_pending_pod
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, UNSCHEDULABLE, PodConditionWriter
-from gpu_scheduler.scheduler import attempts as scheduling_attempts
+from gpu_scheduler.scheduler import schedule_one
 from gpu_scheduler.scheduler.metrics import SchedulerMetrics
 from gpu_scheduler.scheduler.runner import Scheduler, SchedulerConfig
 from gpu_scheduler.scheduling import SharingPolicy
@@ -82,11 +82,11 @@ class Attempt:
         self.metrics = SchedulerMetrics()
         config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
         scheduler = Scheduler(None, config, self.recorder, self.metrics, lambda: True, self.conditions)
-        monkeypatch.setattr(scheduling_attempts, "bind", lambda *args, **kwargs: result)
-        scheduler.state.nodes_replace([node_info(api_node("node1"))])
+        monkeypatch.setattr(schedule_one, "bind", lambda *args, **kwargs: result)
+        scheduler.state.nodes_listed([node_info(api_node("node1"))])
         scheduler.state.pending_upsert(pending_pod())
         uid, pod = scheduler.state.pop(0.0)
-        scheduler._attempts._attempt(uid, pod)
+        scheduler._schedule_one.schedule_one(uid, pod)
 
     def attempts(self, result: str) -> float:
         return self.metrics.registry.get_sample_value("gpu_scheduler_schedule_attempts_total", {"result": result})

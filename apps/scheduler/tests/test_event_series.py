@@ -108,7 +108,7 @@ def test_a_relist_forgets_the_event_series_of_the_pending_pods_it_no_longer_sees
         for i in range(10_000)
     ]
     watch._handler.replace([watched_pod(pod, "gpu-scheduler") for pod in pods], 0.0)
-    assert len(scheduler.state.queue) == 10_000
+    assert scheduler.state.queued() == 10_000
     gc.collect()
     tracemalloc.start()
     try:

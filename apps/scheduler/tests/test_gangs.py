@@ -75,7 +75,7 @@ def small_pod(name: str, where: str) -> dict:
 @pytest.fixture
 def state() -> SchedulerState:
     state = SchedulerState("gpu-node-name", SharingPolicy.DENY, gang_timeout=TIMEOUT)
-    state.nodes_replace([node_info(api_node(n)) for n in NODES])
+    state.nodes_listed([node_info(api_node(n)) for n in NODES])
     return state
 
 
@@ -91,13 +91,13 @@ def hold(state: SchedulerState, uid: str, node: str, device: str) -> None:
 
 def decide(state: SchedulerState, uid: str, wall: float = T0 + 1):
     """Takes this pod off the queue (whatever it waits for) and decides it."""
-    pod = state.queue.claim(uid)
-    assert pod is not None, f"{uid} is not waiting ({state.queue.state_of(uid)})"
+    pod = state.claim(uid)
+    assert pod is not None, f"{uid} is not waiting ({state.queue_state(uid)})"
     return state.decide(uid, pod, wall)
 
 
 def held(state: SchedulerState) -> dict:
-    return {where: sorted(uids) for where, uids in state.cache.ledger.holders().items()}
+    return state.holders()
 
 
 LINES = {0: "node1:0", 1: "node2:0", 2: "node3:0"}
@@ -152,7 +152,7 @@ def test_no_pod_of_a_gang_is_assumed_until_every_index_of_its_map_has_a_pod(stat
     assert held(state) == {}
     # Any change on a node of the gang's map wakes it, not only its own line's node.
     state.refused(first, decision, now=0.0, jitter=0.5)
-    assert set(state.queue.waiting_on(first)) >= set(NODES)
+    assert set(state.waiting_on(first)) >= set(NODES)
 
     last = add(state, api_gang_pod("train", 2, LINES))
     plan = decide(state, last)
@@ -160,7 +160,7 @@ def test_no_pod_of_a_gang_is_assumed_until_every_index_of_its_map_has_a_pod(stat
     assert [uid for uid, _, _ in plan.members] == [last, "train-0-uid", "train-1-uid"]
     assert held(state) == {("node1", "0"): ["train-0-uid"], ("node2", "0"): ["train-1-uid"], ("node3", "0"): [last]}
     # Every member was taken off the queue with it: no other worker can take one meanwhile.
-    assert {state.queue.state_of(uid) for uid, _, _ in plan.members} == {IN_FLIGHT}
+    assert {state.queue_state(uid) for uid, _, _ in plan.members} == {IN_FLIGHT}
 
 
 def test_one_pod_that_cannot_go_keeps_the_whole_gang_waiting_and_assumes_nothing(state):
@@ -212,7 +212,7 @@ def test_two_gangs_wanting_one_gpu_are_served_oldest_first_and_never_both_half_p
     plan = decide(state, a[1], T0 + 10)
     assert isinstance(plan, GangPlan) and len(plan.members) == 2
     # b waits whole until a is gone; none of it was bound meanwhile.
-    assert all(state.cache.pod(uid) is None for uid in b)
+    assert all(state.held_by(uid) is None for uid in b)
 
 
 def test_a_gang_past_its_timeout_reserves_nothing_and_says_what_blocked_it(state):
@@ -227,7 +227,7 @@ def test_a_gang_past_its_timeout_reserves_nothing_and_says_what_blocked_it(state
     state.pending_upsert(small_pod("small", "node1:0"))
     assert decide(state, "small-uid", late).bind
     # It is still placed all at once if its GPUs come free.
-    state.cache.forget("small-uid")
+    state.bind_failed("small-uid", "node1", maybe_stored=False, now=0.0, jitter=0.5)
     state.assigned_delete(AssignedPod("holder", "ml/holder", "node2"))
     state.refused(uids[0], decision, now=0.0, jitter=0.5)
     assert isinstance(decide(state, uids[0], late), GangPlan)
@@ -250,7 +250,7 @@ def test_a_binding_that_fails_mid_gang_leaves_the_rest_reserved_and_retried_alon
                 api_gang_pod("train", int(uid[6]), LINES, bound_to=LINES[int(uid[6])][:5]), "gpu-scheduler"
             ).assigned
         )
-    assert state.queue.state_of(uids[2]) == BACKOFF
+    assert state.queue_state(uids[2]) == BACKOFF
     assert state.gang_counts(T0 + 1)["partial"] == 1
     # Its GPU stays the gang's: a partly bound gang is served first, and never times out.
     assert state.reservations(T0 + TIMEOUT * 10) == {("node3", "0"): "ml/StatefulSet/train"}
@@ -275,7 +275,7 @@ def test_a_pod_deleted_mid_gang_puts_the_gang_back_to_waiting_for_its_replacemen
 def test_a_new_leader_rebuilds_a_partly_bound_gang_from_the_pods_alone_and_finishes_it():
     # What a scheduler started after a kill -9 mid-gang lists: two pods bound, one pending.
     state = SchedulerState("gpu-node-name", SharingPolicy.DENY, gang_timeout=TIMEOUT)
-    state.nodes_replace([node_info(api_node(n)) for n in NODES])
+    state.nodes_listed([node_info(api_node(n)) for n in NODES])
     listed = [watched_pod(api_gang_pod("train", i, LINES, bound_to=LINES[i][:5]), "gpu-scheduler") for i in (0, 1)]
     listed.append(watched_pod(api_gang_pod("train", 2, LINES), "gpu-scheduler"))
     state.pods_listed(listed, listed_at=0.0)

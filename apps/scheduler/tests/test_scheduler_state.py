@@ -87,7 +87,7 @@ def on_node(uid: str, name: str, node: str, device: str) -> AssignedPod:
 @pytest.fixture
 def state() -> SchedulerState:
     state = SchedulerState("gpu-node-name", SharingPolicy.DENY)
-    state.nodes_replace([node_info(api_node(n)) for n in NODES])
+    state.nodes_listed([node_info(api_node(n)) for n in NODES])
     return state
 
 
@@ -97,7 +97,7 @@ def attempt(state: SchedulerState, now: float = 0.0):
 
 
 def held(state: SchedulerState) -> dict:
-    return {where: sorted(uids) for where, uids in state.cache.ledger.holders().items()}
+    return state.holders()
 
 
 def test_a_hold_assumed_for_a_pod_deleted_during_a_watch_gap_is_dropped_at_the_relist(state):
@@ -125,7 +125,7 @@ def test_a_relist_started_before_the_binding_ended_keeps_the_assumed_hold(state)
     state.assigned_replace([], listed_at=0.9)  # started before the binding's answer
     assert held(state) == {("node1", "0"): ["ua"]}
     state.assigned_replace([on_node("ua", "a-0", "node1", "0")], listed_at=1.5)  # confirmed
-    assert not state.cache.is_assumed("ua") and held(state) == {("node1", "0"): ["ua"]}
+    assert "ua" not in state.assumed() and held(state) == {("node1", "0"): ["ua"]}
     state.assigned_replace([], listed_at=5.0)  # and later gone
     assert held(state) == {}
 
@@ -138,7 +138,7 @@ def test_an_attempt_that_raises_during_its_binding_keeps_its_hold_until_a_list_a
     uid, decision = attempt(state)
     assert decision.bind and held(state)
     state.attempt_failed(uid, now=0.1, jitter=0.5)
-    assert held(state) == {("node1", "0"): ["ua"]} and state.queue.state_of("ua") == BACKOFF
+    assert held(state) == {("node1", "0"): ["ua"]} and state.queue_state("ua") == BACKOFF
     assert state.next_relist() == 0.1 + APISERVER_REQUEST_TIMEOUT_SECONDS
     state.assigned_replace([], listed_at=1.0)  # the apiserver may still be storing it
     assert held(state) == {("node1", "0"): ["ua"]}
@@ -171,12 +171,12 @@ def test_a_stale_pending_event_of_a_bound_pod_does_not_queue_it_again(state):
     state.bound(uid, now=1.0)
     late = pending("a-0", "ua", "node1", "0")
     late["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
-    assert state.pending_upsert(late) is False and "ua" not in state.queue
+    assert state.pending_upsert(late) is False and "ua" not in state
     state.pending_replace([late])
-    assert "ua" not in state.queue
+    assert "ua" not in state
     # Seen on its node by the watch: the same.
     state.assigned_upsert(on_node("ua", "a-0", "node1", "0"))
-    assert state.pending_upsert(late) is False and "ua" not in state.queue
+    assert state.pending_upsert(late) is False and "ua" not in state
 
 
 def test_a_binding_whose_outcome_is_unknown_keeps_its_hold_until_a_list_says(state):
@@ -202,7 +202,7 @@ def test_a_refusal_after_a_lost_answer_keeps_the_hold_the_binding_may_have_taken
     state.pending_upsert(pending("a-0", "ua", "node1", "0"))
     uid, _ = attempt(state)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
-    state.node_upsert(node_info(api_node("node1", unschedulable=True)))
+    state.node_changed(node_info(api_node("node1", unschedulable=True)))
     uid, decision = attempt(state, 10.0)
     assert decision.plugin == "NodeUnschedulable"
     state.refused(uid, decision, now=10.0, jitter=0.5)
@@ -227,8 +227,8 @@ def test_a_failed_binding_waits_out_its_backoff_after_the_list_it_asked_for_drop
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     state.assigned_replace([], listed_at=2.0 + APISERVER_REQUEST_TIMEOUT_SECONDS)  # holder gone, a-0 never bound
     assert held(state) == {}
-    assert state.queue.state_of("ua") == BACKOFF  # not woken by its own hold leaving
-    assert state.queue.state_of("uw") == ACTIVE  # woken: GPU 1 is free
+    assert state.queue_state("ua") == BACKOFF  # not woken by its own hold leaving
+    assert state.queue_state("uw") == ACTIVE  # woken: GPU 1 is free
 
 
 def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer_at_the_list_after_it_settles(state):
@@ -236,7 +236,7 @@ def test_a_pod_deleted_while_pending_drops_a_hold_left_by_a_lost_answer_at_the_l
     uid, _ = attempt(state)
     state.bind_failed(uid, "node1", maybe_stored=True, now=1.0, jitter=0.5)
     state.pending_delete("ua")  # deleted, or bound: it cannot say
-    assert held(state) == {("node1", "0"): ["ua"]} and "ua" not in state.queue
+    assert held(state) == {("node1", "0"): ["ua"]} and "ua" not in state
     settles = state.next_relist()
     assert settles == 1.0 + APISERVER_REQUEST_TIMEOUT_SECONDS
     state.assigned_replace([], listed_at=settles - 1)  # kube-apiserver may still store it
@@ -262,20 +262,20 @@ def test_freed_gpus_and_node_changes_wake_the_pods_waiting_on_them(state):
     state.pending_upsert(pending("w-0", "uw", "node1", "0"))
     uid, decision = attempt(state)
     state.refused(uid, decision, now=0.0, jitter=0.5)
-    assert state.queue.state_of("uw") == BACKOFF
+    assert state.queue_state("uw") == BACKOFF
     assert state.assigned_delete(on_node("holder", "h-0", "node1", "0")) is True
-    assert state.queue.state_of("uw") == ACTIVE
+    assert state.queue_state("uw") == ACTIVE
     uid, decision = attempt(state)
     assert decision.bind
     # A cordoned node: the pod waits, and the uncordon wakes it.
     state.pending_upsert(pending("c-0", "uc", "node2", "0"))
-    state.node_upsert(node_info(api_node("node2", unschedulable=True)))
+    state.node_changed(node_info(api_node("node2", unschedulable=True)))
     uid, decision = attempt(state)
     assert decision.plugin == "NodeUnschedulable"
     state.refused(uid, decision, now=0.0, jitter=0.5)
-    assert state.node_upsert(node_info(api_node("node2", unschedulable=True))) is False  # no change
-    assert state.node_upsert(node_info(api_node("node2"))) is True
-    assert state.queue.state_of("uc") == ACTIVE
+    assert state.node_changed(node_info(api_node("node2", unschedulable=True))) is False  # no change
+    assert state.node_changed(node_info(api_node("node2"))) is True
+    assert state.queue_state("uc") == ACTIVE
 
 
 # -- the pod watch's events, as the runner applies them ---------------------------------------------
@@ -283,9 +283,9 @@ def test_freed_gpus_and_node_changes_wake_the_pods_waiting_on_them(state):
 
 def test_a_pod_the_watch_shows_on_a_node_leaves_the_queue_and_holds_its_gpus(state):
     assert state.pod_changed(watched("a-0", "ua", "node1", "0")) is True
-    assert "ua" in state.queue
+    assert "ua" in state
     state.pod_changed(watched("a-0", "ua", "node1", "0", bound_to="node1"))  # bound by someone else
-    assert "ua" not in state.queue
+    assert "ua" not in state
     assert held(state) == {("node1", "0"): ["ua"]}
     state.pod_changed(watched("b-1", "ub", "node1", "0"))  # wants the same GPU
     assert not attempt(state)[1].bind
@@ -296,9 +296,9 @@ def test_the_binding_event_confirms_the_hold_assumed_for_it(state):
     uid, decision = attempt(state)
     assert decision.bind
     state.bound(uid, now=1.0)
-    assert state.cache.assumed_uids() == {"ua"}
+    assert state.assumed() == {"ua"}
     state.pod_changed(watched("a-0", "ua", "node1", "0", bound_to="node1"))
-    assert not state.cache.assumed_uids()
+    assert not state.assumed()
     assert held(state) == {("node1", "0"): ["ua"]}
 
 
@@ -307,22 +307,22 @@ def test_a_pod_deleted_on_its_node_frees_its_gpus_and_wakes_the_pods_waiting_for
     state.pod_changed(watched("w-0", "uw", "node1", "0"))
     uid, decision = attempt(state)
     state.refused(uid, decision, now=0.0, jitter=0.5)
-    assert state.queue.state_of("uw") == BACKOFF
+    assert state.queue_state("uw") == BACKOFF
     assert state.pod_deleted(watched("h-0", "holder", "node1", "0", bound_to="node1")) is True
-    assert state.queue.state_of("uw") == ACTIVE
+    assert state.queue_state("uw") == ACTIVE
     assert held(state) == {}
     state.pod_deleted(watched("w-0", "uw", "node1", "0"))
-    assert "uw" not in state.queue
+    assert "uw" not in state
 
 
 def test_the_pod_watch_queues_only_this_schedulers_pods_in_its_scope_but_counts_every_pod_on_a_node(state):
     assert state.pod_changed(watched("o-0", "uo", "node1", "0", scheduler="default-scheduler")) is False
     assert state.pod_changed(watched("n-0", "un", "node1", "0", namespace="other", scope="ml")) is False
-    assert "uo" not in state.queue and "un" not in state.queue
+    assert "uo" not in state and "un" not in state
     state.pod_changed(watched("o-0", "uo", "node1", "0", bound_to="node1", scheduler="default-scheduler"))
     state.pod_changed(watched("n-0", "un", "node1", "0", bound_to="node1", namespace="other", scope="ml"))
     assert held(state) == {("node1", "0"): ["un"]}  # another scheduler's pod holds no GPU of ours
-    assert {p.uid for p in state.cache._pods.values() if p.node == "node1"} == {"uo", "un"}
+    assert state.held_by("uo").node == state.held_by("un").node == "node1"
 
 
 def test_a_list_of_the_pod_watch_replaces_the_pods_on_nodes_and_the_pending_ones(state):
@@ -340,8 +340,8 @@ def test_a_list_of_the_pod_watch_replaces_the_pods_on_nodes_and_the_pending_ones
         listed_at=1.0,
     )
     assert dropped == ["ml/a-0"]
-    assert woke is True and state.queue.state_of("uw") == ACTIVE  # the holder is gone
-    assert "ub" in state.queue and "ua" not in state.queue
+    assert woke is True and state.queue_state("uw") == ACTIVE  # the holder is gone
+    assert "ub" in state and "ua" not in state
     assert held(state) == {("node2", "1"): ["uc"]}
 
 
@@ -369,7 +369,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state = SchedulerState("gpu-node-name", SharingPolicy.DENY, initial_backoff=1.0, max_backoff=8.0)
-        self.state.nodes_replace([node_info(api_node(n)) for n in NODES])
+        self.state.nodes_listed([node_info(api_node(n)) for n in NODES])
         self.now = 0.0
         self.pods: dict[str, dict] = {}  # uid -> {"name", "node", "device", "bound": node | "", "deleted"}
         self.events: list[tuple[str, WatchedPod]] = []  # the pod watch's, not delivered yet
@@ -436,7 +436,7 @@ class SchedulerStateMachine(RuleBasedStateMachine):
 
     @rule(node=st.sampled_from(NODES), unschedulable=st.booleans())
     def change_node(self, node, unschedulable):
-        self.state.node_upsert(node_info(api_node(node, unschedulable)))
+        self.state.node_changed(node_info(api_node(node, unschedulable)))
 
     @rule(seconds=st.floats(0.1, 10))
     def time_passes(self, seconds):
@@ -489,16 +489,16 @@ class SchedulerStateMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_queue_is_consistent(self):
-        self.state.queue.check()
-        still_queued = [u for u in self.in_flight if u in self.state.queue]
-        assert all(self.state.queue.state_of(u) == IN_FLIGHT for u in still_queued)
-        assert self.state.queue.counts()[IN_FLIGHT] == len(still_queued)
+        self.state.check_queue()
+        still_queued = [u for u in self.in_flight if u in self.state]
+        assert all(self.state.queue_state(u) == IN_FLIGHT for u in still_queued)
+        assert self.state.queue_counts()[IN_FLIGHT] == len(still_queued)
 
     @invariant()
     def no_gpu_is_given_twice(self):
         bound = [(p["bound"], p["device"]) for p in self.pods.values() if p["bound"] and not p["deleted"]]
         assert len(bound) == len(set(bound)), f"two live pods bound to one GPU: {sorted(bound)}"
-        for where, uids in self.state.cache.ledger.holders().items():
+        for where, uids in self.state.holders().items():
             assert len(uids) == 1, f"{where} held by {sorted(uids)}"
 
     @rule()
@@ -512,8 +512,8 @@ class SchedulerStateMachine(RuleBasedStateMachine):
         self.now += APISERVER_REQUEST_TIMEOUT_SECONDS  # every binding in doubt has settled
         self.relist()
         truth = {(p["bound"], p["device"]): {u} for u, p in self.pods.items() if p["bound"] and not p["deleted"]}
-        assert {w: set(u) for w, u in self.state.cache.ledger.holders().items()} == truth
-        assert not self.state.cache.assumed_uids()
+        assert {w: set(u) for w, u in self.state.holders().items()} == truth
+        assert not self.state.assumed()
 
 
 TestSchedulerStateMachine = SchedulerStateMachine.TestCase

@@ -20,7 +20,7 @@ TESTDATA = Path(__file__).parent / "testdata" / "admission"
 CASES = sorted(TESTDATA.glob("*.input.json"))
 
 
-def decide(case: Path, review: dict) -> admission.Decision:
+def decide(case: Path, review: dict) -> admission.Answer:
     operation = case.name.split("-", 1)[0]
     return {"mutate": admission.mutate, "validate": admission.validate}[operation](review, SCHEDULER)
 

@@ -10,8 +10,8 @@ import pytest
 from documents import at, locations, replaced
 from gpu_scheduler.webhook.admission import (
     DENIED,
+    Answer,
     BadRequest,
-    Decision,
     mutate,
     validate,
 )
@@ -43,7 +43,7 @@ def mangled_reviews(draw):
 
 
 def assert_well_formed(review, decision):
-    assert isinstance(decision, Decision)
+    assert isinstance(decision, Answer)
     out = decision.review
     assert out["apiVersion"] == "admission.k8s.io/v1"
     assert out["kind"] == "AdmissionReview"

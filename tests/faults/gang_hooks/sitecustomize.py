@@ -13,21 +13,24 @@ import os
 import time
 
 from gpu_scheduler.placement.gang import is_gang_member
-from gpu_scheduler.scheduler import attempts, state
+from gpu_scheduler.scheduler import schedule_one, state
+from gpu_scheduler.scheduling import gangs
 
 _slow = float(os.environ.get("GANG_HOOK_SLOW_BINDS") or 0)
 if _slow:
-    _bind = attempts.Attempts._bind
+    _binding_cycle = schedule_one.ScheduleOne._binding_cycle
 
-    def _slow_bind(self, uid, pod, decision, started):
-        bound = _bind(self, uid, pod, decision, started)
+    def _slow_binding_cycle(self, uid, pod, decision, started):
+        bound = _binding_cycle(self, uid, pod, decision, started)
         if is_gang_member((pod.get("metadata") or {}).get("annotations")):
             time.sleep(_slow)
         return bound
 
-    attempts.Attempts._bind = _slow_bind
+    schedule_one.ScheduleOne._binding_cycle = _slow_binding_cycle
     print(f"sitecustomize: {_slow:g} s after each binding of a gang's pod (a test hook)", flush=True)
 
 if os.environ.get("GANG_HOOK_ONE_BY_ONE") == "1":
+    # Neither the decision nor the pending gangs (whose GPUs deny would reserve) see a gang.
     state.gang_of = lambda pod: None
+    gangs.gang_of = lambda pod: None
     print("sitecustomize: gangs ignored, their pods bound one by one (a deliberately broken build)", flush=True)

@@ -314,11 +314,6 @@ def watched_pod(pod: dict, scheduler_name: str, namespace: str | None = None) ->
     return WatchedPod(uid, key, ours, pending=trim_pending_pod(pod) if ours else None)
 
 
-def pod_key(pod: dict) -> str:
-    metadata = pod["metadata"]
-    return f"{metadata['namespace']}/{metadata['name']}"
-
-
 def pod_uid(pod: Mapping) -> str:
     return (pod.get("metadata") or {}).get("uid") or ""
 

@@ -421,9 +421,9 @@ def parsed_size(text: str, parsed: SchedulingMap) -> int:
 class _ParsedMapCache:
     """Parsed maps by their text, least recently used first out, bounded by
     what they hold in memory (parsed_size) rather than their number: 512 maps
-    of 256 KiB would be gigabytes. Bounded by their text alone (until 2026-12-01),
-    4 MiB of 100-line maps held 77 MB in every webhook worker and the scheduler.
-    Thread-safe (bind workers, the webhook's threads)."""
+    of 256 KiB would be gigabytes, and a bound on their text alone lets many small
+    maps hold far more than their text (docs/logs/benchmarks.md). Thread-safe (bind
+    workers, the webhook's threads)."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes

@@ -15,7 +15,11 @@ from __future__ import annotations
 import argparse
 import logging
 
-from gpu_scheduler.config import boolean, env, env_help, positive_float, positive_int
+from gpu_scheduler.config import DEFAULT_SCHEDULER_NAME, boolean, env, env_help, positive_float, positive_int
+from gpu_scheduler.scheduling.gangs import GANG_TIMEOUT_SECONDS
+from gpu_scheduler.scheduling.nodes import DEFAULT_ALIAS_LABEL
+
+from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
 
 # The process's one logger name, whichever module speaks: its lines read alike.
 log = logging.getLogger("gpu_scheduler.scheduler")
@@ -40,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--scheduler-name",
-        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
         help=env_help(
             "schedule the pods whose spec.schedulerName is this; also the Events' reporter", "SCHEDULER_NAME"
         ),
@@ -63,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--alias-label",
-        default=env("ALIAS_LABEL", "gpu-node-name"),
+        default=env("ALIAS_LABEL", DEFAULT_ALIAS_LABEL),
         help=env_help("node label whose value a map may use instead of the node name", "ALIAS_LABEL"),
     )
     add(
@@ -89,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--pod-initial-backoff-seconds",
         type=positive_float,
-        default=float(env("POD_INITIAL_BACKOFF_SECONDS", "1")),
+        default=float(env("POD_INITIAL_BACKOFF_SECONDS", f"{INITIAL_BACKOFF_SECONDS:g}")),
         help=env_help(
             "wait before the first retry of a pod that could not be placed; doubles with each retry",
             "POD_INITIAL_BACKOFF_SECONDS",
@@ -98,13 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--pod-max-backoff-seconds",
         type=positive_float,
-        default=float(env("POD_MAX_BACKOFF_SECONDS", "60")),
+        default=float(env("POD_MAX_BACKOFF_SECONDS", f"{MAX_BACKOFF_SECONDS:g}")),
         help=env_help("longest wait between retries of a pod", "POD_MAX_BACKOFF_SECONDS"),
     )
     add(
         "--gang-timeout-seconds",
         type=positive_float,
-        default=float(env("GANG_TIMEOUT_SECONDS", "300")),
+        default=float(env("GANG_TIMEOUT_SECONDS", f"{GANG_TIMEOUT_SECONDS:g}")),
         help=env_help(
             "how long a gang (gpu-scheduler/gang) waits with the GPUs it needs reserved under --gpu-sharing=deny, "
             "from its newest pod's creation; then they are released and a GangTimeout event says what blocked it",
@@ -143,7 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--leader-elect-resource-name",
-        default=env("LEADER_ELECT_RESOURCE_NAME", "gpu-scheduler"),
+        default=env("LEADER_ELECT_RESOURCE_NAME", DEFAULT_SCHEDULER_NAME),
         help=env_help("name of the Lease", "LEADER_ELECT_RESOURCE_NAME"),
     )
     add(

@@ -1,6 +1,6 @@
 """The scheduling queue: which pending pod to try next, and when to try again.
 
-Pure and single-threaded (locked_state.py wraps it in a lock and a condition);
+Pure and single-threaded (state.py owns it, behind its lock);
 every time-dependent call takes `now`, so tests drive time explicitly.
 
 Pods are keyed by UID: a pod deleted and recreated under the same name is a
@@ -55,10 +55,6 @@ def backoff_delay(
     """
     base = min(initial * 2 ** max(0, attempts - 1), maximum)
     return min(maximum, base * (1 - JITTER / 2 + JITTER * jitter))
-
-
-def pod_uid(pod: dict) -> str:
-    return (pod.get("metadata") or {}).get("uid") or ""
 
 
 def scheduling_inputs(pod: dict) -> tuple:

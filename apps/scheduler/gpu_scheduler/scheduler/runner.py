@@ -6,17 +6,18 @@ Threads:
   informer-nodes            nodes -> the node index
   bind-N                    take a pod off the queue, decide, bind, report
   events-N, pod-conditions  Events and PodScheduled conditions, never in a bind's way
-All state lives in one SchedulerState (state.py) behind one lock (locked_state.py);
-decide() runs under it (microseconds), the API calls do not.
+All state lives in one SchedulerState (state.py), which owns its lock; a decision
+runs under it (microseconds), the API calls do not.
 
 The parts, one job each: watches.py (the caches and their handlers), workers.py
-(the bind workers and their gate), attempts.py (one attempt), announce.py (what
-an outcome tells people). This module builds them around one state, starts and
+(the bind workers and their gate), schedule_one.py (one pod's way, phase by
+phase), announce.py (what an outcome tells people). This module builds them around one state, starts and
 stops them, and answers for them to /healthz, /readyz and the metrics.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,13 +26,13 @@ from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import EventRecorder
 from gpu_scheduler.kube.pod_status import PodConditionWriter
 from gpu_scheduler.scheduling import SharingPolicy
+from gpu_scheduler.scheduling.gangs import GANG_TIMEOUT_SECONDS
 
 from .announce import Announcer
-from .attempts import Attempts
-from .locked_state import LockedState
 from .metrics import SchedulerMetrics
 from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS
-from .state import GANG_TIMEOUT_SECONDS, SchedulerState
+from .schedule_one import ScheduleOne
+from .state import SchedulerState
 from .watches import Watches
 from .workers import BindWorkers
 
@@ -63,23 +64,23 @@ class Scheduler:
         self.state = SchedulerState(
             config.alias_label, config.policy, config.initial_backoff, config.max_backoff, config.gang_timeout
         )
-        locked = LockedState(self.state)
+        state = self.state
         announcer = Announcer(recorder, conditions, metrics)
-        self._watches = Watches(client, locked, announcer, config.scheduler_name, config.namespace, config.alias_label)
+        self._watches = Watches(client, state, announcer, config.scheduler_name, config.namespace, config.alias_label)
         self.informers = self._watches.informers
-        self._attempts = Attempts(
-            client, locked, announcer, metrics, may_bind, self._watches.relist_for_doubts, config.bind_timeout
+        self._schedule_one = ScheduleOne(
+            client, state, announcer, metrics, may_bind, self._watches.relist_for_doubts, config.bind_timeout
         )
-        self._workers = BindWorkers(locked, config.workers, self._watches.synced, self._attempts.run)
+        self._workers = BindWorkers(state, config.workers, self._watches.synced, self._schedule_one)
         metrics.watch_state(
-            locked.queue_counts,
-            locked.gpus_held,
-            locked.gpu_holders,
+            state.queue_counts,
+            state.gpus_held,
+            state.gpu_holders,
             lambda: recorder.dropped,
             self._watches.relists,
             self._watches.watch_silences,
         )
-        metrics.watch_gangs(locked.gang_counts)
+        metrics.watch_gangs(lambda: state.gang_counts(time.time()))
 
     def start(self) -> None:
         self._watches.start()

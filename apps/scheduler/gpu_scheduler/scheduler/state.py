@@ -1,38 +1,86 @@
-"""Everything a scheduler process believes, and every way it changes, in one place.
+"""Everything a scheduler process believes, every way it changes, and the lock that guards it.
 
-The queue of pending pods (queue.SchedulingQueue) and the cluster cache of
-nodes, pods on nodes and GPUs (scheduling.ClusterCache) change only through
-the methods below: one per watch event and one per outcome of an attempt.
-The one pod watch's events (pod_changed, pod_deleted, pods_listed) are made
-of the pending-pod and pod-on-node changes, so each of those is told apart.
-Reading this file tells every way a pod is queued, a GPU held or freed.
+SchedulerState owns the queue of pending pods (queue.SchedulingQueue), the cluster cache of
+nodes, pods on nodes and GPUs (scheduling.ClusterCache) and the pending pods of each gang
+(scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
+watches, the bind workers, the metrics scrape) calls the named methods below, each of which
+takes the state's one lock, and makes its API calls outside it. Reading this file tells every
+way a pod is queued, decided, a GPU held or freed. The methods come in four groups:
 
-Pure and single-threaded: every caller takes one lock around it (locked_state.py)
-and makes the API calls outside it; tests drive it directly (tests/test_scheduler_state.py runs
-it as a hypothesis state machine). Pods are keyed by UID throughout.
+  events     what the watches saw: a pod changed, was deleted, the pods were listed; a node
+             changed, was deleted, the nodes were listed
+  work       a bind worker takes the next due pod (blocking) and says when its attempt ended;
+             a stop waits for the attempts in flight to end
+  decisions  the scheduling cycle: one pod decided, or its whole gang, and on success assumed
+  outcomes   what became of an attempt: bound, refused, binding failed or in doubt, pod gone,
+             leadership lost, the attempt raised
+
+An event that makes pods due wakes one worker (notify, not notify_all: with 32 workers, waking
+them all for every watch event cost more CPU than the binding itself); a worker that takes a
+pod and sees more due wakes the next. Apart from the lock and the blocking take(), everything
+is a function of the calls made and the `now` passed in, so tests drive it directly
+(tests/test_scheduler_state.py runs it as a hypothesis state machine). Pods are keyed by UID.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-from gpu_scheduler.kube.objects import WatchedPod, pod_key, pod_uid
+from gpu_scheduler.kube.objects import WatchedPod, pod_uid
+from gpu_scheduler.placement import PlacementError, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
-from gpu_scheduler.scheduling import (
-    AssignedPod,
-    ClusterCache,
-    Decision,
-    NodeInfo,
-    SharingPolicy,
-    decide,
+from gpu_scheduler.scheduling import AssignedPod, ClusterCache, Code, Decision, NodeInfo, SharingPolicy, decide
+from gpu_scheduler.scheduling.gangs import (
+    GANG_TIMEOUT_SECONDS,
+    GangPlan,
+    GangView,
+    PendingGangs,
+    gang_counts,
+    gang_view,
+    gang_views,
+    listed,
+    map_nodes,
+    reservations,
+    waiting,
 )
-from gpu_scheduler.scheduling.gangs import GangPlan, GangView, PendingGangs, reservations
 
-from .gang_decisions import decide_gang
-from .queue import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
+from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
 
-# How long a gang waits with its GPUs reserved (--gang-timeout-seconds).
-GANG_TIMEOUT_SECONDS = 300.0
+_Result = TypeVar("_Result")
+
+
+def _locked(method: Callable[..., _Result]) -> Callable[..., _Result]:
+    """The method runs under the state's lock."""
+
+    @functools.wraps(method)
+    def run(self: SchedulerState, *args, **kwargs) -> _Result:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+def _event(method: Callable[..., bool]) -> Callable[..., bool]:
+    """An event: runs under the lock, and wakes one worker when it made pods due. An event made
+    of others (a pod seen on a node leaves the queue and takes its hold) wakes one worker once."""
+
+    @functools.wraps(method)
+    def run(self: SchedulerState, *args, **kwargs) -> bool:
+        with self._lock:
+            self._depth += 1
+            try:
+                woke = method(self, *args, **kwargs)
+            finally:
+                self._depth -= 1
+            if woke and not self._depth:
+                self._work.notify()
+            return woke
+
+    return run
 
 
 class SchedulerState:
@@ -45,14 +93,22 @@ class SchedulerState:
         gang_timeout: float = GANG_TIMEOUT_SECONDS,
     ) -> None:
         self.policy = policy
-        self.cache = ClusterCache(alias_label)
-        self.queue = SchedulingQueue(initial_backoff, max_backoff)
-        self.gangs = PendingGangs()  # the pending pods of each gang, beside the queue
         self.gang_timeout = gang_timeout
+        self._cache = ClusterCache(alias_label)
+        self._queue = SchedulingQueue(initial_backoff, max_backoff)
+        self._gangs = PendingGangs()  # the pending pods of each gang, beside the queue
+        # Reentrant, so that one named method may call another; the workers wait on _work for
+        # due pods, a stop waits on _idle for the attempts in flight to end.
+        self._lock = threading.RLock()
+        self._work = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._attempts = 0  # taken by a worker and not yet ended
+        self._depth = 0  # events in progress, one inside another
 
-    # -- the pod watch: every pod not finished, of every scheduler ---------------------------------
-    # Each returns whether pods became active (LockedState.update then wakes a worker).
+    # == events: the pod watch (every pod not finished, of every scheduler) ==========================
+    # Each returns whether pods became due (and then one worker is woken).
 
+    @_event
     def pod_changed(self, pod: WatchedPod) -> bool:
         """An ADDED or MODIFIED event. A pod on a node has left the pending set (bound, by us or
         by anyone) and holds what it takes there; a pending pod of ours is queued; any other
@@ -64,6 +120,7 @@ class SchedulerState:
             return self.pending_upsert(pod.pending)
         return False
 
+    @_event
     def pod_deleted(self, pod: WatchedPod) -> bool:
         """A DELETED event: the pod was deleted, or finished (it left the selector). It leaves the
         queue; what it held on a node is freed. A pod deleted with no node frees nothing: a hold
@@ -71,33 +128,35 @@ class SchedulerState:
         self.pending_delete(pod.uid)
         return self.assigned_delete(pod.assigned) if pod.assigned is not None else False
 
+    @_locked
     def pods_listed(self, pods: Iterable[WatchedPod], listed_at: float) -> tuple[bool, list[str]]:
         """A list of the pod watch, started at listed_at (monotonic). The pods on nodes replace
         the cache's first, then the pending pods the queue's, so that a listed pending pod the
-        cache now holds as bound is left out. Returns whether pods became active, and the keys
-        of the pending pods it dropped (their Event series are forgotten)."""
+        cache now holds as bound is left out. Every worker is woken. Returns whether pods became
+        due, and the keys of the pending pods it dropped (their Event series are forgotten)."""
         pods = list(pods)
         woke = self.assigned_replace([p.assigned for p in pods if p.assigned is not None], listed_at)
         dropped = self.pending_replace([p.pending for p in pods if p.pending is not None])
+        self._work.notify_all()
         return woke, dropped
 
-    # -- pending pods of this scheduler ------------------------------------------------------------
+    # The parts of those events, each on its own. Pending pods touch only the queue, never the
+    # cache: a pod leaves the pending set when it is bound as well as when it is deleted, and a
+    # pending pod's DELETED says the same for both (see scheduling/cache.py). Only a pod seen on
+    # a node, a binding's answer or a list can free what a pod holds.
 
-    # These touch only the queue, never the cache: a pod leaves the pending set when it is
-    # bound as well as when it is deleted, and a pending pod's DELETED says the same for both
-    # (see scheduling/cache.py). Only a pod seen on a node, a binding's answer or a list can
-    # free what a pod holds.
-
+    @_locked
     def pending_replace(self, pods: Iterable[dict]) -> list[str]:
         """A list of the pending pods. Returns the keys of the pods it dropped (their Event series
         are forgotten). A listed pod that the cache holds is left out (see pending_upsert)."""
-        dropped = self.queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
+        dropped = self._queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
         for pod in dropped:
-            self.gangs.delete(pod_uid(pod))
-        for uid in self.queue.keys():
-            self._gang_upsert(uid, self.queue.pod_of(uid))
+            self._gangs.delete(pod_uid(pod))
+        for uid in self._queue.keys():
+            self._gangs.upsert_pod(uid, self._queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
 
+    @_event
     def pending_upsert(self, pod: dict) -> bool:
         """A pending pod was added or changed. Ignored when the cache holds the pod: it was
         bound (by us, or seen on a node), and this event is older than that (our own condition
@@ -106,90 +165,205 @@ class SchedulerState:
         uid = pod_uid(pod)
         if self._placed(uid):
             return False
-        self._gang_upsert(uid, pod)
-        return self.queue.upsert(uid, pod)
+        self._gangs.upsert_pod(uid, pod)
+        return self._queue.upsert(uid, pod)
 
+    @_locked
     def pending_delete(self, uid: str) -> bool:
         """The pod left the pending set: bound, or deleted. It leaves the queue (and its gang's
         pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
-        self.queue.delete(uid)
-        self.gangs.delete(uid)
+        self._queue.delete(uid)
+        self._gangs.delete(uid)
         return False
 
-    def _gang_upsert(self, uid: str, pod: dict | None) -> None:
-        try:
-            gang = gang_of(pod) if pod is not None else None
-        except GangError:
-            gang = None  # its own decision says why
-        self.gangs.upsert(uid, pod or {}, gang)
-
-    # -- pods on nodes, of every scheduler ------------------------------------------------------------
-
+    @_event
     def assigned_replace(self, pods: Iterable[AssignedPod], listed_at: float) -> bool:
-        before = self.cache.uids()
-        freed = self.cache.replace_pods(pods, listed_at)
+        before = self._cache.uids()
+        freed = self._cache.replace_pods(pods, listed_at)
         # A pod whose assumed hold expired here is not woken by its own hold leaving: it waits
         # out its backoff (else a failed binding, the list it asks for and the retry would spin).
-        return self._wake(*freed, sparing=before - self.cache.uids())
+        return self._wake(*freed, sparing=before - self._cache.uids())
 
+    @_event
     def assigned_upsert(self, pod: AssignedPod) -> bool:
-        return self._wake(self.cache.add_pod(pod))
+        return self._wake(self._cache.add_pod(pod))
 
+    @_event
     def assigned_delete(self, pod: AssignedPod) -> bool:
-        return self._wake(self.cache.remove_pod(pod.uid))
+        return self._wake(self._cache.remove_pod(pod.uid))
 
-    # -- nodes -----------------------------------------------------------------------------------
+    # == events: the node watch =====================================================================
 
-    def nodes_replace(self, nodes: Iterable[NodeInfo]) -> bool:
+    @_event
+    def nodes_listed(self, nodes: Iterable[NodeInfo]) -> bool:
         nodes = list(nodes)
         names = {n.name for n in nodes}
-        for name in self.cache.nodes.names():
+        for name in self._cache.nodes.names():
             if name not in names:
-                self.cache.delete_node(name)
+                self._cache.delete_node(name)
         woke = False
         for node in nodes:
-            woke = self.node_upsert(node) or woke
+            woke = self.node_changed(node) or woke
         return woke
 
-    def node_upsert(self, node: NodeInfo) -> bool:
+    @_event
+    def node_changed(self, node: NodeInfo) -> bool:
         """A node appeared or changed: pods waiting on it (by name or alias) are tried again at
         once, since any change to what the filters read may let them on."""
-        before = self.cache.nodes.get(node.name)
-        after = self.cache.upsert_node(node)
+        before = self._cache.nodes.get(node.name)
+        after = self._cache.upsert_node(node)
         if before == after:
             return False
         return self._wake(after.name, after.alias, before.alias if before else None)
 
-    def node_delete(self, name: str) -> None:
-        self.cache.delete_node(name)
+    @_locked
+    def node_deleted(self, name: str) -> None:
+        self._cache.delete_node(name)
 
-    # -- attempts ------------------------------------------------------------------------------------
+    # == work: the bind workers =====================================================================
 
+    @_locked
     def pop(self, now: float) -> tuple[str, dict] | None:
-        return self.queue.pop(now)
+        """The next due pod, now in flight; None when none is due."""
+        return self._queue.pop(now)
 
+    @_locked
+    def claim(self, uid: str) -> dict | None:
+        """Takes this pod off the queue, in flight, whatever it waits for (as a gang's decision
+        takes its other pods); None when it is not waiting."""
+        return self._queue.claim(uid)
+
+    def take(self, may_take: Callable[[], bool], stopping: Callable[[], bool], idle_poll: float):
+        """Blocks until a pod is due and may_take() (this replica leads, the caches have
+        synced); returns (uid, pod), in flight and counted as an attempt until attempt_ended().
+        None once stopping(). While it may not take, it looks again every idle_poll seconds."""
+        with self._lock:
+            while not stopping():
+                timeout: float | None = idle_poll
+                if may_take():
+                    now = time.monotonic()
+                    item = self._queue.pop(now)
+                    if item is not None:
+                        self._attempts += 1
+                        if self._queue.has_active():
+                            self._work.notify()
+                        return item
+                    due = self._queue.next_due()
+                    timeout = None if due is None else max(0.0, due - now)
+                self._work.wait(timeout)
+            return None
+
+    @_locked
+    def attempt_ended(self) -> None:
+        """A worker's attempt is over (its outcome recorded). While pods wait in backoff, one
+        waiting worker wakes to time the earliest (this attempt may have set it, and this
+        worker may take another pod and be busy when it ends); otherwise nobody needs waking."""
+        self._attempts -= 1
+        if self._queue.next_due() is not None:
+            self._work.notify()
+        if not self._attempts:
+            self._idle.notify_all()
+
+    @_locked
+    def wake_workers(self) -> None:
+        """Every worker looks again whether it may take a pod (leadership or stopping changed)."""
+        self._work.notify_all()
+
+    @_locked
+    def wait_idle(self, timeout: float) -> bool:
+        """Waits up to timeout for the attempts in flight to end; True if none is left."""
+        deadline = time.monotonic() + timeout
+        while self._attempts and time.monotonic() < deadline:
+            self._idle.wait(deadline - time.monotonic())
+        return self._attempts == 0
+
+    # == decisions: the scheduling cycle ===========================================================
+
+    @_locked
     def decide(self, uid: str, pod: dict, wall: float = 0.0) -> Decision | GangPlan | None:
-        """Decides for a pod taken off the queue; on "bind", assumes it (its requests and GPUs are
-        held on the node from now on). A pod of a gang is decided with its whole gang: a
+        """Decides for a pod taken off the queue; on success, assumes it (its requests and GPUs
+        are held on the node from now on). A pod of a gang is decided with its whole gang: a
         GangPlan when all of it can go (every pending pod assumed and in flight), else the
         pod's refusal. None when the pod is being deleted (dropped until its DELETED event).
         `wall`: the Unix time now, which gang timeouts are reckoned in (pods' creation times)."""
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.queue.give_up_until_changed(uid)
+            self._queue.give_up_until_changed(uid)
             return None
         try:
             gang = gang_of(pod)
         except GangError as err:
-            return Decision(pod_key(pod), None, None, bind=False, reason=str(err), retryable=False)
+            return Decision(pod_key(pod), None, None, Code.UNRESOLVABLE, reason=str(err))
         if gang is not None:
-            return decide_gang(self, uid, pod, gang, wall)
-        decision = decide(pod, self.cache, self.policy, self.reservations(wall))
+            return self._decide_gang(uid, pod, gang, wall)
+        decision = decide(pod, self._cache, self.policy, self.reservations(wall))
         if decision.bind:
-            self.assume(uid, pod, decision)
+            self._assume(uid, pod, decision)
         return decision
 
-    def assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
-        self.cache.assume(
+    def _decide_gang(self, uid: str, pod: dict, gang: str, wall: float) -> Decision | GangPlan:
+        """Any pod of a gang stands for all of it: every pending pod of the gang is decided, each
+        with the ones before it assumed (two ranks on one node must fit together), and either all
+        are taken into flight to be bound (a GangPlan), or none is assumed and the pod taken
+        waits, with an Event saying what the gang lacks. Each pod of the gang is retried on its
+        own backoff and woken by a change on any node the gang's map names, so whichever comes
+        first places the whole gang. A gang partly bound (a binding failed, the scheduler died
+        mid-gang) is decided the same way over what is left (docs/gangs.md)."""
+        view = self._gang_view(gang)
+        scheduling_map = view.scheduling_map()
+        if isinstance(scheduling_map, str):
+            return self._gang_waits(view, pod, f"waits: {scheduling_map}", (), wall)
+        nodes = map_nodes(scheduling_map, self._cache.nodes)
+        missing = view.missing(scheduling_map)
+        if missing:
+            why = (
+                f"waits for its pods of index {listed(missing)}: its map names {len(scheduling_map)} "
+                f"({len(view.pending)} pending, {len(view.placed)} bound)"
+            )
+            return self._gang_waits(view, pod, why, nodes, wall)
+        members = view.by_index()
+        if uid not in {m.uid for m in members.values()}:
+            why = f"waits: another of its pods has index {_index(pod)}, and each index takes one pod"
+            return self._gang_waits(view, pod, why, nodes, wall)
+        busy = [m for m in members.values() if m.uid != uid and self._queue.state_of(m.uid) == IN_FLIGHT]
+        if busy:
+            # Another worker is deciding or binding one of them; it goes again as soon as it is
+            # done, so that the change that woke this attempt is not lost.
+            for m in busy:
+                self._queue.nudge(m.uid)
+            why = f"waits: its pod {busy[0].key} is being tried by another worker"
+            return self._gang_waits(view, pod, why, nodes, wall)
+
+        reserved = self.reservations(wall)
+        decided: list[tuple[str, dict, Decision]] = []
+        for index in sorted(members):
+            m = members[index]
+            decision = decide(m.pod, self._cache, self.policy, reserved, gang)
+            if not decision.bind:
+                for assumed_uid, _, _ in decided:
+                    self._cache.forget(assumed_uid)
+                why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
+                return self._gang_waits(view, pod, why, nodes, wall)
+            self._assume(m.uid, m.pod, decision, gang)
+            decided.append((m.uid, m.pod, decision))
+        for member_uid, _, _ in decided:
+            if member_uid != uid:
+                self._queue.claim(member_uid)
+        decided.sort(key=lambda d: d[0] != uid)  # the pod the worker took first
+        return GangPlan(gang, tuple(decided), complete=True, newest=view.newest)
+
+    def _gang_waits(self, view: GangView, pod: dict, why: str, nodes: tuple[str, ...], wall: float) -> Decision:
+        """The pod's refusal on behalf of its gang, always retried with backoff: even a refusal
+        only a change can cure (a map the gang cannot use) may be cured by another of its pods
+        changing or appearing, which this pod's own queue entry would not notice."""
+        event, message = waiting(view, why, wall, self.gang_timeout)
+        try:
+            entry = placement_for(pod)
+        except PlacementError:
+            entry = None
+        return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
+
+    def _assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
+        self._cache.assume(
             AssignedPod(
                 uid,
                 decision.pod_key,
@@ -201,45 +375,39 @@ class SchedulerState:
             )
         )
 
-    # -- gangs ----------------------------------------------------------------------------------
+    def _gang_view(self, gang: str) -> GangView:
+        return gang_view(gang, self._gangs, self._cache)
 
-    def gang_view(self, gang: str) -> GangView:
-        return GangView(gang, self.gangs.pending(gang), tuple(self.cache.gang_pods(gang)))
-
+    @_locked
     def reservations(self, wall: float) -> dict[tuple[str, str], str] | None:
         """The GPUs held for waiting gangs (scheduling.gangs), under deny only: where GPUs may
         be shared nothing needs holding. Computed at each decision from the pods and the
         ledger as they are now, so a GPU that frees is reserved before any pod can take it."""
-        if self.policy is not SharingPolicy.DENY or not len(self.gangs):
+        if self.policy is not SharingPolicy.DENY or not len(self._gangs):
             return None
-        views = [self.gang_view(gang) for gang in self.gangs.gangs()]
-        return reservations(views, self.cache, wall, self.gang_timeout)
+        return reservations(gang_views(self._gangs, self._cache), self._cache, wall, self.gang_timeout)
 
-    def gang_counts(self, wall: float) -> dict[str, int]:
-        """Gangs with pending pods by state: waiting, partial (some pods bound), timed-out."""
-        counts = {"waiting": 0, "partial": 0, "timed-out": 0}
-        for gang in self.gangs.gangs():
-            view = self.gang_view(gang)
-            state = "partial" if view.placed else "timed-out" if view.timed_out(wall, self.gang_timeout) else "waiting"
-            counts[state] += 1
-        return counts
+    # == outcomes of an attempt ====================================================================
 
+    @_locked
     def refused(self, uid: str, decision: Decision, now: float, jitter: float) -> None:
         """The pod cannot go to its node now; it waits. The cache is left alone: a hold kept from
         an earlier binding whose answer was lost may be real (the pod watch may lag behind
         the binding), and a list settles it (see bind_failed)."""
-        if decision.retryable:
+        if decision.code is Code.UNSCHEDULABLE:
             waiting_on = (decision.entry.node if decision.entry else None, decision.node, *decision.waiting_on)
-            self.queue.retry_later(uid, now, jitter, [n for n in waiting_on if n])
+            self._queue.retry_later(uid, now, jitter, [n for n in waiting_on if n])
         else:
-            self.queue.give_up_until_changed(uid)
+            self._queue.give_up_until_changed(uid)
 
+    @_locked
     def bound(self, uid: str, now: float) -> None:
         """The binding was stored (or the pod already had a node: a 409 "already assigned").
         The hold stays assumed until the pod watch shows where the pod is."""
-        self.cache.finish_binding(uid, now)
-        self.queue.done(uid)
+        self._cache.finish_binding(uid, now)
+        self._queue.done(uid)
 
+    @_event
     def bind_failed(self, uid: str, node: str | None, maybe_stored: bool, now: float, jitter: float) -> bool:
         """The binding failed. When the answer proves it was not stored (a 4xx), the hold goes.
         When it does not (no answer, a 5xx, a 409 from a storage error) the binding may have
@@ -248,46 +416,113 @@ class SchedulerState:
         pod watch asks for that list (next_relist, watches.py). Either way the pod is tried again later."""
         woke = False
         if maybe_stored:
-            self.cache.binding_unknown(uid, now)
+            self._cache.binding_unknown(uid, now)
         else:
-            woke = self._wake(self.cache.forget(uid))
-        self.queue.retry_later(uid, now, jitter, [node] if node else ())
+            woke = self._wake(self._cache.forget(uid))
+        self._queue.retry_later(uid, now, jitter, [node] if node else ())
         return woke
 
-    def next_relist(self, after: float = float("-inf")) -> float | None:
-        """When a list of the pods on nodes can next end a hold in doubt (None: none is)."""
-        return self.cache.next_doubt_settles(after)
-
+    @_event
     def pod_gone(self, uid: str) -> bool:
         """The binding answered 404: the pod was deleted before it."""
-        self.queue.done(uid)
-        return self._wake(self.cache.forget(uid))
+        self._queue.done(uid)
+        return self._wake(self._cache.forget(uid))
 
+    @_event
     def not_leading(self, uid: str, now: float, jitter: float) -> bool:
         """Leadership ended between the decision and the binding: nothing was sent."""
-        woke = self._wake(self.cache.forget(uid))
-        self.queue.retry_later(uid, now, jitter)
+        woke = self._wake(self._cache.forget(uid))
+        self._queue.retry_later(uid, now, jitter)
         return woke
 
-    def attempt_failed(self, uid: str, now: float, jitter: float) -> bool:
+    @_locked
+    def attempt_failed(self, uid: str, now: float, jitter: float) -> None:
         """The attempt raised (a bug, not an answer from the API server). Whether its binding
         was sent is not known: a hold whose binding call had not ended is kept in doubt, like
         a lost answer (freeing it could give its GPU to another pod while the binding lands);
         one whose binding call ended stays for the watch to confirm or a list to end."""
-        if self.cache.binding_in_flight(uid):
-            self.cache.binding_unknown(uid, now)
-        self.queue.retry_later(uid, now, jitter)
-        return False
+        if self._cache.binding_in_flight(uid):
+            self._cache.binding_unknown(uid, now)
+        self._queue.retry_later(uid, now, jitter)
 
-    # -- internals -----------------------------------------------------------------------------------
+    @_locked
+    def next_relist(self, after: float = float("-inf")) -> float | None:
+        """When a list of the pods on nodes can next end a hold in doubt (None: none is)."""
+        return self._cache.next_doubt_settles(after)
+
+    # == reading: metrics, `gpu-scheduler gpus` and tests ============================================
+
+    @_locked
+    def queue_counts(self) -> dict[str, int]:
+        return self._queue.counts()
+
+    @_locked
+    def queue_state(self, uid: str) -> str | None:
+        """The pod's state in the queue (queue.STATES), None when it is not queued."""
+        return self._queue.state_of(uid)
+
+    @_locked
+    def waiting_on(self, uid: str) -> tuple[str, ...]:
+        return self._queue.waiting_on(uid)
+
+    @_locked
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @_locked
+    def check_queue(self) -> None:
+        """Raises AssertionError when the queue's indexes disagree (for tests)."""
+        self._queue.check()
+
+    @_locked
+    def gpus_held(self) -> dict[str, int]:
+        return self._cache.ledger.held_per_node()
+
+    @_locked
+    def gpu_holders(self) -> list[tuple[str, str, str]]:
+        return self._cache.ledger.held()
+
+    @_locked
+    def holders(self) -> dict[tuple[str, str], list[str]]:
+        """(node, GPU key) -> the UIDs of the pods holding it."""
+        return {where: sorted(uids) for where, uids in self._cache.ledger.holders().items()}
+
+    @_locked
+    def held_by(self, uid: str) -> AssignedPod | None:
+        """What the pod holds on its node (assumed or seen there), None when nothing."""
+        return self._cache.pod(uid)
+
+    @_locked
+    def assumed(self) -> frozenset[str]:
+        """The pods held on the scheduler's word alone, not yet seen on their node."""
+        return self._cache.assumed_uids()
+
+    @_locked
+    def gang_counts(self, wall: float) -> dict[str, int]:
+        """Gangs with pending pods by state: waiting, partial (some pods bound), timed-out."""
+        return gang_counts(gang_views(self._gangs, self._cache), wall, self.gang_timeout)
+
+    def __contains__(self, uid: str) -> bool:
+        """Whether the pod is queued."""
+        with self._lock:
+            return uid in self._queue
+
+    # -- internals: called under the lock ----------------------------------------------------------
 
     def _placed(self, uid: str) -> bool:
         """The cache holds the pod as bound: seen on a node, or bound by us (answered). A pod
         whose binding is in flight or in doubt stays queued: a change to it is remembered for
         its retry (the queue's changed_in_flight), and a 409 "already assigned" ends it."""
-        cache = self.cache
+        cache = self._cache
         return cache.pod(uid) is not None and not cache.is_doubtful(uid) and not cache.binding_in_flight(uid)
 
     def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
         """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
-        return self.queue.wake([n for n in names if n], sparing) > 0
+        return self._queue.wake([n for n in names if n], sparing) > 0
+
+
+def _index(pod: dict) -> str:
+    try:
+        return str(placement_for(pod).index)
+    except PlacementError:
+        return "?"

@@ -4,7 +4,7 @@ One informer of every pod not finished, of every scheduler and namespace: this
 scheduler's unbound pods go to the queue, pods on nodes (of any scheduler) to
 the nodes' usage and the GPU ledger. One informer of every node: the node
 index. Their handlers run on the informers' threads and change the state only
-through LockedState; they also say whether the caches have listed once and are
+through its named events; they also say whether the caches have listed once and are
 kept current (for the workers and /readyz), and ask the pod informer for the
 lists that end holds in doubt.
 """
@@ -22,21 +22,20 @@ from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR, WatchedPod, node_inf
 from gpu_scheduler.scheduling import NodeInfo
 
 from .announce import Announcer
-from .locked_state import LockedState
+from .state import SchedulerState
 
 
 class Watches:
     def __init__(
         self,
         client: KubeClient,
-        locked: LockedState,
+        state: SchedulerState,
         announcer: Announcer,
         scheduler_name: str,
         namespace: str | None,
         alias_label: str,
     ) -> None:
-        self._locked = locked
-        self._state = locked.state
+        self._state = state
         self._announcer = announcer
         self.informers = [
             # Every namespace, whatever --namespace says: pods of other namespaces and
@@ -99,17 +98,14 @@ class Watches:
         """Asks the pods informer for a list at the time the next hold in doubt settles
         (a binding whose answer was lost): a list started then shows whether it was stored.
         The informer merges these requests and spaces them out (informer.request_resync)."""
-        with self._locked.lock:
-            at = self._state.next_relist(after)
+        at = self._state.next_relist(after)
         if at is not None:
             self._pods.request_resync(at)
 
     # -- handlers (called on informer threads) -----------------------------------------------
 
     def _pods_replace(self, pods: list[WatchedPod], listed_at: float) -> None:
-        with self._locked.work:
-            _, dropped = self._state.pods_listed(pods, listed_at)
-            self._locked.work.notify_all()
+        _, dropped = self._state.pods_listed(pods, listed_at)
         # A pod that left while the watch was away is placed or gone: its Event series goes.
         for key in dropped:
             self._announcer.forget_series(key)
@@ -117,27 +113,27 @@ class Watches:
         self.relist_for_doubts(after=listed_at)
 
     def _pod_upsert(self, pod: WatchedPod) -> None:
-        self._locked.update(self._state.pod_changed, pod)
+        self._state.pod_changed(pod)
         if pod.ours and pod.assigned is not None:
             self._announcer.forget(pod.uid, pod.key)  # placed, by us or by anyone
 
     def _pod_delete(self, pod: WatchedPod) -> None:
-        self._locked.update(self._state.pod_deleted, pod)
+        self._state.pod_deleted(pod)
         if pod.ours:
             self._announcer.forget(pod.uid, pod.key)
 
     def _nodes_replace(self, nodes: list[NodeInfo], _listed_at: float) -> None:
         for node in nodes:
             self._announcer.node_seen(node)
-        self._locked.update(self._state.nodes_replace, nodes)
+        self._state.nodes_listed(nodes)
 
     def _node_upsert(self, node: NodeInfo) -> None:
         self._announcer.node_seen(node)
-        self._locked.update(self._state.node_upsert, node)
+        self._state.node_changed(node)
 
     def _node_delete(self, node: NodeInfo) -> None:
         self._announcer.node_deleted(node.name)
-        self._locked.update(self._state.node_delete, node.name)
+        self._state.node_deleted(node.name)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
 from .cache import AssignedPod, ClusterCache
-from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Decision, decide
+from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Code, Decision, decide
 from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
@@ -28,6 +28,7 @@ __all__ = [
     "AssignedPod",
     "BindWarning",
     "ClusterCache",
+    "Code",
     "Decision",
     "FilterFailure",
     "GpuLedger",

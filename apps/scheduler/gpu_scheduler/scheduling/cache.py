@@ -28,7 +28,7 @@ when an object leaves a field selector, and "bound" cannot be told from
 the node: tests/testdata/watch_shapes.json, recorded from a real kube-apiserver.)
 
 Pods are keyed by UID: a pod deleted and recreated under the same name is
-another pod. Pure and single-threaded; the scheduler calls it under its lock (scheduler/locked_state.py).
+another pod. Pure and single-threaded; the scheduler calls it under its lock (scheduler/state.py).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ the cache, acts on the Decision (assume, bind, events, retry).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,18 +36,37 @@ GPU_SHARED = "GPUShared"
 ENV_NOT_INJECTED = "CUDAEnvNotInjected"
 
 
+class Code(enum.Enum):
+    """What a decision says, named as kube-scheduler's framework Status codes are."""
+
+    SUCCESS = "Success"  # bind the pod to its node
+    # Not now: time or a change to a node may let it on, so it is retried with backoff and
+    # woken by a change of the nodes it waits on.
+    UNSCHEDULABLE = "Unschedulable"
+    # Only a change to the pod itself can help (a broken map, no index): not retried until then.
+    UNRESOLVABLE = "UnschedulableAndUnresolvable"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     pod_key: str
     entry: MapEntry | None
     node: str | None  # the resolved node's real name
-    bind: bool
+    code: Code
     reason: str | None = None  # why not, for a FailedScheduling event
     warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
-    retryable: bool = False  # True: time or a node change can help; False: only a change to the pod can
     plugin: str | None = None  # the filter that refused the node, if one did
     event: str = "FailedScheduling"  # the Event's reason when refused (a gang's: GangWaiting, ...)
     waiting_on: tuple[str, ...] = ()  # nodes whose changes may let it on, beyond its own (a gang's)
+
+    @property
+    def bind(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    @property
+    def retryable(self) -> bool:
+        """Time or a node change can help (False: only a change to the pod can)."""
+        return self.code is Code.UNSCHEDULABLE
 
     @property
     def index(self) -> int | None:
@@ -84,8 +104,7 @@ def _containers_disagree(key: str, entry: MapEntry, given: ContainerDevices) -> 
         key,
         entry,
         None,
-        bind=False,
-        retryable=False,
+        code=Code.UNRESOLVABLE,
         reason=(
             f"the pod's containers were created with different {CUDA_ENV} ({given.describe()}); "
             "the gpu-scheduler webhook gives every container the same devices, so it did not set these, "
@@ -101,8 +120,7 @@ def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
         key,
         entry,
         None,
-        bind=False,
-        retryable=False,
+        code=Code.UNRESOLVABLE,
         reason=(
             f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod's "
             f"containers were created with {CUDA_ENV}={injected}; delete the pod so that it is recreated"
@@ -166,7 +184,7 @@ def decide(
     try:
         entry = placement_for(pod)
     except PlacementError as err:
-        return Decision(key, None, None, bind=False, reason=str(err), retryable=False)
+        return Decision(key, None, None, code=Code.UNRESOLVABLE, reason=str(err))
 
     given = container_devices(pod)
     if given.disagree:
@@ -178,15 +196,14 @@ def decide(
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
-        return Decision(key, entry, None, bind=False, reason=str(err), retryable=True)
+        return Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=str(err))
     failure = run_filters(pod.get("spec") or {}, pod.get("requests") or (), entry.devices, node, cache.usage(node.name))
     if failure is not None:
         return Decision(
             key,
             entry,
             node.name,
-            bind=False,
-            retryable=True,
+            code=Code.UNSCHEDULABLE,
             reason=unavailable_message(failure, node.name, entry.line),
             plugin=failure.plugin,
         )
@@ -197,5 +214,5 @@ def decide(
     taken = reserved_for_others(reserved, cache, node.name, entry.devices, gang) if reserved else []
     refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy, taken)
     if refusal is not None:
-        return Decision(key, entry, node.name, bind=False, retryable=True, reason=refusal)
-    return Decision(key, entry, node.name, bind=True, warnings=(*warnings, *shared))
+        return Decision(key, entry, node.name, code=Code.UNSCHEDULABLE, reason=refusal)
+    return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=(*warnings, *shared))

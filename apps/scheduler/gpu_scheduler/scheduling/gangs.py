@@ -25,10 +25,12 @@ from dataclasses import dataclass
 
 from ..placement import InvalidMapError, MissingMapError, SchedulingMap, map_text, parse_map, pod_index, pod_key
 from ..placement.errors import PlacementError
-from ..placement.gang import created_at
+from ..placement.gang import GangError, created_at, gang_of
 from .cache import AssignedPod, ClusterCache
-from .nodes import NodeResolutionError
+from .nodes import NodeIndex, NodeResolutionError
 
+# How long a gang waits with its GPUs reserved (the scheduler's --gang-timeout-seconds).
+GANG_TIMEOUT_SECONDS = 300.0
 # A message lists this many indexes or GPUs at most; an Event keeps 1 KiB.
 MAX_LISTED = 8
 GANG_WAITING = "GangWaiting"
@@ -178,6 +180,15 @@ class PendingGangs:
         self._members: dict[str, dict[str, Member]] = {}  # gang -> uid -> member
         self._gang_of: dict[str, str] = {}  # uid -> gang
 
+    def upsert_pod(self, uid: str, pod: dict | None) -> None:
+        """A pending pod was added or changed: kept under the gang it asks for, if any. A pod
+        whose gang cannot be told is in none (its own decision says why)."""
+        try:
+            gang = gang_of(pod) if pod is not None else None
+        except GangError:
+            gang = None
+        self.upsert(uid, pod or {}, gang)
+
     def upsert(self, uid: str, pod: dict, gang: str | None) -> None:
         """A pending pod was added or changed (gang None: not, or no longer, in a gang). A pod
         being deleted counts as gone: its replacement is the member to wait for."""
@@ -218,3 +229,77 @@ class GangPlan:
     members: tuple[tuple[str, dict, object], ...]  # (uid, pod, Decision)
     complete: bool  # binding these completes the gang (nothing else pending or missing)
     newest: float  # creation of its newest pending pod: time to complete is measured from it
+
+
+# -- what the scheduler and `gpu-scheduler gpus` both read of the gangs -----------------------------
+
+
+def gang_view(gang: str, pending: PendingGangs, cache: ClusterCache) -> GangView:
+    return GangView(gang, pending.pending(gang), tuple(cache.gang_pods(gang)))
+
+
+def gang_views(pending: PendingGangs, cache: ClusterCache) -> list[GangView]:
+    return [gang_view(gang, pending, cache) for gang in pending.gangs()]
+
+
+def gang_counts(views: Iterable[GangView], now: float, timeout: float) -> dict[str, int]:
+    """Gangs with pending pods by state: waiting, partial (some pods bound), timed-out."""
+    counts = {"waiting": 0, "partial": 0, "timed-out": 0}
+    for view in views:
+        state = "partial" if view.placed else "timed-out" if view.timed_out(now, timeout) else "waiting"
+        counts[state] += 1
+    return counts
+
+
+def reserved_devices(
+    views: Iterable[GangView], cache: ClusterCache, reserved: Mapping[tuple[str, str], str]
+) -> dict[str, dict[str, str]]:
+    """node -> device, as the gang's map writes it -> the gang: `reserved` (ledger keys) read
+    back through the maps of the gangs that hold them."""
+    found: dict[str, dict[str, str]] = {}
+    for view in views:
+        scheduling_map = view.scheduling_map()
+        if isinstance(scheduling_map, str):
+            continue
+        for entry in scheduling_map.values():
+            try:
+                node = cache.nodes.resolve(entry.node).name
+            except NodeResolutionError:
+                continue
+            for device in entry.devices:
+                if reserved.get((node, cache.ledger.key(node, device))) == view.key:
+                    found.setdefault(node, {})[device] = view.key
+    return found
+
+
+def map_nodes(scheduling_map: SchedulingMap, nodes: NodeIndex) -> tuple[str, ...]:
+    """Every node a gang's map names, as written and as resolved: a change to any of them may
+    be what lets the whole gang on."""
+    names: dict[str, None] = {}
+    for entry in scheduling_map.values():
+        names[entry.node] = None
+        try:
+            names[nodes.resolve(entry.node).name] = None
+        except NodeResolutionError:
+            pass
+    return tuple(names)
+
+
+def waiting(view: GangView, why: str, now: float, timeout: float) -> tuple[str, str]:
+    """(Event reason, message) of a pod held back on behalf of its gang."""
+    bound = ""
+    event = GANG_WAITING
+    if view.placed:
+        event = GANG_PARTIAL
+        bound = (
+            f" is partly bound (index {listed(sorted(view.placed_indexes()))} bound: they stay bound, "
+            "and the GPUs of the rest stay reserved for it until they are bound too) and"
+        )
+    message = f"gang {view.key}{bound} {why}; none of its waiting pods is bound until all of them can be"
+    if view.timed_out(now, timeout):
+        event = GANG_TIMEOUT
+        message += (
+            f"; it has waited more than {timeout:g} s since its newest pod was created, so the GPUs "
+            "it needs are no longer reserved for it (a change to its pods starts the clock again)"
+        )
+    return event, message

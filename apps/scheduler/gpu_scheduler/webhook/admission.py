@@ -81,7 +81,7 @@ class BadRequest(ValueError):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Answer:
     review: dict  # the AdmissionReview to send back
     result: str  # allowed, patched or denied
     fields: dict = field(default_factory=dict)  # what the log line reports
@@ -181,20 +181,20 @@ def _response(request: dict, **fields: object) -> dict:
     }
 
 
-def _pass(request: dict, fields: dict) -> Decision:
-    return Decision(_response(request, allowed=True), ALLOWED, fields, examined=False)
+def _pass(request: dict, fields: dict) -> Answer:
+    return Answer(_response(request, allowed=True), ALLOWED, fields, examined=False)
 
 
-def _allow(request: dict, fields: dict, warnings: list[str] | None = None) -> Decision:
+def _allow(request: dict, fields: dict, warnings: list[str] | None = None) -> Answer:
     extra = {"warnings": warnings} if warnings else {}
-    return Decision(_response(request, allowed=True, **extra), ALLOWED, fields)
+    return Answer(_response(request, allowed=True, **extra), ALLOWED, fields)
 
 
-def _deny(request: dict, message: str, fields: dict) -> Decision:
+def _deny(request: dict, message: str, fields: dict) -> Answer:
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     status = {"code": DENIED_CODE, "message": message}
-    return Decision(
+    return Answer(
         _response(request, allowed=False, status=status),
         DENIED,
         dict(fields, message=message),
@@ -208,7 +208,7 @@ def _map_errors(err: InvalidMapError) -> str:
 # -- /mutate ---------------------------------------------------------------
 
 
-def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None) -> Decision:
+def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None) -> Answer:
     """Give a new pod of `scheduler_name` its placement, or deny it with the reason;
     give a debug container added to a running pod of ours the devices of its pod.
 
@@ -327,16 +327,16 @@ def _created_on_maybe_another_node(who: str, node_name: str, entry: MapEntry, wh
     )
 
 
-def _patched(request: dict, operations: list[dict], fields: dict, warnings: list[str] | None = None) -> Decision:
+def _patched(request: dict, operations: list[dict], fields: dict, warnings: list[str] | None = None) -> Answer:
     if not operations:
         return _allow(request, fields, warnings)
     extra = {"warnings": warnings} if warnings else {}
     patch = base64.b64encode(orjson.dumps(operations)).decode("ascii")
     review_out = _response(request, allowed=True, patchType="JSONPatch", patch=patch, **extra)
-    return Decision(review_out, PATCHED, fields)
+    return Answer(review_out, PATCHED, fields)
 
 
-def _debug_containers(request: dict, scheduler_name: str) -> Decision:
+def _debug_containers(request: dict, scheduler_name: str) -> Answer:
     """`kubectl debug` on a pod of ours (the pods/ephemeralcontainers subresource).
 
     The new ephemeral containers get the devices the pod's other containers
@@ -381,7 +381,7 @@ UNINDEXED_KINDS = {"Deployment", "ReplicaSet", "DaemonSet"}
 MAX_LISTED_INDEXES = 10
 
 
-def validate(review: object, scheduler_name: str) -> Decision:
+def validate(review: object, scheduler_name: str) -> Answer:
     """Deny a Pod or workload of `scheduler_name` whose map annotation is invalid."""
     request = read_review(review)
     group, kind = _request_kind(request)

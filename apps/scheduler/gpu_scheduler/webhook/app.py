@@ -81,7 +81,7 @@ def create_app(
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
-    def admit(operation: str, decide: Callable[[object, str], admission.Decision]) -> Response:
+    def admit(operation: str, decide: Callable[[object, str], admission.Answer]) -> Response:
         started = time.perf_counter()
         try:
             # Reading the body here (not in Flask) makes an oversized one raise

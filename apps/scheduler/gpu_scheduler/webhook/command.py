@@ -6,7 +6,8 @@ import argparse
 import logging
 import tempfile
 
-from ..config import boolean, env, env_help, positive_int
+from ..config import DEFAULT_SCHEDULER_NAME, boolean, env, env_help, positive_int
+from ..scheduling.nodes import DEFAULT_ALIAS_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scheduler-name",
-        default=env("SCHEDULER_NAME", "gpu-scheduler"),
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
         help=env_help("schedulerName of the pods to handle", "SCHEDULER_NAME"),
     )
     parser.add_argument(
@@ -65,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--alias-label",
-        default=env("ALIAS_LABEL", "gpu-node-name"),
+        default=env("ALIAS_LABEL", DEFAULT_ALIAS_LABEL),
         help=env_help("node label whose value a map may use instead of the node name", "ALIAS_LABEL"),
     )
     parser.add_argument(

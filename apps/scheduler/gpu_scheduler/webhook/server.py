@@ -2,10 +2,9 @@
 
 granian is an HTTP server written in Rust: it parses HTTP and speaks TLS (rustls)
 outside the GIL and calls the Flask app in a pool of Python threads in each worker
-process. Measured on the whole webhook it costs 0.51-0.54 CPU ms per admission at
-500/s against 0.61-0.67 on gunicorn's gevent worker, which the webhook ran on
-before, and 0.33 against 0.48 ms for the same answer from a bare Flask route (make
-bench, stack floor of the 2026-11-28 00:09 run; docs/benchmarks.md).
+process: it costs less CPU per admission than gunicorn's gevent worker, which the
+webhook ran on before (the measurements: docs/logs/benchmarks.md, "Measurements
+behind the code").
 
 A granian worker loads the certificate and key from their files when it starts, so
 a new pair needs new workers. The master watches the files (ReloadingTLS, checked by
@@ -22,11 +21,10 @@ its connections: it closes the idle ones at once, and it closes an HTTP/1.1 one 
 for 30 s anyway (hyper's header read timeout). kube-apiserver keeps an idle
 connection to the webhook for 90 s and reuses it; a POST it writes on an HTTP/1.1
 connection the worker is closing fails (Go retries no POST it began to write), and
-the admission is refused: 2, 6 and 1 of about 10,500 admissions over 6 rotations in
-three runs of tests/faults/test_rotation_under_admission_load.py; one in a renewal on
-KinD. Over HTTP/2 a stopping worker first sends GOAWAY, naming the last request it
-will answer: the API server sends the next ones down another connection and retries
-those the GOAWAY turned away (0 failed in three runs of the same test). The kubelet's
+the admission is refused (tests/faults/test_rotation_under_admission_load.py saw it).
+Over HTTP/2 a stopping worker first sends GOAWAY, naming the last request it will
+answer: the API server sends the next ones down another connection and retries
+those the GOAWAY turned away. The kubelet's
 probes and Prometheus keep HTTP/1.1. A TLS handshake a worker has in progress when it
 stops is still dropped with its listener; the API server dials only when every
 connection it has is busy or gone, so it meets that only if it dials in the
@@ -35,11 +33,9 @@ millisecond a worker stops.
 A connection takes H2_STREAMS_PER_CONNECTION requests at a time: a Go client with
 more in flight opens another connection, which the kernel may give to another worker,
 as over HTTP/1.1. With granian's default (200) a Go client sends everything down one
-connection to one worker: make bench's vegeta at 500 new maps per second had a p99
-of 75 ms, against 4 ms with 2 and 4 ms over HTTP/1.1, at the same CPU per request
-(BENCH_PHASES=admission, 2026-11-29 10:12, 10:23 and 10:18). A burst through the API
-server was about 11% slower over HTTP/2 than over HTTP/1.1 (6 rounds each, alternating;
-docs/benchmarks.md): the price of admissions that a rotation does not refuse.
+connection to one worker, and the tail latency grows many times over. HTTP/2 costs a
+burst through the API server some throughput against HTTP/1.1: the price of
+admissions that a rotation does not refuse (both measured: docs/logs/benchmarks.md).
 """
 
 from __future__ import annotations
