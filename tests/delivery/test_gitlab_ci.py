@@ -52,8 +52,58 @@ def run_pipeline(tool, *args: str, timeout: float = 300):
     )
 
 
-# The jobs whose failure must stop a release.
-TEST_JOBS = ["lint", "test-unit", "test-cluster", "e2e-kind"]
+RELEASE_STAGE = "release"
+# What a release tag's pipeline is, for its rules: GitLab's variables of a pushed tag; every
+# other one unset.
+TAG_PIPELINE = {"CI_COMMIT_TAG": "v1.2.3", "CI_PIPELINE_SOURCE": "push", "CI_DEFAULT_BRANCH": "main"}
+
+
+def condition_holds(condition: str, variables: dict[str, str]) -> bool:
+    """A `rules: if:` expression of the forms this file uses ($A, $A == $B, $A == "x", !=, &&,
+    ||), evaluated for `variables`; any other form is an error, never a guess."""
+
+    def value(term: str) -> str | None:
+        if found := re.fullmatch(r"\$(\w+)", term.strip()):
+            return variables.get(found[1])
+        if found := re.fullmatch(r'"([^"]*)"', term.strip()):
+            return found[1]
+        raise AssertionError(f"a rules:if term this test cannot read: {term!r} in {condition!r}")
+
+    def holds(atom: str) -> bool:
+        if found := re.fullmatch(r"(.+?)\s*(==|!=)\s*(.+)", atom.strip()):
+            return (value(found[1]) == value(found[3])) == (found[2] == "==")
+        return bool(value(atom))
+
+    return any(all(holds(atom) for atom in either.split("&&")) for either in condition.split("||"))
+
+
+def runs_in(job: dict, variables: dict[str, str]) -> bool:
+    """Whether a pipeline with `variables` has `job`: its first rule that matches (GitLab's order)
+    says, and no rules means every pipeline."""
+    rules = job.get("rules", next((base["rules"] for base in bases_of(job) if "rules" in base), None))
+    if rules is None:
+        return True
+    for rule in rules:
+        if "if" not in rule or condition_holds(rule["if"], variables):
+            return rule.get("when", "on_success") != "never"
+    return False
+
+
+def before_the_release() -> dict[str, dict]:
+    """Every job of a stage before the release stage: lint, the tests, the build, the e2e."""
+    stages = CI["stages"][: CI["stages"].index(RELEASE_STAGE)]
+    return {name: job for name, job in JOBS.items() if job["stage"] in stages}
+
+
+def waits_for(name: str) -> set[str]:
+    """Every job `name` waits for: its needs, theirs, and so on."""
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        for need in needs_of(JOBS[todo.pop()]) - found:
+            found.add(need)
+            todo.append(need)
+    return found
 
 
 def test_stages_run_lint_test_build_e2e_release_deploy():
@@ -112,10 +162,41 @@ def needs_of(job: dict) -> set[str]:
     return {need if isinstance(need, str) else need["job"] for need in job.get("needs", [])}
 
 
+def test_every_release_job_waits_for_every_job_of_the_stages_before_it():
+    """What must pass before a release is read from the file's stages, not from a list kept
+    here: a job added to lint, test, build or e2e gates the release, or this fails."""
+    gating = before_the_release()
+    releasing = [name for name, job in JOBS.items() if job["stage"] == RELEASE_STAGE]
+
+    # A rule that left a test job out of tag pipelines would let a release pass without it.
+    assert [name for name, job in gating.items() if not runs_in(job, TAG_PIPELINE)] == []
+    assert releasing
+    late = {name: sorted(set(gating) - waits_for(name)) for name in releasing}
+    assert late == dict.fromkeys(releasing, []), f"release jobs that do not wait for these: {late}"
+
+
+def test_the_rule_reader_knows_a_tag_pipeline_from_a_branch_pipeline():
+    """The checker itself: the rules of this file read for a tag and for a branch."""
+    branch = {"CI_COMMIT_BRANCH": "main", "CI_PIPELINE_SOURCE": "push", "CI_DEFAULT_BRANCH": "main"}
+    assert condition_holds("$CI_COMMIT_TAG", TAG_PIPELINE)
+    assert not condition_holds("$CI_COMMIT_TAG", branch)
+    assert not condition_holds("$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", TAG_PIPELINE)
+    assert condition_holds("$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", branch)
+    assert not condition_holds('$CI_PIPELINE_SOURCE == "merge_request_event"', branch)
+    assert condition_holds('$CI_PIPELINE_SOURCE != "merge_request_event" && $CI_COMMIT_BRANCH', branch)
+    assert not condition_holds("$CI_COMMIT_BRANCH && $CI_OPEN_MERGE_REQUESTS", branch)
+    with pytest.raises(AssertionError, match="cannot read"):
+        condition_holds("$CI_COMMIT_TAG =~ /^v/", TAG_PIPELINE)
+    assert runs_in(JOBS["promote"], TAG_PIPELINE) and not runs_in(JOBS["promote"], branch)
+    assert runs_in(JOBS["e2e-kind"], TAG_PIPELINE) and runs_in(JOBS["e2e-kind"], branch)
+    assert runs_in(JOBS["deploy"], TAG_PIPELINE) and not runs_in(JOBS["release-check"], branch)
+
+
 def test_a_release_needs_every_test_job_and_promotes_the_tested_digests():
     promote = JOBS["promote"]
 
-    assert needs_of(promote) == {"release-check", "build-image", *TEST_JOBS}
+    # promote makes the release tags: it waits for each of those jobs itself.
+    assert needs_of(promote) == set(before_the_release())
     # Not optional: a test job that did not pass (or did not run) stops it.
     assert all(isinstance(need, str) for need in promote["needs"]), promote["needs"]
     assert promote["script"] == ["scripts/promote.sh"]

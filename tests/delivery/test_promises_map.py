@@ -2,8 +2,11 @@
 
 The map stays true by being checked: each quoted phrase is still in the README (line breaks
 aside), each named test is still defined in its file (read with `ast`: nothing is imported
-or run), and the stages named are the ones the test's markers put it in (pytest.ini's
-markers, the Makefile's UNIT_TESTS, scripts/test.sh). Pure file reading: no subprocess.
+or run), and the stages named are the ones make test runs the test in. Those are read, not
+copied: scripts/test.sh's `stage` lines, the make targets, scripts/*.sh subcommands and shell
+functions they call, down to each pytest command's -m expression, paths and --deselect,
+applied to the test's markers. A promise about a running system (`runtime`) must have a test
+in a stage that runs one. Pure file reading: no subprocess.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import shlex
 from dataclasses import dataclass
 
 import pytest
@@ -21,8 +25,7 @@ pytestmark = pytest.mark.delivery
 
 PAGE = REPO / "docs" / "promises.md"
 README = REPO / "README.md"
-HEADER = ["promise (README)", "proved by", "where it runs"]
-STAGES = ("unit", "images", "cluster", "compat", "kind", "argocd", "pipeline")
+HEADER = ["promise (README)", "proved by", "where it runs", "about"]
 # `path/to/test_file.py::test_name`, `path/to/test_file.py::Class::test_name`, or
 # `path/to/test_file.py` alone: every test of a file (for a file still being written).
 TEST_ID = re.compile(r"`([^`\s]+\.py)(?:::([A-Za-z_]\w*(?:::[A-Za-z_]\w*)?))?`")
@@ -35,6 +38,7 @@ class Row:
     phrase: str
     tests: tuple[tuple[str, str], ...]  # (file, "name", "Class::name" or "" for the whole file)
     stages: frozenset[str]
+    about: str  # runtime: what a running system does; build: what the checkout and its tools do
 
     def __str__(self) -> str:
         return f"docs/promises.md line {self.line} ({self.phrase!r})"
@@ -59,15 +63,16 @@ def table() -> tuple[Row, ...]:
         if not line.startswith("|"):
             break
         found = cells(line)
-        assert len(found) == 3, f"docs/promises.md line {number}: {len(found)} cells, not 3 (a '|' in a cell?)"
-        promise, proof, where = found
+        assert len(found) == 4, f"docs/promises.md line {number}: {len(found)} cells, not 4 (a '|' in a cell?)"
+        promise, proof, where, about = found
         quoted = re.fullmatch(r'"([^"]+)"', promise)
         assert quoted, f'docs/promises.md line {number}: the promise is not one "quoted phrase": {promise}'
         tests = TEST_ID.findall(proof)
         leftover = re.sub(r"<br>|,", " ", TEST_ID.sub("", proof)).strip()
         assert tests and not leftover, f"docs/promises.md line {number}: not a list of `file.py::test`: {proof}"
         stages = [stage.strip() for stage in where.split(",")]
-        rows.append(Row(number, quoted[1], tuple(tests), frozenset(stages)))
+        assert about in ABOUT, f"docs/promises.md line {number}: about {about!r}, not one of {ABOUT}"
+        rows.append(Row(number, quoted[1], tuple(tests), frozenset(stages), about))
     return tuple(rows)
 
 
@@ -148,7 +153,217 @@ def test_each_named_test_is_defined_in_its_file():
     assert not problems, "\n".join(problems)
 
 
-# -- where they run --------------------------------------------------------------------------
+# -- where they run: read from scripts/test.sh, the Makefile and the scripts they call ----------
+
+TEST_SH = REPO / "scripts" / "test.sh"
+MAKEFILES = (REPO / "Makefile", *sorted((REPO / "mk").glob("*.mk")))
+# The page's names for the stages of scripts/test.sh that run tests (its `stage NAME` names).
+PAGE_STAGES = {
+    "unit": {"unit"},
+    "images": {"images"},
+    "cluster": {"cluster"},
+    "compat": {"compat"},
+    "kind": {"kind-e2e", "kind-tests", "kind-down"},
+    "argocd": {"argocd-e2e"},
+    "pipeline": {"pipeline-blocked", "pipeline-release"},
+}
+STAGES = tuple(PAGE_STAGES)
+# scripts/test.sh's stages for a machine without Go or Docker ("... (no Go: skipped)"): they
+# only report those tests skipped, and under CI=true the run fails before them.
+NOT_RUN = re.compile(r"\(no [\w ]+: skipped\)")
+# The stages that run a system: a local control plane, KinD, Argo CD in KinD, the pipeline on
+# it. A promise about what runs (the `runtime` rows) needs a test in one of them.
+RUNNING = {"cluster", "compat", "kind", "argocd", "pipeline"}
+ABOUT = ("runtime", "build")
+PYTEST_OPTIONS_WITH_VALUES = {"-m", "-k", "-n", "-p", "--deselect"}
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    """One pytest command of make test: its -m expression, its paths, what it deselects, and the
+    environment names set for it."""
+
+    markers: str
+    paths: tuple[str, ...]
+    deselected: tuple[str, ...]
+    env: frozenset[str]
+
+
+def logical_lines(text: str) -> list[str]:
+    """The lines of a shell script or makefile with backslash continuations joined."""
+    return [line for line in re.sub(r"\\\n\s*", " ", text).splitlines() if not line.lstrip().startswith("#")]
+
+
+@functools.cache
+def make_variables() -> dict[str, str]:
+    found = {}
+    for path in MAKEFILES:
+        for line in logical_lines(path.read_text()):
+            if assigned := re.match(r"^([A-Z_][A-Z0-9_]*)\s*(?::=|\?=|=)\s*(.*)$", line):
+                found.setdefault(assigned[1], assigned[2].strip())
+    return found
+
+
+@functools.cache
+def make_recipes() -> dict[str, tuple[str, ...]]:
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for path in MAKEFILES:
+        for line in logical_lines(path.read_text()):
+            if line.startswith("\t") and target:
+                recipes[target].append(line.strip())
+            elif rule := re.match(r"^([\w.-]+(?: [\w.-]+)*):(?!=)", line):
+                target = None if rule[1].startswith(".") else rule[1].split()[0]
+                if target:
+                    recipes.setdefault(target, [])
+            elif line.strip():
+                target = None
+    return {name: tuple(lines) for name, lines in recipes.items()}
+
+
+def expand_make(line: str) -> str:
+    line = re.sub(r"\$\(if [^()]*(?:\([^()]*\)[^()]*)*\)", "", line)  # $(if $(X),-k "$(X)"): unset in make test
+    for _ in range(5):  # variables made of variables
+        line = re.sub(r"\$\((\w+)\)", lambda m: make_variables().get(m[1], m[0]), line)
+    return line
+
+
+def shell_variables(text: str) -> dict[str, str]:
+    return {
+        m[1]: m[2].strip("\"'")
+        for m in re.finditer(r"^\s*(?:export )?([A-Z_][A-Z0-9_]*)=(\S+)\s*$", text, re.M)
+        if "$(" not in m[2]
+    }
+
+
+def expand_shell(line: str, variables: dict[str, str]) -> str:
+    line = re.sub(r"\$\{\w+:\+[^}]*\}", "", line)  # ${TEST_SELECTION:+-k ...}: unset in make test
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m[1], m[0]), line)
+
+
+ASSIGNMENT = re.compile(r"[A-Z_][A-Z0-9_]*=.*")
+
+
+def pytest_at(words: list[str]) -> int | None:
+    """Where pytest is the command of `words` (after `env` and NAME=value only), or None."""
+    for at, word in enumerate(words):
+        if word.endswith("/pytest"):
+            return at
+        if word not in ("env", "exec") and not ASSIGNMENT.fullmatch(word):
+            return None
+    return None
+
+
+def pytest_run(words: list[str], at: int) -> PytestRun:
+    env = frozenset(word.split("=")[0] for word in words[:at] if ASSIGNMENT.fullmatch(word))
+    markers, paths, deselected = "", [], []
+    arguments = iter(words[at + 1 :])
+    for word in arguments:
+        if word in PYTEST_OPTIONS_WITH_VALUES:
+            value = next(arguments)
+            markers = value if word == "-m" else markers
+            deselected += [value] if word == "--deselect" else []
+        elif not word.startswith(("-", "$", ">")) and word not in (";", "&&", "||"):
+            paths.append(word)
+    return PytestRun(markers, tuple(paths), tuple(deselected), env)
+
+
+def script_functions(text: str) -> dict[str, str]:
+    return {m[1]: m[2] for m in re.finditer(r"^(\w+)\(\) \{\n(.*?)^\}", text, re.M | re.S)}
+
+
+def runs_of_lines(lines: list[str], script: str, seen: set[str]) -> list[PytestRun]:
+    """The pytest commands that `lines` (of `script`'s text, or of a recipe when "") run,
+    following make targets, scripts/*.sh (their subcommand's function) and shell functions."""
+    functions = script_functions(script)
+    variables = shell_variables(script)
+    found = []
+    for line in lines:
+        try:
+            words = shlex.split(expand_shell(expand_make(line), variables))
+        except ValueError:
+            continue  # a line of a multi-line string
+        if (at := pytest_at(words)) is not None:
+            found.append(pytest_run(words, at))
+            continue
+        for at, word in enumerate(words):
+            if word in ("make", "$(MAKE)"):
+                targets = [w for w in words[at + 1 :] if not w.startswith("-") and "=" not in w]
+                for target in targets:
+                    if f"make {target}" not in seen and target in make_recipes():
+                        found += runs_of_lines(list(make_recipes()[target]), "", seen | {f"make {target}"})
+                break
+            if called := re.fullmatch(r"(?:\./)?(scripts/[\w-]+\.sh)", word):
+                sub = words[at + 1].rstrip(";") if at + 1 < len(words) else ""
+                if f"{called[1]} {sub}" not in seen:
+                    found += runs_of_script(called[1], sub, seen | {f"{called[1]} {sub}"})
+                break
+            if word in functions and f"{id(script)} {word}" not in seen:
+                body = logical_lines(functions[word])
+                found += runs_of_lines(body, script, seen | {f"{id(script)} {word}"})
+    return found
+
+
+DISPATCH = re.compile(r"^\s+([\w|-]+)\)\s*(.*?)\s*;;", re.M)  # `  e2e) cmd_e2e ;;` of a `case "$1" in`
+
+
+def runs_of_script(path: str, subcommand: str, seen: set[str]) -> list[PytestRun]:
+    """What `scripts/X.sh SUBCOMMAND` runs: its dispatch line for SUBCOMMAND if it has one, else
+    its top-level lines (outside its functions and dispatch), with the functions they call."""
+    text = (REPO / path).read_text()
+    branches = {name: command for names, command in DISPATCH.findall(text) for name in names.split("|")}
+    if subcommand in branches:
+        return runs_of_lines([branches[subcommand]], text, seen)
+    top_level = DISPATCH.sub("", re.sub(r"^\w+\(\) \{\n.*?^\}", "", text, flags=re.M | re.S))
+    return runs_of_lines(logical_lines(top_level), text, seen)
+
+
+@functools.cache
+def make_test_stages() -> dict[str, tuple[PytestRun, ...]]:
+    """scripts/test.sh's `stage NAME "what" COMMAND...` -> the pytest commands COMMAND runs."""
+    text = TEST_SH.read_text()
+    stages: dict[str, list[PytestRun]] = {}
+    for line in logical_lines(text):
+        found = re.search(r'(?:^|\s)stage ([\w-]+) "([^"]*)" (.+)$', line)
+        if found and not NOT_RUN.search(found[2]):
+            prefix = line[: found.start()].split()  # env assignments before `stage`
+            command = " ".join([*prefix, found[3]])
+            stages.setdefault(found[1], []).extend(runs_of_lines([command], text, set()))
+    return {name: tuple(runs) for name, runs in stages.items()}
+
+
+def matches(expression: str, markers: set[str]) -> bool:
+    """A pytest -m expression (names, and, or, not, parentheses) for a test with `markers`."""
+    words = re.findall(r"\(|\)|[^\s()]+", expression)
+    assert all(w in "()" or re.fullmatch(r"[A-Za-z_]\w*", w) for w in words), f"not a -m expression: {expression}"
+    keywords = ("and", "or", "not", "(", ")")
+    return eval(" ".join(w if w in keywords else str(w in markers) for w in words), {"__builtins__": {}})  # noqa: S307
+
+
+@functools.cache
+def pytest_testpaths() -> tuple[str, ...]:
+    found = re.search(r"^testpaths\s*=\s*(.+)$", (REPO / "pytest.ini").read_text(), re.M)
+    return tuple(found[1].split())
+
+
+def selects(run: PytestRun, path: str, name: str, markers: set[str], arguments: set[str]) -> bool:
+    def under(given: str) -> bool:  # a folder, a file, or file::test as pytest takes them
+        if "::" in given:
+            return given == f"{path}::{name}"
+        return path == given or path.startswith(given.rstrip("/") + "/")
+
+    if not any(under(given) for given in run.paths or pytest_testpaths()):
+        return False
+    if f"{path}::{name}" in run.deselected or (run.markers and not matches(run.markers, markers)):
+        return False
+    if "e2e" in markers:
+        # tests/e2e/conftest.py: with E2E_USE_INSTALLED (make e2e, on KinD) the suite skips what
+        # needs its own processes (local_only); without it, what needs an installed release or
+        # containers that run (installed_only, the containers_run fixture).
+        if "E2E_USE_INSTALLED" in run.env:
+            return "local_only" not in markers
+        return "installed_only" not in markers and "containers_run" not in arguments
+    return True
 
 
 def marker_names(expression: ast.expr | None) -> set[str]:
@@ -175,31 +390,27 @@ def pytestmark_of(body: list[ast.stmt]) -> set[str]:
     }
 
 
-def stages_of(path: str, name: str) -> set[str]:
-    """The stages of `make test` that run this test, from its markers (its module's, its class's,
-    its own) and, for the e2e suite, what tests/e2e/conftest.py skips where."""
+def markers_of(path: str, name: str) -> tuple[set[str], set[str]]:
+    """The test's markers (its module's, its class's, its own) and its arguments (fixtures)."""
     tree = module(path)
     function, classes = definition(tree, name)
     markers = pytestmark_of(tree.body)
     for owner in classes:
         markers |= pytestmark_of(owner.body) | {m for d in owner.decorator_list for m in marker_names(d)}
     markers |= {m for d in function.decorator_list for m in marker_names(d)}
-    arguments = {a.arg for a in function.args.args}
+    return markers, {a.arg for a in function.args.args}
 
-    stages = set()
-    if markers & {"cluster", "faults"}:
-        stages.add("cluster")  # make test-cluster: -m "cluster or e2e or faults"
-    if "e2e" in markers:
-        # The e2e suite runs on the local control plane and again in make e2e on KinD, where
-        # E2E_USE_INSTALLED=1 skips local_only; installed_only and containers_run need KinD.
-        if "installed_only" in markers or "containers_run" in arguments:
-            stages.add("kind")
-        elif "local_only" in markers:
-            stages.add("cluster")
-        else:
-            stages |= {"cluster", "kind"}
-    stages |= markers & {"images", "compat", "kind", "argocd", "pipeline"}  # compat: make test-compat
-    return stages or {"unit"}  # the Makefile's UNIT_TESTS: none of the markers above
+
+def stages_of(path: str, name: str) -> set[str]:
+    """The page's stages whose pytest commands (as scripts/test.sh runs them) select this test."""
+    markers, arguments = markers_of(path, name)
+    return {
+        page
+        for page, names in PAGE_STAGES.items()
+        for stage in names
+        for run in make_test_stages().get(stage, ())
+        if selects(run, path, name, markers, arguments)
+    }
 
 
 def test_each_row_names_the_stages_its_tests_run_in():
@@ -215,9 +426,50 @@ def test_each_row_names_the_stages_its_tests_run_in():
         if derived != row.stages:
             problems.append(
                 f"{row}: says {', '.join(s for s in STAGES if s in row.stages)}; "
-                f"its tests' markers say {', '.join(s for s in STAGES if s in derived)}"
+                f"make test runs its tests in {', '.join(s for s in STAGES if s in derived)}"
             )
     assert not problems, "\n".join(problems)
+
+
+def test_a_promise_about_a_running_system_is_proved_on_one():
+    """A runtime promise proved only by unit or docs tests could be false where it matters: at
+    least one of its tests runs in a stage that runs the system."""
+    problems = [
+        f"{row}: a runtime promise whose tests run only in {', '.join(sorted(row.stages))}"
+        for row in table()
+        if row.about == "runtime" and not row.stages & RUNNING
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_page_names_every_stage_of_make_test_that_runs_tests():
+    """The page's stage names against scripts/test.sh's: each one names stages there that run
+    pytest, and every stage there that runs pytest has a name here."""
+    running_tests = {name for name, runs in make_test_stages().items() if runs}
+    named_here = set().union(*PAGE_STAGES.values())
+    assert named_here <= running_tests, f"not stages of scripts/test.sh that run tests: {named_here - running_tests}"
+    assert running_tests <= named_here, (
+        f"stages of scripts/test.sh the page has no name for: {running_tests - named_here}"
+    )
+    # Each run's -m expression is one the reader can evaluate.
+    for name in named_here:
+        for run in make_test_stages()[name]:
+            matches(run.markers, set())
+
+
+def test_the_marker_expressions_read_as_pytest_reads_them():
+    """The checker itself: -m expressions, and a test selected by its markers and paths."""
+    assert matches("not cluster and not e2e", {"delivery"})
+    assert not matches("not cluster and not e2e", {"delivery", "e2e"})
+    assert matches("cluster or (e2e and not kind)", {"e2e"})
+    assert not matches("compat", set())
+    run = PytestRun("kind", ("tests/kind",), ("tests/kind/test_a.py::test_down",), frozenset())
+    assert selects(run, "tests/kind/test_a.py", "test_up", {"kind"}, set())
+    assert not selects(run, "tests/kind/test_a.py", "test_down", {"kind"}, set())
+    assert not selects(run, "tests/kindness/test_a.py", "test_up", {"kind"}, set())
+    installed = PytestRun("e2e", ("tests/e2e",), (), frozenset({"E2E_USE_INSTALLED"}))
+    assert not selects(installed, "tests/e2e/test_a.py", "test_a", {"e2e", "local_only"}, set())
+    assert selects(installed, "tests/e2e/test_a.py", "test_a", {"e2e"}, {"containers_run"})
 
 
 def test_the_page_is_linked_from_the_docs_index():

@@ -36,9 +36,11 @@ def render(
     ca_bundle: str,
     namespace_label: tuple[str, str] | None = None,
     scheduler_name: str = SCHEDULER_NAME,
+    values: tuple[str, ...] = (),
 ) -> list[dict]:
     """The chart's two webhook configurations (its default values but `scheduler_name`, the
-    chart's schedulerName), addressed to `base_url` (https://127.0.0.1:PORT).
+    chart's schedulerName, and `values`: "key=value" as `helm --set-string` takes them),
+    addressed to `base_url` (https://127.0.0.1:PORT).
 
     `namespace_label` (key, value) narrows every webhook further to namespaces
     carrying that label, so the e2e suite's webhook never handles the pods of
@@ -56,6 +58,7 @@ def render(
         # test_admission_policy_equality.py installs the policy mode's objects.
         "--set-string",
         "admission.mode=webhook",
+        *(argument for value in values for argument in ("--set-string", value)),
     )
     kinds = sorted(doc["kind"] for doc in configurations)
     if kinds != sorted(KINDS):
@@ -144,15 +147,25 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = SCHEDULE
 
 @contextmanager
 def registered(
-    api_client, name: str, base_url: str, ca_bundle: str, scheduler_name: str = SCHEDULER_NAME
+    api_client,
+    name: str,
+    base_url: str,
+    ca_bundle: str,
+    scheduler_name: str = SCHEDULER_NAME,
+    values: tuple[str, ...] = (),
 ) -> Iterator[None]:
-    """The chart's webhook configurations for a webhook at `base_url` that serves the pods of
-    `scheduler_name`, scoped to this run's namespaces (RUN_LABEL=RUN_ID) so other suites sharing
-    the cluster never meet it; proven called by the API server before the body runs, deleted
-    afterwards."""
+    """The chart's webhook configurations (with `values`, as render() takes them) for a webhook
+    at `base_url` that serves the pods of `scheduler_name`, scoped to this run's namespaces
+    (RUN_LABEL=RUN_ID) so other suites sharing the cluster never meet it; proven called by the API
+    server before the body runs, deleted afterwards."""
     try:
         configurations = render(
-            name, base_url, ca_bundle, namespace_label=(RUN_LABEL, RUN_ID), scheduler_name=scheduler_name
+            name,
+            base_url,
+            ca_bundle,
+            namespace_label=(RUN_LABEL, RUN_ID),
+            scheduler_name=scheduler_name,
+            values=values,
         )
         apply(api_client, configurations)
         probe = create_namespace(api_client, "webhook-probe")

@@ -153,6 +153,15 @@ def test_workers_are_node1_to_node4_ready_with_alias_labels_and_simulated_gpus(k
     assert "nvidia.com/gpu" not in nodes[f"{CLUSTER}-control-plane"]["status"]["capacity"]
 
 
+def installed_release(kind: Kind) -> dict:
+    """The webhook Deployment `make e2e` installed; a skip without it (a failure under CI=true,
+    where make test runs make e2e first)."""
+    found = kind.kubectl("-n", renewal.NAMESPACE, "get", "deployment", renewal.WEBHOOK_SERVICE, "-o", "json")
+    if found.returncode != 0:
+        missing("no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one")
+    return json.loads(found.stdout)
+
+
 # make e2e (before these tests in make test, on this cluster) installs the
 # webhook on scripts/kind.sh's KIND_WEBHOOK_PORT, not the chart's 8443, and its
 # suite is admitted through it: here, that every place names that port.
@@ -160,10 +169,7 @@ WEBHOOK_PORT = 9443
 
 
 def test_the_webhook_installed_by_make_e2e_serves_on_the_port_it_was_given(kind):
-    found = kind.kubectl("-n", "gpu-scheduler-system", "get", "deployment", "gpu-scheduler-webhook", "-o", "json")
-    if found.returncode != 0:
-        pytest.skip("no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one")
-    container = json.loads(found.stdout)["spec"]["template"]["spec"]["containers"][0]
+    container = installed_release(kind)["spec"]["template"]["spec"]["containers"][0]
     service = kind.get("-n", "gpu-scheduler-system", "service", "gpu-scheduler-webhook")
     slices = kind.get(
         "-n", "gpu-scheduler-system", "endpointslices", "-l", "kubernetes.io/service-name=gpu-scheduler-webhook"
@@ -182,15 +188,6 @@ def test_the_webhook_installed_by_make_e2e_serves_on_the_port_it_was_given(kind)
         for port in item["ports"]
     ]
     assert ready and all(port == WEBHOOK_PORT for _, port in ready), ready
-
-
-def installed_release(kind: Kind) -> dict:
-    """The webhook Deployment `make e2e` installed; a skip without it (a failure under CI=true,
-    where make test runs make e2e first)."""
-    found = kind.kubectl("-n", renewal.NAMESPACE, "get", "deployment", renewal.WEBHOOK_SERVICE, "-o", "json")
-    if found.returncode != 0:
-        missing("no gpu-scheduler release on this cluster: make e2e (make test runs it first) installs one")
-    return json.loads(found.stdout)
 
 
 # The kubelet refreshes a Secret volume within its sync period plus its Secret cache's TTL

@@ -13,6 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from gpu_scheduler.kube.client import ApiError, KubeClient, load_configuration
+from prerequisites import missing
 
 pytestmark = pytest.mark.cluster
 
@@ -27,7 +28,12 @@ def who_am_i(client: KubeClient) -> dict:
 def direct_client(kubeconfig: str, **settings) -> KubeClient:
     configuration = load_configuration(kubeconfig)
     if not configuration.host.startswith("https://"):
-        pytest.skip(f"{kubeconfig} does not reach its apiserver over TLS")
+        # The local control plane (scripts/local-up.sh), which CI's cluster tests use, serves
+        # TLS only; another kubeconfig may reach its apiserver over plain HTTP (kubectl proxy).
+        missing(
+            f"{kubeconfig} reaches its apiserver at {configuration.host}, not over TLS: these tests need a "
+            "kubeconfig whose server is https:// (the local control plane's: make local-up)"
+        )
     for name, value in settings.items():
         setattr(configuration, name, value)
     client = KubeClient(configuration)

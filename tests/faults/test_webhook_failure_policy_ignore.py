@@ -1,0 +1,92 @@
+"""`webhook.failurePolicy: Ignore` on the real API server: while no webhook answers, our pods are
+admitted as they were sent, without CUDA_VISIBLE_DEVICES (the scheduler then binds them with a
+warning: apps/scheduler/tests/test_scheduling.py). The chart's default, Fail, refuses them
+instead (test_webhook_outage.py).
+
+The configurations are the chart's own (`helm template` with webhook.failurePolicy=Ignore; only
+the address is 127.0.0.1), scoped to this run's namespaces and to a schedulerName of this test,
+so no other test's pods ever meet them.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+
+import pytest
+from e2e import webhook_registration
+from e2e.cluster import container_env
+from e2e.components import WebhookProcess
+from e2e.isolation import create_namespace, delete_namespace
+from e2e.workloads import MAP_ANNOTATION, bare_pod
+from kubernetes import client
+
+from .conftest import track, untrack
+
+pytestmark = pytest.mark.faults
+
+POLICY = "Ignore"
+MAP = "0=node1:0\n1=node2:1\n"
+
+
+def refuses_connections(port: int, timeout: float = 10.0) -> bool:
+    """Whether 127.0.0.1:port refuses connections within `timeout`: a killed server's workers
+    and its listening socket may take a moment to go (meanwhile a connection is reset)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def test_ignore_admits_our_pods_without_devices_while_no_webhook_answers(api_client, certs, tmp_path, scheduler_name):
+    core = client.CoreV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    name = f"gpu-scheduler-ignore-{uuid.uuid4().hex[:6]}"
+    webhook = track(WebhookProcess(certs, tmp_path / "webhook.log", scheduler_name))
+    namespace = create_namespace(api_client, "ignore")
+    try:
+        webhook.start_and_wait()
+        with webhook_registration.registered(
+            api_client,
+            name,
+            webhook.base_url,
+            certs.ca_bundle,
+            scheduler_name,
+            values=(f"webhook.failurePolicy={POLICY}",),
+        ):
+            # What the API server holds, not what was sent: every webhook of both configurations.
+            policies = [
+                hook.failure_policy
+                for configuration in (
+                    admission.read_mutating_webhook_configuration(name),
+                    admission.read_validating_webhook_configuration(name),
+                )
+                for hook in configuration.webhooks
+            ]
+            answered = core.create_namespaced_pod(namespace, bare_pod("ours-1", MAP, scheduler_name))
+            webhook.kill()
+            down = refuses_connections(webhook.port)
+            unanswered = core.create_namespaced_pod(namespace, bare_pod("ours-0", MAP, scheduler_name))
+            stored = api_client.sanitize_for_serialization(
+                core.read_namespaced_pod(unanswered.metadata.name, namespace)
+            )
+    finally:
+        webhook.stop()
+        untrack(webhook)
+        delete_namespace(api_client, namespace)
+
+    assert policies and set(policies) == {POLICY}, policies
+    # While it answered, the webhook gave our pod its line's devices; then nothing listened.
+    assert container_env(api_client.sanitize_for_serialization(answered)) == {"main": "1"}
+    assert down, f"something still answers on the webhook's port {webhook.port}"
+    # Admitted unchanged: our scheduler and map, and no devices.
+    assert container_env(stored) == {"main": None}, stored["spec"]["containers"]
+    assert stored["spec"]["schedulerName"] == scheduler_name
+    assert stored["metadata"]["annotations"][MAP_ANNOTATION] == MAP
