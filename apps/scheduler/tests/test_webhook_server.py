@@ -453,7 +453,8 @@ def test_certificate_rewritten_in_place_is_served_once_whole(tmp_path, start_web
         while time.monotonic() < deadline:
             seen |= child_pids(server.process.pid)
             time.sleep(0.05)
-        assert len(workers) == 2 and seen == workers
+        # The server's log says why a process came or went (a reload, a worker respawned).
+        assert len(workers) == 2 and seen == workers, f"workers {workers}, seen {seen}\n{server.log()}"
         (live / "tls.key").write_bytes((new / "tls.key").read_bytes())
         after = loop.after_replacing(server, workers)
     assert_no_failure_but_cut_handshakes(loop.errors, workers)
