@@ -35,12 +35,14 @@ before anything is created, saying what to set.
 */}}
 {{- define "gpu-scheduler-check.image" -}}
 {{- $placeholder := "registry.gitlab.com/your-group/gpu-scheduler" -}}
-{{- if eq (trimSuffix "/" .Values.image.registry) $placeholder -}}
+{{- /* global.imageRegistry (a parent chart's, for both charts at once) wins over image.registry. */ -}}
+{{- $registry := (.Values.global).imageRegistry | default .Values.image.registry -}}
+{{- if eq (trimSuffix "/" $registry) $placeholder -}}
 {{- fail (printf "image.registry is still the placeholder %s: set the registry your release pipeline pushed the images to, --set image.registry=<your registry> (its $CI_REGISTRY_IMAGE, e.g. registry.gitlab.com/<group>/<project>), or --set image.registry= (empty) for images loaded into the nodes, as on KinD" $placeholder) -}}
 {{- end -}}
 {{- $repository := .Values.image.repository -}}
-{{- if .Values.image.registry -}}
-{{- $repository = printf "%s/%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) .Values.image.repository -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" $repository .Values.image.digest -}}
