@@ -454,3 +454,14 @@ def test_chart_names_its_maintainers_and_no_address_it_cannot_know(chart):
 def test_schema_rejects_a_mistyped_convention_value(helm, chart, assignment, complaint):
     stderr = refused_render(helm, chart, assignment)
     assert complaint in stderr, stderr
+
+
+# -- helm upgrade --reuse-values ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dropped", ["commonLabels", "scheduler.livenessProbe", "webhook.livenessProbe"])
+def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(helm, dropped):
+    # --reuse-values renders with the previous chart's defaults: a value added since is
+    # missing (null removes it here), and the probes would silently vanish.
+    stderr = refused_render(helm, SCHEDULER_CHART, f"{dropped}=null")
+    assert "--reset-then-reuse-values" in stderr, stderr

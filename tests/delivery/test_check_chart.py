@@ -317,3 +317,14 @@ def test_without_a_cluster_nothing_is_claimed_and_nothing_refused(helm):
         argv = [helm, "template", "check", CHECK_CHART, *KUBE_VERSION_ARGS, "--set", REGISTRY_SET]
         result = run([*argv, "--set", f"nodeCheck.mode={mode}"])
         assert result.returncode == 0, result.stderr
+
+
+def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(cluster):
+    # helm upgrade --reuse-values: the previous chart's defaults, without nodeCheck (null
+    # removes it here). Refused, also where the notes would read it.
+    helm, _ = cluster(KIND_NODES)
+
+    for verb in ("install", "template"):
+        result = helm(verb, "nodeCheck=null")
+        assert result.returncode != 0, verb
+        assert "--reset-then-reuse-values" in result.stderr, result.stderr

@@ -383,3 +383,14 @@ the render, saying why.
 {{- $mode -}}
 {{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
+
+{{/*
+`helm upgrade --reuse-values` renders with the previous chart's defaults, not this
+chart's: a value added since (here commonLabels, the probes) is then missing, and a probe
+would silently vanish. Refused instead, saying what to run.
+*/}}
+{{- define "gpu-scheduler.valuesOfThisChart" -}}
+{{- if not (and (hasKey .Values "commonLabels") (hasKey .Values.scheduler "livenessProbe") (hasKey .Values.webhook "livenessProbe")) -}}
+{{- fail "these values lack ones this chart version added (commonLabels, scheduler.livenessProbe, ...): `helm upgrade --reuse-values` takes the previous chart's defaults. Upgrade with your values files (-f), or --reset-then-reuse-values (Helm 3.14+), which starts from this chart's defaults and keeps what you set" -}}
+{{- end -}}
+{{- end -}}
