@@ -52,29 +52,46 @@ def _default(action: argparse.Action, inherited: dict[str, object]) -> str:
     return f"`{default}`"
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return dict(action.choices) if action else {}
+
+
+def _flags_table(name: str, sub: argparse.ArgumentParser, inherited: dict[str, object]) -> list[str]:
+    lines = [f"### `gpu-scheduler {name}`", "", _cell(sub.description or ""), ""]
+    lines += ["| flag | env | default | what |", "|---|---|---|---|"]
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            # A command of commands (`map validate`, `map generate`): each has its own table below.
+            choices = "\\|".join(f"`{choice}`" for choice in action.choices)
+            lines.append(f"| {choices} |  |  | the subcommand: each has its section below |")
+            continue
+        flag = ", ".join(f"`{option}`" for option in action.option_strings) or f"`{action.dest}`"
+        if action.choices:
+            flag += " " + "\\|".join(f"`{choice}`" for choice in action.choices)
+        help_text = (action.help or "") % {"default": action.default, "prog": sub.prog}
+        env = ENV.search(help_text)
+        what = ENV.sub("", help_text).strip().rstrip(";").strip()
+        lines.append(
+            f"| {flag} | {f'`{env.group(1)}`' if env else ''} | {_default(action, inherited)} | {_cell(what)} |"
+        )
+    lines.append("")
+    for child, parser in _subcommands(sub).items():
+        lines += _flags_table(f"{name} {child}", parser, inherited)
+    return lines
+
+
 def flags_section() -> str:
+    """A table per subcommand, and per subcommand of a subcommand, in the parser's order."""
     from gpu_scheduler.cli import build_parser
 
     parser = build_parser()
     inherited = {action.dest: action.default for action in parser._actions}
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     lines = []
-    for name, sub in subparsers.choices.items():
-        lines += [f"### `gpu-scheduler {name}`", "", _cell(sub.description or ""), ""]
-        lines += ["| flag | env | default | what |", "|---|---|---|---|"]
-        for action in sub._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
-            flag = ", ".join(f"`{option}`" for option in action.option_strings) or f"`{action.dest}`"
-            if action.choices:
-                flag += " " + "\\|".join(f"`{choice}`" for choice in action.choices)
-            help_text = (action.help or "") % {"default": action.default, "prog": sub.prog}
-            env = ENV.search(help_text)
-            what = ENV.sub("", help_text).strip().rstrip(";").strip()
-            lines.append(
-                f"| {flag} | {f'`{env.group(1)}`' if env else ''} | {_default(action, inherited)} | {_cell(what)} |"
-            )
-        lines.append("")
+    for name, sub in _subcommands(parser).items():
+        lines += _flags_table(name, sub, inherited)
     return "\n".join(lines)
 
 

@@ -241,6 +241,178 @@ def test_unhealthy_pod_eviction_policy_is_kubernetes_default_unless_set(render):
     assert chosen.one("PodDisruptionBudget", WEBHOOK)["spec"]["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
 
 
+# -- commonLabels, commonAnnotations -----------------------------------------------------
+
+COMMON = (
+    "commonLabels.team=gpu-platform",
+    "commonLabels.example\\.com/cost-centre=ml",
+    "commonAnnotations.example\\.com/owner=gpu-platform@example.com",
+)
+COMMON_LABELS = {"team": "gpu-platform", "example.com/cost-centre": "ml"}
+COMMON_ANNOTATIONS = {"example.com/owner": "gpu-platform@example.com"}
+API_VERSIONS = (
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+)
+# Between them every template renders: each certs.mode, the monitoring objects, the network
+# policies, the admission policies (1.36+), the agent's policy, the quota, the helm test.
+EVERY_OBJECT = [
+    (
+        (
+            "metrics.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.grafanaDashboard.enabled=true",
+            "monitoring.grafanaDashboard.annotations.grafana_folder=GPU",
+            "networkPolicy.enabled=true",
+            "scheduler.serviceAccount.annotations.a=b",
+        ),
+        API_VERSIONS,
+    ),
+    (("certs.mode=cert-manager",), ()),
+    (("certs.mode=provided", "certs.existingSecret=tls"), ()),
+]
+
+
+@pytest.mark.parametrize(("sets", "api_versions"), EVERY_OBJECT, ids=["job", "cert-manager", "provided"])
+def test_common_labels_and_annotations_reach_every_object_but_no_selector(render, sets, api_versions):
+    rendered = render(SCHEDULER_CHART, *COMMON, *sets, api_versions=api_versions)
+    assert len(rendered.docs) > 20
+
+    for doc in rendered.docs:
+        what = f"{doc['kind']} {doc['metadata']['name']}"
+        assert COMMON_LABELS.items() <= doc["metadata"]["labels"].items(), what
+        assert COMMON_ANNOTATIONS.items() <= annotations(doc).items(), what
+    for owner in rendered.pod_owners():
+        labels = (owner["metadata"] if owner["kind"] == "Pod" else template_metadata(owner))["labels"]
+        assert COMMON_LABELS.items() <= labels.items(), owner["metadata"]["name"]
+        # A selector is immutable: a label added later must never enter one.
+        if owner["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+            assert not COMMON_LABELS.keys() & owner["spec"]["selector"]["matchLabels"].keys()
+    # The chart's own annotations are still there: waves, hooks, and a ServiceAccount's.
+    assert annotations(rendered.one("Deployment", SCHEDULER))["argocd.argoproj.io/sync-wave"] == "2"
+    assert all("helm.sh/hook" in annotations(job) for job in rendered.of_kind("Job"))
+    if "scheduler.serviceAccount.annotations.a=b" in sets:
+        assert annotations(rendered.one("ServiceAccount", SCHEDULER))["a"] == "b"
+        assert annotations(rendered.one("ConfigMap", "gpu-scheduler-dashboard"))["grafana_folder"] == "GPU"
+
+
+def test_without_common_values_no_object_gets_more(render):
+    for doc in render(SCHEDULER_CHART).docs:
+        assert not COMMON_LABELS.keys() & doc["metadata"]["labels"].keys()
+        assert not COMMON_ANNOTATIONS.keys() & annotations(doc).keys()
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "commonLabels.app\\.kubernetes\\.io/name=other",
+        "commonLabels.helm\\.sh/chart=x",
+        "commonAnnotations.helm\\.sh/hook=pre-install",
+        "commonAnnotations.argocd\\.argoproj\\.io/sync-wave=5",
+        "commonAnnotations.cert-manager\\.io/inject-ca-from=a/b",
+    ],
+)
+def test_common_values_cannot_replace_the_charts_own_keys(helm, assignment):
+    # Would change what selects the pods, or the order of the install.
+    stderr = refused_render(helm, SCHEDULER_CHART, assignment)
+    key = assignment.split(".", 1)[1].split("=")[0].replace("\\", "")
+    assert f"invalid propertyName '{key}'" in stderr, stderr
+
+
+# -- the certificate Jobs' scheduling ---------------------------------------------------
+
+
+def test_certificate_jobs_and_renewal_run_where_told(render):
+    default = render(SCHEDULER_CHART)
+    told = render(
+        SCHEDULER_CHART,
+        "certs.job.nodeSelector.pool=system",
+        "certs.job.tolerations[0].key=dedicated",
+        "certs.job.tolerations[0].operator=Exists",
+        "certs.job.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "certs.job.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "certs.job.priorityClassName=platform-high",
+    )
+
+    # The pre-install and post-install hooks and the daily renewal: all three.
+    assert len(cert_pod_owners(told)) == 3
+    for owner in cert_pod_owners(default):
+        assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & pod_spec(owner).keys()
+    for owner in cert_pod_owners(told):
+        spec = pod_spec(owner)
+        assert spec["nodeSelector"] == {"pool": "system"}, owner["metadata"]["name"]
+        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert spec["priorityClassName"] == "platform-high"
+
+
+def test_a_critical_class_for_the_certificate_jobs_is_counted_by_the_quota(render):
+    def quota_pods(*sets):
+        quotas = render(SCHEDULER_CHART, *sets).of_kind("ResourceQuota")
+        return int(quotas[0]["spec"]["hard"]["pods"]) if quotas else 0
+
+    assert quota_pods("certs.job.priorityClassName=system-cluster-critical") == quota_pods() + 2
+    # Scheduler and webhook of another class: the quota exists for the certificate Jobs alone.
+    alone = ("scheduler.priorityClassName=x", "webhook.priorityClassName=x")
+    assert quota_pods(*alone) == 0
+    assert quota_pods(*alone, "certs.job.priorityClassName=system-node-critical") == 2
+
+
+# -- probes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("component", "port", "scheme"), [("scheduler", "metrics", None), ("webhook", "https", "HTTPS")]
+)
+def test_probes_are_the_charts_unless_told(render, component, port, scheme):
+    name = f"gpu-scheduler-{component}"
+    default = pod_spec(render(SCHEDULER_CHART).one("Deployment", name))["containers"][0]
+    told = pod_spec(
+        render(
+            SCHEDULER_CHART,
+            f"{component}.livenessProbe.periodSeconds=30",
+            f"{component}.readinessProbe.timeoutSeconds=3",
+            f"{component}.startupProbe.httpGet.path=/healthz",
+            f"{component}.startupProbe.httpGet.port={port}",
+            f"{component}.startupProbe.failureThreshold=30",
+        ).one("Deployment", name)
+    )["containers"][0]
+
+    get = {"path": "/healthz", "port": port} | ({"scheme": scheme} if scheme else {})
+    assert default["livenessProbe"] == {"httpGet": get, "periodSeconds": 10, "failureThreshold": 3}
+    assert default["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "startupProbe" not in default
+    # Helm merges maps: one timing changed keeps the handler and the other timings.
+    assert told["livenessProbe"] == default["livenessProbe"] | {"periodSeconds": 30}
+    assert told["readinessProbe"] == default["readinessProbe"] | {"timeoutSeconds": 3}
+    assert told["startupProbe"] == {"httpGet": {"path": "/healthz", "port": port}, "failureThreshold": 30}
+
+
+def test_a_probe_without_a_handler_or_with_two_is_refused(helm):
+    stderr = refused_render(helm, SCHEDULER_CHART, "scheduler.startupProbe.periodSeconds=5")
+    assert "startupProbe" in stderr, stderr
+    stderr = refused_render(helm, SCHEDULER_CHART, "webhook.livenessProbe.tcpSocket.port=8443")
+    assert "livenessProbe" in stderr, stderr
+
+
+# -- global.imageRegistry -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chart", [SCHEDULER_CHART, CHECK_CHART], ids=lambda c: c.name)
+def test_a_parent_charts_global_registry_wins_over_image_registry(render, chart):
+    # The placeholder image.registry (refused alone) is no matter once the parent names one.
+    rendered = render(
+        chart,
+        "image.registry=registry.gitlab.com/your-group/gpu-scheduler",
+        "global.imageRegistry=mirror.example.com/gpu",
+    )
+
+    images = [c["image"] for owner in rendered.pod_owners() for c in pod_spec(owner)["containers"]]
+    assert images and all(image.startswith("mirror.example.com/gpu/") for image in images), images
+
+
 # -- Chart.yaml -----------------------------------------------------------------------
 
 
@@ -282,3 +454,14 @@ def test_chart_names_its_maintainers_and_no_address_it_cannot_know(chart):
 def test_schema_rejects_a_mistyped_convention_value(helm, chart, assignment, complaint):
     stderr = refused_render(helm, chart, assignment)
     assert complaint in stderr, stderr
+
+
+# -- helm upgrade --reuse-values ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dropped", ["commonLabels", "scheduler.livenessProbe", "webhook.livenessProbe"])
+def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(helm, dropped):
+    # --reuse-values renders with the previous chart's defaults: a value added since is
+    # missing (null removes it here), and the probes would silently vanish.
+    stderr = refused_render(helm, SCHEDULER_CHART, f"{dropped}=null")
+    assert "--reset-then-reuse-values" in stderr, stderr

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
 import pytest
+from commands import run
+from e2e.charts import KUBE_VERSION_ARGS
 from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, parse_map
 
-from .conftest import CHECK_CHART, container_args, flag, pod_spec, refused_render
+from .conftest import CHECK_CHART, HELM, REGISTRY_SET, container_args, flag, pod_spec, refused_render
 
 pytestmark = pytest.mark.delivery
 
@@ -123,3 +132,199 @@ def test_check_pods_get_no_api_token(render):
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
     assert complaint in refused_render(helm, CHECK_CHART, assignment)
+
+
+# -- the map's nodes against the cluster's (nodeCheck) ----------------------------------
+#
+# Helm's lookup reads the cluster; `helm install --dry-run=server` and `helm template
+# --dry-run=server` let it, and need no more of an API server than discovery, the Node list
+# and the release's history. FakeApiServer serves exactly that, with the nodes a test gives
+# it, so the check is seen against a "cluster" without one.
+
+
+class FakeApiServer:
+    """An HTTP API server of discovery (v1, apps/v1), a NodeList and empty lists elsewhere."""
+
+    def __init__(self, nodes: dict[str, dict[str, str]]):
+        self.nodes = nodes
+        self.paths: list[str] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                path = self.path.split("?")[0]
+                fake.paths.append(path)
+                body = fake.answer(path)
+                data = json.dumps(body or {"kind": "Status", "status": "Failure", "code": 404}).encode()
+                self.send_response(200 if body else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str) -> dict | None:
+        def resources(group_version, *kinds):
+            return {
+                "kind": "APIResourceList",
+                "groupVersion": group_version,
+                "resources": [
+                    {
+                        "name": f"{k.lower()}s",
+                        "singularName": k.lower(),
+                        "kind": k,
+                        "namespaced": k != "Node",
+                        "verbs": ["get", "list"],
+                    }
+                    for k in kinds
+                ],
+            }
+
+        apps = {"groupVersion": "apps/v1", "version": "v1"}
+        if path == "/version":
+            return {"major": "1", "minor": "37", "gitVersion": "v1.37.0"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        if path == "/apis":
+            groups = [{"name": "apps", "versions": [apps], "preferredVersion": apps}]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if path == "/api/v1":
+            return resources("v1", "Node", "Secret", "Service")
+        if path == "/apis/apps/v1":
+            return resources("apps/v1", "StatefulSet")
+        if path == "/api/v1/nodes":
+            items = [{"metadata": {"name": name, "labels": labels}} for name, labels in self.nodes.items()]
+            return {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if path.endswith("/secrets"):  # the release's history: none
+            return {"kind": "SecretList", "apiVersion": "v1", "metadata": {}, "items": []}
+        return None
+
+    def kubeconfig(self, directory: Path) -> Path:
+        path = directory / "kubeconfig"
+        server = f"http://127.0.0.1:{self.server.server_address[1]}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": server}}],
+            "users": [{"name": "fake", "user": {"token": "fake"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """cluster(nodes) -> (run helm against a fake API server with these nodes, its server)."""
+    servers = []
+
+    def start(nodes: dict[str, dict[str, str]]):
+        fake = FakeApiServer(nodes)
+        servers.append(fake)
+        env = {**os.environ, "KUBECONFIG": str(fake.kubeconfig(tmp_path)), "HELM_CACHE_HOME": str(tmp_path / "cache")}
+
+        def helm(verb: str, *sets: str):
+            argv = [HELM, verb, "check", CHECK_CHART, "--namespace", "check", "--dry-run=server"]
+            # helm template takes the version from --kube-version, helm install from /version.
+            argv += [*KUBE_VERSION_ARGS] if verb == "template" else ["--disable-openapi-validation"]
+            for assignment in (REGISTRY_SET, *sets):
+                argv += ["--set", assignment]
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+        return helm, fake
+
+    yield start
+    for fake in servers:
+        fake.server.shutdown()
+
+
+def notes(result) -> str:
+    assert result.returncode == 0, result.stderr
+    return " ".join(result.stdout.split("NOTES:", 1)[1].split())
+
+
+KIND_NODES = {f"node{i}": {} for i in range(1, 5)}
+
+
+def test_a_map_of_the_clusters_nodes_is_said_to_be_placeable(cluster):
+    helm, fake = cluster({"control-plane": {}, **KIND_NODES})
+
+    said = notes(helm("install"))
+
+    assert "/api/v1/nodes" in fake.paths
+    assert "Every node the map names is in this cluster." in said
+    assert "WARNING" not in said
+
+
+def test_nodes_the_cluster_lacks_are_named_with_the_nodes_it_has(cluster):
+    # gpu-a carries node1 as its alias label: line 0 is placeable.
+    helm, _ = cluster({"gpu-a": {"gpu-node-name": "node1"}, "gpu-b": {}})
+
+    said = notes(helm("install"))
+
+    assert (
+        "WARNING: the map names nodes this cluster does not have, so these pods can never be placed and "
+        "would stay Pending: 1=node2, 2=node3, 3=node4, 4=node4."
+    ) in said
+    assert "The cluster's nodes: gpu-a, gpu-b; values of their gpu-node-name label: node1." in said
+    assert "--set-file schedulingMap=<file>" in said and "gpu-scheduler map generate" in said
+
+
+def test_the_map_is_read_as_the_scheduler_reads_it(cluster):
+    # Comments and blank lines are no lines; spaces around the node are no part of it.
+    helm, _ = cluster({"gpu-a": {"example.com/alias": "a"}, "gpu-b": {}})
+
+    said = notes(
+        helm(
+            "install",
+            "replicas=3",
+            "nodeCheck.aliasLabel=example.com/alias",
+            "schedulingMap=# two nodes\n\n0= gpu-b :0\n1=a:GPU-"
+            + "0" * 8
+            + "-0000-0000-0000-"
+            + "0" * 12
+            + "\n2=gone:1\n",
+        )
+    )
+
+    assert "these pods can never be placed and would stay Pending: 2=gone." in said
+
+
+def test_fail_refuses_the_install_and_off_looks_nothing_up(cluster):
+    helm, fake = cluster({"gpu-a": {}})
+
+    refused = helm("template", "nodeCheck.mode=fail")
+    assert refused.returncode != 0
+    assert "nodeCheck.mode is fail and the map names nodes this cluster does not have" in refused.stderr
+    assert "0=node1, 1=node2, 2=node3, 3=node4, 4=node4" in refused.stderr
+
+    fake.paths.clear()
+    said = notes(helm("install", "nodeCheck.mode=off"))
+    assert "/api/v1/nodes" not in fake.paths
+    assert "WARNING" not in said and "Every node" not in said
+
+
+def test_without_a_cluster_nothing_is_claimed_and_nothing_refused(helm):
+    # helm template without --dry-run=server, Argo CD: lookup finds nothing. A check of no
+    # nodes would call every line missing; fail would refuse every GitOps render.
+    for mode in ("warn", "fail"):
+        argv = [helm, "template", "check", CHECK_CHART, *KUBE_VERSION_ARGS, "--set", REGISTRY_SET]
+        result = run([*argv, "--set", f"nodeCheck.mode={mode}"])
+        assert result.returncode == 0, result.stderr
+
+
+def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(cluster):
+    # helm upgrade --reuse-values: the previous chart's defaults, without nodeCheck (null
+    # removes it here). Refused, also where the notes would read it.
+    helm, _ = cluster(KIND_NODES)
+
+    for verb in ("install", "template"):
+        result = helm(verb, "nodeCheck=null")
+        assert result.returncode != 0, verb
+        assert "--reset-then-reuse-values" in result.stderr, result.stderr

@@ -653,6 +653,33 @@ def test_service_monitor_is_off_by_default_and_scrapes_metrics_when_on(render):
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (service["metadata"]["labels"].items())
 
 
+@pytest.mark.parametrize(
+    ("sets", "secret"),
+    [((), "gpu-scheduler-webhook-tls"), (("certs.mode=provided", "certs.existingSecret=my-tls"), "my-tls")],
+    ids=["job", "provided"],
+)
+def test_webhook_service_monitor_scrapes_https_trusting_the_releases_ca(render, sets, secret):
+    rendered = render(SCHEDULER_CHART, "metrics.serviceMonitor.enabled=true", *sets)
+    monitor = rendered.one("ServiceMonitor", "gpu-scheduler-webhook")
+    service = rendered.one("Service", "gpu-scheduler-webhook")
+    (endpoint,) = monitor["spec"]["endpoints"]
+
+    # Only the webhook's Service: the job the webhook alerts select is its name.
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [
+        s["metadata"]["name"]
+        for s in rendered.of_kind("Service")
+        if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ] == ["gpu-scheduler-webhook"]
+    assert endpoint["port"] in [port["name"] for port in service["spec"]["ports"]]
+    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
+    # The serving certificate names the Service's DNS name and is signed by the Secret's CA.
+    assert endpoint["tlsConfig"] == {
+        "serverName": "gpu-scheduler-webhook.gpu-scheduler-system.svc",
+        "ca": {"secret": {"name": secret, "key": "ca.crt"}},
+    }
+
+
 def test_every_object_carries_the_recommended_labels(render):
     for doc in render(SCHEDULER_CHART, "certs.mode=cert-manager").docs:
         labels = doc["metadata"]["labels"]

@@ -45,6 +45,20 @@ CHART_VARIANTS = [
             "webhook.extraEnv[0].value=UTC",
         ),
     ),
+    (
+        SCHEDULER_CHART,
+        (
+            "commonLabels.team=gpu",
+            "commonAnnotations.owner=gpu-platform",
+            "scheduler.livenessProbe.timeoutSeconds=3",
+            "webhook.startupProbe.tcpSocket.port=https",
+            "webhook.startupProbe.failureThreshold=30",
+            "certs.job.nodeSelector.pool=system",
+            "certs.job.tolerations[0].operator=Exists",
+            "certs.job.priorityClassName=system-cluster-critical",
+            "global.imageRegistry=mirror.example.com/gpu",
+        ),
+    ),
     (CHECK_CHART, ()),
     (
         CHECK_CHART,

@@ -33,8 +33,10 @@ TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
 RUNBOOK = "https://docs.example.com/troubleshooting.md"
 RULES_ON = "monitoring.prometheusRule.enabled=true"
 DASHBOARD_ON = "monitoring.grafanaDashboard.enabled=true"
-# What alerts_test.yaml was written for (its header says so).
-UNIT_TEST_SETS = (RULES_ON, f"monitoring.prometheusRule.runbookURL={RUNBOOK}")
+MONITORS_ON = "metrics.serviceMonitor.enabled=true"
+# What alerts_test.yaml was written for (its header says so): the webhook scraped, so its
+# alerts are rendered too.
+UNIT_TEST_SETS = (RULES_ON, MONITORS_ON, f"monitoring.prometheusRule.runbookURL={RUNBOOK}")
 SEVERITIES = {"critical", "warning"}
 
 
@@ -156,18 +158,42 @@ def test_rule_values_reach_the_rendered_rule(render):
 
 
 def test_the_default_selectors_are_the_jobs_the_prometheus_operator_gives_the_services(render):
-    rendered = render(SCHEDULER_CHART, RULES_ON, "metrics.serviceMonitor.enabled=true")
+    rendered = render(SCHEDULER_CHART, RULES_ON, MONITORS_ON)
     rules = {(r["alert"], r["labels"]["severity"]): r for r in alerting_rules(prometheus_rule(rendered))}
+
     # The Prometheus Operator names a target's job after the Service it was found through.
-    (monitor,) = rendered.of_kind("ServiceMonitor")
-    selected = monitor["spec"]["selector"]["matchLabels"].items()
-    (scheduler_service,) = [s for s in rendered.of_kind("Service") if selected <= s["metadata"]["labels"].items()]
-    webhook_service = rendered.one("Service", "gpu-scheduler-webhook")
+    def scraped_service(monitor_name: str) -> dict:
+        selected = rendered.one("ServiceMonitor", monitor_name)["spec"]["selector"]["matchLabels"].items()
+        (service,) = [s for s in rendered.of_kind("Service") if selected <= s["metadata"]["labels"].items()]
+        return service
+
+    scheduler_service = scraped_service("gpu-scheduler-scheduler")
+    webhook_service = scraped_service("gpu-scheduler-webhook")
 
     scheduler_job = f'job="{scheduler_service["metadata"]["name"]}", namespace="gpu-scheduler-system"'
     webhook_job = f'job="{webhook_service["metadata"]["name"]}", namespace="gpu-scheduler-system"'
     assert f"up{{{scheduler_job}}}" in rules["GpuSchedulerDown", "critical"]["expr"]
     assert f"up{{{webhook_job}}}" in rules["GpuSchedulerWebhookDown", "critical"]["expr"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "webhook_alerts"),
+    [
+        # auto (the default): the webhook's alerts only where the chart's ServiceMonitor scrapes
+        # it; unscraped, GpuSchedulerWebhookDown would fire for ever.
+        ((), False),
+        ((MONITORS_ON,), True),
+        # true: the user scrapes the webhook some other way; false: off even when scraped.
+        (("monitoring.prometheusRule.webhookAlerts=true",), True),
+        ((MONITORS_ON, "monitoring.prometheusRule.webhookAlerts=false"), False),
+    ],
+    ids=["auto-unscraped", "auto-scraped", "true", "false"],
+)
+def test_webhook_alerts_only_where_the_webhook_is_scraped(render, sets, webhook_alerts):
+    groups = [g["name"] for g in prometheus_rule(render(SCHEDULER_CHART, RULES_ON, *sets))["spec"]["groups"]]
+
+    assert ("gpu-scheduler.webhook" in groups) is webhook_alerts, groups
+    assert "gpu-scheduler.scheduler" in groups
 
 
 def test_dashboard_is_json_whose_every_panel_has_a_query():

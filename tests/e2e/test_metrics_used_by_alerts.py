@@ -45,7 +45,14 @@ def metric_names(expr: str) -> set[str]:
 def rule_queries() -> dict[str, str]:
     """Alert name (and severity) -> expression, as the chart renders them."""
     documents = helm_template(
-        "gpu-scheduler", SCHEDULER_CHART, "gpu-scheduler-system", "--set", "monitoring.prometheusRule.enabled=true"
+        "gpu-scheduler",
+        SCHEDULER_CHART,
+        "gpu-scheduler-system",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        # The webhook's alerts are rendered only where the webhook is scraped.
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
     )
     (rule,) = [d for d in documents if d["kind"] == "PrometheusRule"]
     return {

@@ -27,6 +27,21 @@ helm.sh/chart: {{ include "gpu-scheduler.chart" .root }}
 app.kubernetes.io/version: {{ .root.Values.image.tag | default .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/part-of: gpu-scheduler
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+commonAnnotations, each on a line of its own indented for metadata.annotations
+and led by a newline: `annotations:{{ include ... }}` renders exactly as
+before when there are none. The schema refuses the keys the chart sets itself
+(hooks, sync waves, cert-manager's CA injection), so none is written twice.
+*/}}
+{{- define "gpu-scheduler.commonAnnotations" -}}
+{{- with .Values.commonAnnotations }}
+{{ toYaml . | indent 4 }}
+{{- end }}
 {{- end -}}
 
 {{- define "gpu-scheduler.selectorLabels" -}}
@@ -42,12 +57,14 @@ before anything is created, saying what to set.
 */}}
 {{- define "gpu-scheduler.image" -}}
 {{- $placeholder := "registry.gitlab.com/your-group/gpu-scheduler" -}}
-{{- if eq (trimSuffix "/" .Values.image.registry) $placeholder -}}
+{{- /* global.imageRegistry (a parent chart's, for both charts at once) wins over image.registry. */ -}}
+{{- $registry := (.Values.global).imageRegistry | default .Values.image.registry -}}
+{{- if eq (trimSuffix "/" $registry) $placeholder -}}
 {{- fail (printf "image.registry is still the placeholder %s: set the registry your release pipeline pushed the images to, --set image.registry=<your registry> (its $CI_REGISTRY_IMAGE, e.g. registry.gitlab.com/<group>/<project>), or --set image.registry= (empty) for images loaded into the nodes, as on KinD" $placeholder) -}}
 {{- end -}}
 {{- $repository := .Values.image.repository -}}
-{{- if .Values.image.registry -}}
-{{- $repository = printf "%s/%s" (trimSuffix "/" .Values.image.registry) .Values.image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) .Values.image.repository -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" $repository .Values.image.digest -}}
@@ -274,7 +291,7 @@ metadata:
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "gpu-scheduler.labels" (dict "root" .root "component" .component) | nindent 4 }}
-  annotations:
+  annotations:{{ include "gpu-scheduler.commonAnnotations" .root }}
     argocd.argoproj.io/sync-wave: {{ .wave | quote }}
 spec:
   minAvailable: {{ .budget.minAvailable }}
@@ -309,6 +326,22 @@ template:
     # The ServiceAccount leaves the token out; these pods need it.
     automountServiceAccountToken: true
     {{- include "gpu-scheduler.podCommon" $root | nindent 4 }}
+    {{- /* Where the hook Jobs and the renewal run: an all-tainted cluster otherwise never runs them, and the install waits for ever. */}}
+    {{- with $root.Values.certs.job.priorityClassName }}
+    priorityClassName: {{ . }}
+    {{- end }}
+    {{- with $root.Values.certs.job.nodeSelector }}
+    nodeSelector:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $root.Values.certs.job.tolerations }}
+    tolerations:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $root.Values.certs.job.affinity }}
+    affinity:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     containers:
       - name: certs
         image: {{ include "gpu-scheduler.image" $root }}
@@ -350,3 +383,14 @@ the render, saying why.
 {{- $mode -}}
 {{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
+
+{{/*
+`helm upgrade --reuse-values` renders with the previous chart's defaults, not this
+chart's: a value added since (here commonLabels, the probes) is then missing, and a probe
+would silently vanish. Refused instead, saying what to run.
+*/}}
+{{- define "gpu-scheduler.valuesOfThisChart" -}}
+{{- if not (and (hasKey .Values "commonLabels") (hasKey .Values.scheduler "livenessProbe") (hasKey .Values.webhook "livenessProbe")) -}}
+{{- fail "these values lack ones this chart version added (commonLabels, scheduler.livenessProbe, ...): `helm upgrade --reuse-values` takes the previous chart's defaults. Upgrade with your values files (-f), or --reset-then-reuse-values (Helm 3.14+), which starts from this chart's defaults and keeps what you set" -}}
+{{- end -}}
+{{- end -}}
