@@ -8,8 +8,9 @@
 # Env: LOCAL_CLUSTER_NAME (gpu-scheduler), LOCAL_NODES (4), LOCAL_NODE_GPUS (4),
 #      LOCAL_NODE_PODS (1000), LOCAL_APISERVER_PORT (16443; 0 = let kwokctl pick a free one),
 #      LOCAL_CLUSTER_DIR (.cache/local-cluster), LOCAL_K8S_MODULE (cluster/local; lib.sh).
-# kube-apiserver writes an audit log of every pods/binding request to
-# <cluster dir>/clusters/<name>/logs/audit.log (cluster/local/audit-policy.yaml).
+# kube-apiserver writes an audit log of every pods/binding request and every
+# ServiceAccount's request to <cluster dir>/clusters/<name>/logs/audit.log
+# (cluster/local/audit-policy.yaml).
 # Idempotent: exits 0 at once when the cluster is already up and healthy.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -108,7 +109,8 @@ if [[ ! -d "$CLUSTER_DIR/clusters/$NAME" ]]; then
   # --kube-admission: default plugins incl. Mutating/ValidatingAdmissionWebhook.
   # --kubeconfig: write our own file instead of merging into ~/.kube/config.
   # --config: bind to 127.0.0.1 (see the file).
-  # --kube-audit-policy: every pods/binding request and its answer in logs/audit.log.
+  # --kube-audit-policy: every pods/binding request and every ServiceAccount's request, with
+  # their answers, in logs/audit.log.
   "$BIN_DIR/kwokctl" create cluster \
     --config "$REPO_ROOT/cluster/local/kwokctl.yaml" \
     --kube-audit-policy "$REPO_ROOT/cluster/local/audit-policy.yaml" \

@@ -2,7 +2,8 @@
 
 Nothing here imports gpu_scheduler: the suite drives the installed console
 script (.venv/bin/gpu-scheduler) and talks to the processes over HTTP, so it
-proves what a user gets, flags and all.
+proves what a user gets, flags and all. Who holds a leader Lease is read from
+the API server.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from .charts import REPO
@@ -205,18 +208,6 @@ class SchedulerProcess(ManagedProcess):
 
         return wait_for(f"{self.name} to log its identity", logged, timeout)
 
-    def user_agent(self) -> str:
-        return f"gpu-scheduler ({self.identity()})"
-
-    def wait_leads(self, timeout: float, interval: float = 0.2) -> None:
-        """Until this replica holds the Lease (its gpu_scheduler_leader gauge says 1)."""
-
-        def leads() -> None:
-            if not self.is_leader():
-                raise NotYet(f"{self.name} does not lead yet")
-
-        wait_for(f"{self.name} to take the Lease", leads, timeout, interval)
-
 
 @contextmanager
 def started_schedulers(
@@ -241,21 +232,57 @@ def started_schedulers(
             tracked.untrack(process)
 
 
+def lease_holder(api_client, election: LeaderElection) -> str:
+    """The holderIdentity of the election's Lease, as the API server stores it ("" if none)."""
+    try:
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+            election.lease_name, election.lease_namespace
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return ""
+        raise
+    return lease.spec.holder_identity or ""
+
+
+def wait_holds_lease(
+    api_client, election: LeaderElection, replica: SchedulerProcess, timeout: float, interval: float = 0.2
+) -> None:
+    """Until the Lease (read from the API server, not from the replica) names `replica` as holder."""
+    identity = replica.identity()
+
+    def holds() -> None:
+        holder = lease_holder(api_client, election)
+        if holder != identity:
+            raise NotYet(f"the Lease is held by {holder or 'nobody'}, not {replica.name} ({identity})")
+
+    wait_for(f"{replica.name} to hold the Lease", holds, timeout, interval)
+
+
 def start_replicas(
-    start_scheduler: Callable[..., SchedulerProcess], scheduler_name: str, election: LeaderElection, *flags: str
+    api_client,
+    start_scheduler: Callable[..., SchedulerProcess],
+    scheduler_name: str,
+    election: LeaderElection,
+    *flags: str,
+    **options,
 ) -> tuple[SchedulerProcess, SchedulerProcess]:
-    """Two replicas of the scheduler for `scheduler_name` (replica-0, replica-1, with `flags`),
-    competing for the election's Lease; once exactly one leads: (the leader, the standby)."""
+    """Two replicas of the scheduler for `scheduler_name` (replica-0, replica-1, with `flags` and
+    SchedulerProcess `options`), competing for the election's Lease; once the Lease names one of
+    them: (its holder, the other). The Lease is read from the API server: what a replica says of
+    itself (its gpu_scheduler_leader gauge) is what the leader tests judge, not their oracle."""
     replicas = [
-        start_scheduler(f"replica-{i}", *flags, scheduler_name=scheduler_name, leader_election=election) for i in (0, 1)
+        start_scheduler(f"replica-{i}", *flags, scheduler_name=scheduler_name, leader_election=election, **options)
+        for i in (0, 1)
     ]
+    identities = {r.identity(): r for r in replicas}
 
-    def one_leader() -> SchedulerProcess:
-        leaders = [r for r in replicas if r.is_leader()]
-        if len(leaders) != 1:
-            raise NotYet(f"{len(leaders)} leaders")
-        return leaders[0]
+    def held() -> SchedulerProcess:
+        holder = lease_holder(api_client, election)
+        if holder not in identities:
+            raise NotYet(f"the Lease is held by {holder or 'nobody'}, not by a replica")
+        return identities[holder]
 
-    leader = wait_for("exactly one replica to lead", one_leader, election.lease_duration + 10)
+    leader = wait_for("the Lease to name a replica", held, election.lease_duration + 10)
     (standby,) = (r for r in replicas if r is not leader)
     return leader, standby

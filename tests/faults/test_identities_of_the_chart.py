@@ -5,7 +5,12 @@ The chart's ServiceAccounts, (Cluster)Roles and (Cluster)RoleBindings are render
 `gpu-scheduler scheduler` then runs with the chart's container arguments and a token of the
 chart's scheduler ServiceAccount: it must do its whole job (list and watch pods and nodes,
 bind, write Events, hold its Lease) and nothing else: every action outside its job is refused
-by `kubectl auth can-i --as=...` and, attempted for real with the token, answered 403.
+by `kubectl auth can-i --as=...` and, attempted for real with the token, answered 403. That the
+scheduler itself attempted nothing it may not do is read from the API server's audit log
+(audit.py: cluster/local/audit-policy.yaml logs every ServiceAccount's requests with their
+answers), not from its own log: no request of its account answered 401 or 403, and among them
+those of its whole job, each answered with success. IDENTITIES_BROKEN=1 runs that test against a
+scheduler that also lists Secrets and keeps quiet about the 403 (identity_hooks/): it must fail.
 
 tests/delivery/test_helm_install.py already runs the certificate Jobs' commands with their
 token and checks with `can-i` what that account may not do; here the same account's
@@ -21,7 +26,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +39,6 @@ from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import bare_pod
-from gpu_scheduler.logs import BATCH_SECONDS
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -45,6 +48,19 @@ from .conftest import track, untrack
 pytestmark = pytest.mark.faults
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+HOOKS = Path(__file__).parent / "identity_hooks"
+# Set to run the scheduler's test against a build that quietly reads Secrets: it must fail.
+BROKEN = os.environ.get("IDENTITIES_BROKEN") == "1"
+# The requests of the scheduler's whole job, (verb, resource) as the audit log names them.
+SCHEDULER_JOB = {
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("create", "pods/binding"),
+    ("patch", "pods/status"),
+    ("create", "events"),
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,8 @@ def chart_scheduler(kubeconfig, release, tmp_path_factory):
     ]
     args = [f"--metrics-port={port}" if a.startswith("--metrics-port=") else a for a in args]
     env = {**os.environ, "KUBECONFIG": str(identity), "POD_NAMESPACE": release.namespace}
+    if BROKEN:
+        env["PYTHONPATH"] = str(HOOKS)
     process = track(
         ManagedProcess(
             "chart-scheduler",
@@ -125,7 +143,9 @@ def chart_scheduler(kubeconfig, release, tmp_path_factory):
         untrack(process)
 
 
-def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(api_client, release, chart_scheduler, ns):
+def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(
+    api_client, release, chart_scheduler, ns, audit_log
+):
     coordination = client.CoordinationV1Api(api_client)
 
     def leads():
@@ -137,7 +157,8 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(api_client, 
             raise NotYet("the Lease has no holder")
         return lease
 
-    wait_for("the scheduler to hold its Lease", leads, 30)
+    # Its identity, as the API server stores it: in the User-Agent of each of its requests.
+    holder = wait_for("the scheduler to hold its Lease", leads, 30).spec.holder_identity
     scheduling_map = "".join(f"{i}={expected_node(i)}:{i % 4}\n" for i in range(4))
     for i in range(4):
         client.CoreV1Api(api_client).create_namespaced_pod(
@@ -174,10 +195,18 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(api_client, 
 
     # Written through pods/status, the one write to pods the chart allows besides bindings.
     assert "no-such-node" in wait_for("the PodScheduled=False condition", condition, 20).message
-    time.sleep(3 * BATCH_SECONDS)  # what the log writer still held reaches the file
-    log = chart_scheduler.log_path.read_text(errors="replace")
-    assert "forbidden" not in log.lower(), chart_scheduler.log_tail()  # the API's word in every 403
-    assert "PRIVATE KEY" not in log
+    # Stopped, so that its watches end and are logged with their answers, and its log is whole.
+    assert chart_scheduler.stop() == 0, chart_scheduler.log_tail()
+    # The account's requests sent by this process: the other tests try forbidden things with the
+    # same account's token on purpose, under another User-Agent.
+    answers = [a for a in audit_log.answers_to(release.account("scheduler")) if a.identity == holder]
+    assert answers, f"no request of {release.account('scheduler')} with identity {holder} in the audit log"
+    refused = [str(a) for a in answers if a.code in (401, 403)]
+    assert refused == [], f"the API server refused {len(refused)} requests of the scheduler: {refused[:10]}"
+    succeeded = {(a.verb, a.resource) for a in answers if 200 <= a.code < 300}
+    assert SCHEDULER_JOB - succeeded == set(), f"not in the audit log with success: {SCHEDULER_JOB - succeeded}"
+    assert {("create", "leases"), ("update", "leases")} & succeeded, "no write of its Lease succeeded"
+    assert "PRIVATE KEY" not in chart_scheduler.log_path.read_text(errors="replace")
 
 
 def _bound(api_client, namespace: str, names: list[str]) -> dict[str, str]:

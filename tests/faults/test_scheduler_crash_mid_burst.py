@@ -1,9 +1,10 @@
 """`kill -9` of the scheduler in the middle of a 500-pod burst, then a new scheduler process.
 
 "Exactly once" is read from the API server's audit log (audit.py), not from anything the
-schedulers say: every pods/binding request with its response code. No pod may have two
-successful bindings; a second attempt the API server refused (409 "already assigned": the
-killed process's binding was stored, its answer lost) is counted. Besides: every pod where its
+schedulers say: every pods/binding request with its response code. Every pod has a binding,
+and none gets a binding request after one of its bindings was answered for sure (two successful
+bindings cannot happen: the API server refuses the second by itself); a second attempt after an
+uncertain answer (the killed process's binding was stored, its answer lost) is counted. Besides: every pod where its
 map says, Running, and at most one Scheduled Event per pod. Under --gpu-sharing=deny, with pods
 competing for one GPU per node all along (contention.py): no GPU held twice, read from the
 cluster's pod list.
@@ -70,7 +71,8 @@ def test_kill_9_mid_burst_and_a_restart_bind_every_pod_once_where_its_map_says(
     print(
         f"\nkill -9 after {bound_at_kill} of {BURST} bound ({created_at_kill} created); every pod bound "
         f"{recovered:.1f}s after the kill; audit log: {found.requests} binding requests, "
-        f"{sum(found.stored.values())} stored (per process: {sorted(by_process.values())}), none twice; "
+        f"{sum(found.stored.values())} stored (per process: {sorted(by_process.values())}), "
+        "none sent after a settled answer; "
         f"{found.refused_after_bound()} second attempts refused; {sum(found.uncertain.values())} "
         f"without a clear answer (the killed client's, logged 504); "
         f"pods with a Scheduled event {len(events)}, with two 0; misplaced 0; lost 0\n{gpus}"
