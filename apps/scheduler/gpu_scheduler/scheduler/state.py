@@ -1,14 +1,16 @@
 """Everything a scheduler process believes, every way it changes, and the lock that guards it.
 
 SchedulerState owns the queue of pending pods (queue.SchedulingQueue), the cluster cache of
-nodes, pods on nodes and GPUs (scheduling.ClusterCache) and the pending pods of each gang
+nodes, pods on nodes, GPUs, claims, volumes and StorageClasses (scheduling.ClusterCache) and
+the pending pods of each gang
 (scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
 watches, the bind workers, the metrics scrape) calls the named methods below, each of which
 takes the state's one lock, and makes its API calls outside it. Reading this file tells every
 way a pod is queued, decided, a GPU held or freed. The methods come in four groups:
 
   events     what the watches saw: a pod changed, was deleted, the pods were listed; a node
-             changed, was deleted, the nodes were listed
+             changed, was deleted, the nodes were listed; the same of claims, volumes and
+             StorageClasses
   work       a bind worker takes the next due pod (blocking) and says when its attempt ended;
              a stop waits for the attempts in flight to end
   decisions  the scheduling cycle: one pod decided, or its whole gang, and on success assumed
@@ -20,6 +22,12 @@ them all for every watch event cost more CPU than the binding itself); a worker 
 pod and sees more due wakes the next. Apart from the lock and the blocking take(), everything
 is a function of the calls made and the `now` passed in, so tests drive it directly
 (tests/test_scheduler_state.py runs it as a hypothesis state machine). Pods are keyed by UID.
+
+A refused pod waits on names (queue.retry_later): its node's name and alias, the nodes of its
+gang's map, and for VolumeBinding the keys of its claims and their StorageClasses
+(scheduling.volumes.claim_wait_key). A change to a node wakes the pods waiting on its name or
+alias; a change to a claim wakes those waiting on it, a change to a volume those waiting on
+the claims that name it, a change to a StorageClass those waiting on it.
 """
 
 from __future__ import annotations
@@ -33,7 +41,17 @@ from typing import TypeVar
 from gpu_scheduler.kube.objects import WatchedPod, pod_uid
 from gpu_scheduler.placement import PlacementError, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
-from gpu_scheduler.scheduling import AssignedPod, ClusterCache, Code, Decision, NodeInfo, SharingPolicy, decide
+from gpu_scheduler.scheduling import (
+    AssignedPod,
+    Claim,
+    ClusterCache,
+    Code,
+    Decision,
+    NodeInfo,
+    SharingPolicy,
+    Volume,
+    decide,
+)
 from gpu_scheduler.scheduling.gangs import (
     GANG_TIMEOUT_SECONDS,
     GangPlan,
@@ -220,6 +238,47 @@ class SchedulerState:
     def node_deleted(self, name: str) -> None:
         self._cache.delete_node(name)
 
+    # == events: the claim, volume and StorageClass watches ==========================================
+    # The cache says which wait keys a change touches (scheduling.volumes.VolumeCache); the pods
+    # waiting on them are tried again at once. Nothing is done per pod: a cluster whose pods use
+    # no claims pays one dictionary update per event.
+
+    @_event
+    def claim_changed(self, claim: Claim) -> bool:
+        return self._wake(*self._cache.volumes.upsert_claim(claim))
+
+    @_event
+    def claim_deleted(self, key: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_claim(key))
+
+    @_event
+    def claims_listed(self, claims: Iterable[Claim]) -> bool:
+        return self._wake(*self._cache.volumes.replace_claims(claims))
+
+    @_event
+    def volume_changed(self, volume: Volume) -> bool:
+        return self._wake(*self._cache.volumes.upsert_volume(volume))
+
+    @_event
+    def volume_deleted(self, name: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_volume(name))
+
+    @_event
+    def volumes_listed(self, volumes: Iterable[Volume]) -> bool:
+        return self._wake(*self._cache.volumes.replace_volumes(volumes))
+
+    @_event
+    def storage_class_changed(self, name: str, mode: str) -> bool:
+        return self._wake(*self._cache.volumes.upsert_class(name, mode))
+
+    @_event
+    def storage_class_deleted(self, name: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_class(name))
+
+    @_event
+    def storage_classes_listed(self, classes: Iterable[tuple[str, str]]) -> bool:
+        return self._wake(*self._cache.volumes.replace_classes(dict(classes)))
+
     # == work: the bind workers =====================================================================
 
     @_locked
@@ -342,7 +401,7 @@ class SchedulerState:
                 for assumed_uid, _, _ in decided:
                     self._cache.forget(assumed_uid)
                 why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
-                return self._gang_waits(view, pod, why, nodes, wall)
+                return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
             self._assume(m.uid, m.pod, decision, gang)
             decided.append((m.uid, m.pod, decision))
         for member_uid, _, _ in decided:

@@ -15,6 +15,7 @@ from .nodes import (
     Taint,
 )
 from .resources import CPU, MEMORY, PODS, NodeUsage, Requests, requests_of
+from .volumes import VOLUME_BINDING, WAIT_FOR_FIRST_CONSUMER, Claim, Volume, VolumeCache
 
 __all__ = [
     "CPU",
@@ -24,9 +25,12 @@ __all__ = [
     "GPU_SHARED",
     "MEMORY",
     "PODS",
+    "VOLUME_BINDING",
+    "WAIT_FOR_FIRST_CONSUMER",
     "AmbiguousAliasError",
     "AssignedPod",
     "BindWarning",
+    "Claim",
     "ClusterCache",
     "Code",
     "Decision",
@@ -40,6 +44,8 @@ __all__ = [
     "Requests",
     "SharingPolicy",
     "Taint",
+    "Volume",
+    "VolumeCache",
     "decide",
     "requests_of",
     "run_filters",

@@ -1,4 +1,5 @@
-"""What the scheduler believes about the cluster: nodes, the pods on them, their GPUs.
+"""What the scheduler believes about the cluster: nodes, the pods on them (their requests
+and GPUs), and the claims, volumes and StorageClasses pods may use.
 
 One owner for every way a node's resources or a GPU can be held or freed, in
 kube-scheduler's cache words:
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from .ledger import GpuLedger
 from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
 from .resources import EMPTY_USAGE, NodeUsage, Requests
+from .volumes import VolumeCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,8 @@ class ClusterCache:
         self._pods: dict[str, AssignedPod] = {}  # uid -> pod, assumed or confirmed
         self._assumed: dict[str, _Assumed] = {}  # uid -> binding state, for pods not yet confirmed
         self._usage: dict[str, NodeUsage] = {}  # node name -> what its pods request
+        # Claims, volumes and classes: no pod holds anything there, so they live beside the pods.
+        self.volumes = VolumeCache()
         self._gangs: dict[str, set[str]] = {}  # gang -> uids of its pods held here (bound or assumed)
 
     # -- reading ----------------------------------------------------------------------------

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from ..placement import CUDA_ENV, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
 from .cache import ClusterCache
-from .filters import run_filters, unavailable_message
+from .filters import pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
+from .volumes import pre_filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,9 @@ class Decision:
     warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
     plugin: str | None = None  # the filter that refused the node, if one did
     event: str = "FailedScheduling"  # the Event's reason when refused (a gang's: GangWaiting, ...)
-    waiting_on: tuple[str, ...] = ()  # nodes whose changes may let it on, beyond its own (a gang's)
+    # What else may let it on when it changes, beyond its own node: nodes (a gang's), claims and
+    # StorageClasses (scheduling.volumes.claim_wait_key, class_wait_key)
+    waiting_on: tuple[str, ...] = ()
 
     @property
     def bind(self) -> bool:
@@ -193,11 +196,20 @@ def decide(
     if injected is not None and injected != entry.cuda_visible_devices:
         return _map_changed(key, entry, injected)
 
+    spec = pod.get("spec") or {}
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
         return Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=str(err))
-    failure = run_filters(pod.get("spec") or {}, pod.get("requests") or (), entry.devices, node, cache.usage(node.name))
+    claims = pre_filter(pod, cache.volumes)
+    failure = pre_filter_failure(claims) or run_filters(
+        spec,
+        pod.get("requests") or (),
+        entry.devices,
+        node,
+        cache.usage(node.name),
+        claims=claims,
+    )
     if failure is not None:
         return Decision(
             key,
@@ -206,6 +218,7 @@ def decide(
             code=Code.UNSCHEDULABLE,
             reason=unavailable_message(failure, node.name, entry.line),
             plugin=failure.plugin,
+            waiting_on=failure.wait_keys,
         )
 
     # Only when no container has the variable: a pod that set the map's own devices

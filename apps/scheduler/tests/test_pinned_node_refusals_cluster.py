@@ -1,0 +1,73 @@
+"""On the real local control plane, a pod the map pins to node3 that node3 cannot run: its claim
+is bound to a volume of node2. It is refused with kube-scheduler's recorded words
+(testdata/kube_scheduler_messages.json), as a FailedScheduling Event and the PodScheduled
+condition. (A volume's node affinity cannot be changed, so the pod stays refused; the unit
+tests wake it with a changed volume.)"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from recorded import ours, reason_for_the_pinned_node
+from test_scheduler_cluster import core, make_pod, refused_with, start_scheduler, wait_until
+
+pytestmark = pytest.mark.cluster
+
+__all__ = ["core", "start_scheduler"]  # fixtures, from the scheduler's cluster tests
+
+NODE = "node3"
+
+
+def test_a_claim_bound_to_a_volume_of_node2_is_refused_on_node3(start_scheduler, core, api_client, namespace):
+    volume = f"pv-{uuid.uuid4().hex[:6]}"
+
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "hostPath": {"path": "/tmp/data"},
+                "nodeAffinity": affinity_of(("node2",)),
+            },
+        }
+    )
+    try:
+        claim = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "",
+            "volumeName": volume,
+        }
+        core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "data"}, "spec": claim})
+        wait_until(
+            lambda: core.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Bound",
+            30,
+            "the PV controller to bind the claim",
+            interval=0.5,
+        )
+        start_scheduler("--leader-elect=false")
+        make_pod(
+            core,
+            namespace,
+            "train-0",
+            start_scheduler.scheduler_name,
+            f"0={NODE}:0\n",
+            spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        )
+        refused_with(
+            api_client,
+            core,
+            namespace,
+            "train-0",
+            ours(reason_for_the_pinned_node("pv-of-another-node"), "VolumeBinding", NODE),
+        )
+    finally:
+        core.delete_persistent_volume(volume)
+
+
+def affinity_of(nodes: tuple[str, ...]) -> dict:
+    requirement = {"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
