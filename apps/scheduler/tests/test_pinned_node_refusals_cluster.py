@@ -1,14 +1,15 @@
-"""On the real local control plane, a pod the map pins to node3 that node3 cannot run: its claim
-is bound to a volume of node2. It is refused with kube-scheduler's recorded words
-(testdata/kube_scheduler_messages.json), as a FailedScheduling Event and the PodScheduled
-condition. (A volume's node affinity cannot be changed, so the pod stays refused; the unit
-tests wake it with a changed volume.)"""
+"""On the real local control plane, pods the map pins to node3 that node3 cannot run: a claim
+bound to a volume of node2, DRA resourceClaims. Each is refused with kube-scheduler's recorded
+words (testdata/kube_scheduler_messages.json) or, for DRA, ours, as a FailedScheduling Event
+and the PodScheduled condition. (A volume's node affinity cannot be changed, so the volume's
+pod stays refused; the unit tests wake it with a changed volume.)"""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
+from kubernetes import client
 from recorded import ours, reason_for_the_pinned_node
 from test_scheduler_cluster import core, make_pod, refused_with, start_scheduler, wait_until
 
@@ -71,3 +72,31 @@ def test_a_claim_bound_to_a_volume_of_node2_is_refused_on_node3(start_scheduler,
 def affinity_of(nodes: tuple[str, ...]) -> dict:
     requirement = {"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}
     return {"required": {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
+
+
+def test_a_pod_with_resource_claims_is_refused_saying_dra_is_not_supported(
+    start_scheduler, core, api_client, namespace
+):
+    start_scheduler("--leader-elect=false")
+    make_pod(
+        core,
+        namespace,
+        "dra-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:2\n",
+        spec={
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+        },
+    )
+    condition = refused_with(
+        api_client,
+        core,
+        namespace,
+        "dra-0",
+        "the pod has resourceClaims (gpu): gpu-scheduler does not support DynamicResourceAllocation claims yet, "
+        "and binding the pod would start it without the devices they ask for; remove them, or let kube-scheduler "
+        "place the pod",
+    )
+    assert condition.status == "False"
+    assert client.CoreV1Api(api_client).read_namespaced_pod("dra-0", namespace).spec.node_name is None

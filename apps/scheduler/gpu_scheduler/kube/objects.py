@@ -18,8 +18,8 @@ shapes or neither. Three shapes are kept:
 - a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_mode):
   what VolumeBinding reads of them (scheduling.volumes).
 
-A pending pod also keeps its volumes that use claims; a pod without them carries nothing
-more for them.
+A pending pod also keeps its volumes that use claims and the names of its resourceClaims;
+a pod without them carries nothing more for them.
 
 Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
 parser, into canonical integers: cpu in millicores, everything else in units
@@ -245,6 +245,10 @@ def trim_pending_pod(pod: dict) -> dict:
     volumes = _claim_volumes(spec)
     if volumes:
         trimmed_spec["volumes"] = volumes
+    if spec.get("resourceClaims"):
+        trimmed_spec["resourceClaims"] = [
+            {"name": c.get("name")} if isinstance(c, Mapping) else {} for c in spec["resourceClaims"]
+        ]
     trimmed_status: dict = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
     if scheduled:

@@ -1,7 +1,7 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
 from .cache import AssignedPod, ClusterCache
-from .decide import ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Code, Decision, decide
+from .decide import DYNAMIC_RESOURCES, ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Code, Decision, decide
 from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
@@ -20,6 +20,7 @@ from .volumes import VOLUME_BINDING, WAIT_FOR_FIRST_CONSUMER, Claim, Volume, Vol
 __all__ = [
     "CPU",
     "DEFAULT_ALIAS_LABEL",
+    "DYNAMIC_RESOURCES",
     "ENV_NOT_INJECTED",
     "GPU_RESOURCE",
     "GPU_SHARED",

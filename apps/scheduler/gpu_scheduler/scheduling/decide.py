@@ -1,6 +1,9 @@
 """One scheduling decision: resolve the map's node, filter it (scheduling.filters) and
 check the GPU ledger under the sharing policy.
 
+A pod with DRA claims (spec.resourceClaims) is refused until its claims are supported: binding
+it would start it without the devices its claims ask for.
+
 The devices the pod gets are the ones its containers were given at creation
 (placement.container_devices), never the placement annotation, which anyone who
 may edit the pod can change: a pod whose containers' devices are not its map
@@ -35,6 +38,7 @@ class BindWarning:
 
 GPU_SHARED = "GPUShared"
 ENV_NOT_INJECTED = "CUDAEnvNotInjected"
+DYNAMIC_RESOURCES = "DynamicResources"
 
 
 class Code(enum.Enum):
@@ -131,6 +135,23 @@ def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
     )
 
 
+def _resource_claims(key: str, entry: MapEntry, claims: list) -> Decision:
+    # spec.resourceClaims cannot change: only a new pod without them can be placed.
+    names = ", ".join(str(c.get("name")) if isinstance(c, Mapping) else "?" for c in claims)
+    return Decision(
+        key,
+        entry,
+        None,
+        code=Code.UNRESOLVABLE,
+        reason=(
+            f"the pod has resourceClaims ({names}): gpu-scheduler does not support DynamicResourceAllocation "
+            "claims yet, and binding the pod would start it without the devices they ask for; remove them, or "
+            "let kube-scheduler place the pod"
+        ),
+        plugin=DYNAMIC_RESOURCES,
+    )
+
+
 def _not_injected(node: str, entry: MapEntry) -> BindWarning:
     return BindWarning(
         ENV_NOT_INJECTED,
@@ -197,6 +218,9 @@ def decide(
         return _map_changed(key, entry, injected)
 
     spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return _resource_claims(key, entry, spec["resourceClaims"])
+
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
