@@ -1,8 +1,9 @@
 """On the real local control plane, pods the map pins to node3 that node3 cannot run: a claim
-bound to a volume of node2, DRA resourceClaims. Each is refused with kube-scheduler's recorded
-words (testdata/kube_scheduler_messages.json) or, for DRA, ours, as a FailedScheduling Event
-and the PodScheduled condition. (A volume's node affinity cannot be changed, so the volume's
-pod stays refused; the unit tests wake it with a changed volume.)"""
+bound to a volume of node2, a hostPort another pod holds there, DRA resourceClaims. Each is
+refused with kube-scheduler's recorded words (testdata/kube_scheduler_messages.json) or, for
+DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's pod is bound
+once the holder is gone. (A volume's node affinity cannot be changed, so the volume's pod
+stays refused; the unit tests wake it with a changed volume.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 import pytest
 from kubernetes import client
 from recorded import ours, reason_for_the_pinned_node
-from test_scheduler_cluster import core, make_pod, refused_with, start_scheduler, wait_until
+from test_scheduler_cluster import core, make_pod, node_of, refused_with, start_scheduler, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -72,6 +73,30 @@ def test_a_claim_bound_to_a_volume_of_node2_is_refused_on_node3(start_scheduler,
 def affinity_of(nodes: tuple[str, ...]) -> dict:
     requirement = {"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}
     return {"required": {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
+
+
+def test_a_host_port_held_on_node3_is_refused_until_its_holder_is_gone(start_scheduler, core, api_client, namespace):
+    ports = [{"containerPort": 80, "hostPort": 18080, "protocol": "TCP"}]
+    # The holder is on node3 from its creation: no scheduler's, as a DaemonSet's pod would be.
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "holder"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox", "ports": ports}]},
+        },
+    )
+    start_scheduler("--leader-elect=false")
+    make_pod(
+        core,
+        namespace,
+        "web-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:1\n",
+        spec={"containers": [{"name": "main", "image": "busybox", "ports": ports}]},
+    )
+    refused_with(api_client, core, namespace, "web-0", ours(reason_for_the_pinned_node("port-taker"), "NodePorts"))
+    core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+    assert wait_until(lambda: node_of(core, namespace, "web-0"), 20, "web-0 to be bound") == NODE
 
 
 def test_a_pod_with_resource_claims_is_refused_saying_dra_is_not_supported(

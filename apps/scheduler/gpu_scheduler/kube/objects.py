@@ -18,8 +18,9 @@ shapes or neither. Three shapes are kept:
 - a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_mode):
   what VolumeBinding reads of them (scheduling.volumes).
 
-A pending pod also keeps its volumes that use claims and the names of its resourceClaims;
-a pod without them carries nothing more for them.
+A pending pod also keeps "hostPorts" (scheduling.ports.host_ports), its volumes that use
+claims and the names of its resourceClaims; a pod on a node keeps its host ports. A pod
+without any of these carries nothing more for them.
 
 Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
 parser, into canonical integers: cpu in millicores, everything else in units
@@ -55,6 +56,7 @@ from gpu_scheduler.scheduling import (
     NodeInfo,
     Requests,
     Volume,
+    host_ports,
     requests_of,
 )
 from gpu_scheduler.scheduling.volumes import BETA_CLASS_ANNOTATION, BIND_COMPLETED_ANNOTATION
@@ -254,6 +256,9 @@ def trim_pending_pod(pod: dict) -> dict:
     if scheduled:
         trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
     trimmed = {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
+    ports = host_ports(spec)
+    if ports:
+        trimmed["hostPorts"] = ports
     return trimmed
 
 
@@ -306,6 +311,7 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
         devices=held_devices(pod) if ours else (),
         gang=gang,
         index=index,
+        host_ports=host_ports(spec),
     )
 
 

@@ -431,6 +431,7 @@ class SchedulerState:
                 decision.entry.devices,
                 gang,
                 decision.index,
+                pod.get("hostPorts") or (),
             )
         )
 

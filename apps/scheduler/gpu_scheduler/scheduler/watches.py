@@ -2,7 +2,7 @@
 
 One informer of every pod not finished, of every scheduler and namespace: this
 scheduler's unbound pods go to the queue, pods on nodes (of any scheduler) to
-the nodes' usage and the GPU ledger. One informer of every node: the
+the nodes' usage, host ports and the GPU ledger. One informer of every node: the
 node index. One each of PersistentVolumeClaims, PersistentVolumes and
 StorageClasses, trimmed to what VolumeBinding reads (kube.objects): a claim or a
 volume that changes wakes the pods waiting on it. Their handlers run on the informers' threads and change the state only

@@ -14,6 +14,7 @@ from .nodes import (
     NodeResolutionError,
     Taint,
 )
+from .ports import NODE_PORTS, HostPort, UsedPorts, host_ports
 from .resources import CPU, MEMORY, PODS, NodeUsage, Requests, requests_of
 from .volumes import VOLUME_BINDING, WAIT_FOR_FIRST_CONSUMER, Claim, Volume, VolumeCache
 
@@ -25,6 +26,7 @@ __all__ = [
     "GPU_RESOURCE",
     "GPU_SHARED",
     "MEMORY",
+    "NODE_PORTS",
     "PODS",
     "VOLUME_BINDING",
     "WAIT_FOR_FIRST_CONSUMER",
@@ -37,6 +39,7 @@ __all__ = [
     "Decision",
     "FilterFailure",
     "GpuLedger",
+    "HostPort",
     "NodeIndex",
     "NodeInfo",
     "NodeNotFoundError",
@@ -45,9 +48,11 @@ __all__ = [
     "Requests",
     "SharingPolicy",
     "Taint",
+    "UsedPorts",
     "Volume",
     "VolumeCache",
     "decide",
+    "host_ports",
     "requests_of",
     "run_filters",
     "unavailable_message",

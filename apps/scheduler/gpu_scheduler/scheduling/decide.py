@@ -232,6 +232,8 @@ def decide(
         entry.devices,
         node,
         cache.usage(node.name),
+        ports=pod.get("hostPorts") or (),
+        used_ports=cache.used_ports(node.name),
         claims=claims,
     )
     if failure is not None:

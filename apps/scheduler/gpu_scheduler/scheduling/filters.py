@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from .affinity import REASON as AFFINITY_REASON
 from .affinity import matches_node_affinity
 from .nodes import GPU_RESOURCE, NodeInfo
+from .ports import EMPTY_PORTS, NODE_PORTS, HostPort, UsedPorts
+from .ports import REASON as PORTS_REASON
 from .resources import NodeUsage, Requests, insufficient
 from .taints import UNSCHEDULABLE_TAINT, taint_reason, tolerated, untolerated_taint
 from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, filter_node
@@ -82,10 +84,13 @@ def run_filters(
     node: NodeInfo,
     usage: NodeUsage,
     *,
+    ports: tuple[HostPort, ...] = (),
+    used_ports: UsedPorts = EMPTY_PORTS,
     claims: PodClaims = NO_CLAIMS,
 ) -> FilterFailure | None:
-    """The first filter the node fails for this pod, or None when it can take it. `claims`:
-    what VolumeBinding's PreFilter found (it passed)."""
+    """The first filter the node fails for this pod, or None when it can take it. `ports`: the
+    host ports the pod takes (scheduling.ports.host_ports), `used_ports` those the node's pods
+    take; `claims`: what VolumeBinding's PreFilter found (it passed)."""
     tolerations = pod_spec.get("tolerations") or ()
     if not node.ready:
         # kube-scheduler learns this from the not-ready taint the node controller adds; we
@@ -98,6 +103,8 @@ def run_filters(
         return FilterFailure(TAINT_TOLERATION, (taint_reason(taint),))
     if not matches_node_affinity(pod_spec, node):
         return FilterFailure(NODE_AFFINITY, (AFFINITY_REASON,))
+    if ports and used_ports.conflicts(ports):
+        return FilterFailure(NODE_PORTS, (PORTS_REASON,))
     reasons = insufficient(requests, node.allocatable, usage)
     if reasons:
         return FilterFailure(NODE_RESOURCES_FIT, tuple(reasons))
