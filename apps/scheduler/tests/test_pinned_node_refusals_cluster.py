@@ -7,6 +7,7 @@ stays refused; the unit tests wake it with a changed volume.)"""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -125,3 +126,70 @@ def test_a_pod_with_resource_claims_is_refused_saying_dra_is_not_supported(
     )
     assert condition.status == "False"
     assert client.CoreV1Api(api_client).read_namespaced_pod("dra-0", namespace).spec.node_name is None
+
+
+def test_a_wait_for_first_consumer_claim_gets_node3_and_the_pod_is_bound_once_its_volume_is(
+    start_scheduler, core, api_client, namespace
+):
+    storage = client.StorageV1Api(api_client)
+    cls = f"wffc-{uuid.uuid4().hex[:6]}"
+    # A provisioner nobody runs: the test makes the volume itself, as a provisioner would.
+    storage.create_storage_class(
+        {"metadata": {"name": cls}, "provisioner": "example.com/test", "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+    volume = f"pv-{uuid.uuid4().hex[:6]}"
+    try:
+        claim = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": cls,
+        }
+        core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "data"}, "spec": claim})
+        start_scheduler("--leader-elect=false")
+        make_pod(
+            core,
+            namespace,
+            "ckpt-0",
+            start_scheduler.scheduler_name,
+            f"0={NODE}:3\n",
+            spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        )
+
+        def selected() -> str | None:
+            annotations = core.read_namespaced_persistent_volume_claim("data", namespace).metadata.annotations or {}
+            return annotations.get("volume.kubernetes.io/selected-node")
+
+        assert wait_until(selected, 15, "the claim to get the map's node") == NODE
+        wait_until(lambda: waiting_for_volumes(api_client, namespace, "ckpt-0"), 15, "a WaitingForVolumes Event")
+        assert node_of(core, namespace, "ckpt-0") is None  # not before its volume is there
+        uid = core.read_namespaced_persistent_volume_claim("data", namespace).metadata.uid
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": cls,
+                    "hostPath": {"path": "/tmp/ckpt"},
+                    "nodeAffinity": affinity_of((NODE,)),
+                    "claimRef": {"namespace": namespace, "name": "data", "uid": uid},
+                },
+            }
+        )
+        assert wait_until(lambda: node_of(core, namespace, "ckpt-0"), 30, "ckpt-0 to be bound", interval=0.5) == NODE
+        assert core.read_namespaced_persistent_volume_claim("data", namespace).spec.volume_name == volume
+    finally:
+        if any(v.metadata.name == volume for v in core.list_persistent_volume().items):
+            core.delete_persistent_volume(volume)
+        storage.delete_storage_class(cls)
+
+
+def waiting_for_volumes(api_client, namespace: str, pod: str) -> list[str]:
+    """The notes of the pod's Normal WaitingForVolumes Events. Read raw: the client's model
+    refuses the Events the PV controller writes about the claim, which have no eventTime."""
+    listed = json.loads(client.EventsV1Api(api_client).list_namespaced_event(namespace, _preload_content=False).data)
+    return [
+        e.get("note")
+        for e in listed["items"]
+        if e["regarding"].get("name") == pod and (e.get("reason"), e.get("type")) == ("WaitingForVolumes", "Normal")
+    ]

@@ -13,6 +13,7 @@ from gpu_scheduler.scheduling import ClusterCache, Code, SharingPolicy, decide
 from gpu_scheduler.scheduling.volumes import (
     NO_CLAIMS,
     UNBOUND_IMMEDIATE,
+    StorageClass,
     VolumeCache,
     claim_names,
     claim_wait_key,
@@ -133,8 +134,8 @@ def test_a_claim_that_does_not_exist_makes_the_pod_wait_in_kube_schedulers_recor
     ids=["immediate-class", "no-class", "missing-class", "prebound"],
 )
 def test_an_unbound_immediate_claim_makes_the_pod_wait_in_kube_schedulers_recorded_words(cache, claim):
-    cache.volumes.upsert_class("fast", "Immediate")
-    cache.volumes.upsert_class("wffc", "WaitForFirstConsumer")
+    cache.volumes.upsert_class(StorageClass("fast", "Immediate", "example.com/nobody"))
+    cache.volumes.upsert_class(StorageClass("wffc", "WaitForFirstConsumer", "example.com/nobody"))
     cache.volumes.upsert_volume(volume_info(api_volume("pv-1")))
     cache.volumes.upsert_claim(claim_info(claim))
     decision = refusal(cache, api_pod(volumes=[uses("data")]))
@@ -200,13 +201,13 @@ def test_a_generic_ephemeral_volume_uses_the_claim_named_after_the_pod_and_owned
     assert decide(trim_pending_pod(pod), cache).bind
 
 
-def test_an_unbound_wait_for_first_consumer_claim_waits_saying_it_is_not_provisioned_yet(cache):
-    cache.volumes.upsert_class("local", "WaitForFirstConsumer")
+def test_an_unbound_wait_for_first_consumer_claim_passes_the_prefilter_for_its_volume_to_be_provisioned(cache):
+    cache.volumes.upsert_class(StorageClass("local", "WaitForFirstConsumer", "example.com/local"))
     cache.volumes.upsert_claim(claim_info(api_claim("data", cls="local")))
-    decision = refusal(cache, api_pod(volumes=[uses("data")]))
-    assert "data (StorageClass local) wait for their first consumer" in decision.reason
-    assert "does not yet provision WaitForFirstConsumer claims" in decision.reason
-    assert decision.waiting_on == (claim_wait_key("ml/data"), class_wait_key("local"))
+    claims = pre_filter(trim_pending_pod(api_pod(volumes=[uses("data")])), cache.volumes)
+    assert claims.refusal is None
+    assert [c.name for c in claims.delayed] == ["data"]
+    assert claims.wait_keys == (claim_wait_key("ml/data"), class_wait_key("local"))
 
 
 def test_the_prefilter_speaks_before_the_nodes_filters_as_in_kube_scheduler(cache):
@@ -291,7 +292,7 @@ def test_a_pod_refused_for_its_claims_volume_is_woken_when_the_volume_changes(st
 def test_a_pod_waiting_on_a_missing_class_is_woken_when_it_appears_and_lists_wake_what_changed(state):
     state.claim_changed(claim_info(api_claim("data", cls="local")))
     uid = refused_in_backoff(state, api_pod(volumes=[uses("data")]))  # class unknown: Immediate, waits
-    assert state.storage_classes_listed([("local", "WaitForFirstConsumer")]) is True
+    assert state.storage_classes_listed([StorageClass("local", "WaitForFirstConsumer", "example.com/x")]) is True
     assert state.queue_state(uid) == ACTIVE
     _, taken = state.pop(0.0)
     state.refused(uid, state.decide(uid, taken), now=0.0, jitter=0.5)

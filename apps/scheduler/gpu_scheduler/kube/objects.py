@@ -15,7 +15,7 @@ shapes or neither. Three shapes are kept:
   from its containers' environment, which cannot change, never from the
   placement annotation, which can);
 - a node (node_info): a scheduling.NodeInfo with its allocatable parsed;
-- a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_mode):
+- a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_info):
   what VolumeBinding reads of them (scheduling.volumes).
 
 A pending pod also keeps "hostPorts" (scheduling.ports.host_ports), its volumes that use
@@ -59,7 +59,12 @@ from gpu_scheduler.scheduling import (
     host_ports,
     requests_of,
 )
-from gpu_scheduler.scheduling.volumes import BETA_CLASS_ANNOTATION, BIND_COMPLETED_ANNOTATION
+from gpu_scheduler.scheduling.volumes import (
+    BETA_CLASS_ANNOTATION,
+    BIND_COMPLETED_ANNOTATION,
+    SELECTED_NODE_ANNOTATION,
+    StorageClass,
+)
 
 KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
 KEPT_LABELS = (STATEFULSET_INDEX_LABEL, JOB_INDEX_KEY)
@@ -393,6 +398,8 @@ def claim_info(pvc: dict) -> Claim:
         lost=(pvc.get("status") or {}).get("phase") == "Lost",
         deleting=bool(metadata.get("deletionTimestamp")),
         controller_uid=owner,
+        selected_node=str(annotations.get(SELECTED_NODE_ANNOTATION) or ""),
+        resource_version=metadata.get("resourceVersion") or "",
     )
 
 
@@ -403,6 +410,10 @@ def volume_info(pv: dict) -> Volume:
     return Volume(name=(pv.get("metadata") or {}).get("name") or "", node_terms=terms)
 
 
-def storage_class_mode(sc: dict) -> tuple[str, str]:
-    """(name, volumeBindingMode) of a StorageClass; the API server defaults the mode to Immediate."""
-    return (sc.get("metadata") or {}).get("name") or "", sc.get("volumeBindingMode") or "Immediate"
+def storage_class_info(sc: dict) -> StorageClass:
+    """A StorageClass's binding mode (the API server defaults it to Immediate) and provisioner."""
+    return StorageClass(
+        name=(sc.get("metadata") or {}).get("name") or "",
+        mode=sc.get("volumeBindingMode") or "Immediate",
+        provisioner=sc.get("provisioner") or "",
+    )

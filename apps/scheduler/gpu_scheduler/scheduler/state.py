@@ -36,6 +36,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, pod_uid
@@ -65,8 +66,16 @@ from gpu_scheduler.scheduling.gangs import (
     reservations,
     waiting,
 )
+from gpu_scheduler.scheduling.provisioning import (
+    VOLUME_BINDING_TIMEOUT_SECONDS,
+    WAITING_FOR_VOLUMES,
+    timed_out_message,
+)
+from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
+
+FAILED_SCHEDULING = "FailedScheduling"
 
 _Result = TypeVar("_Result")
 
@@ -109,9 +118,14 @@ class SchedulerState:
         initial_backoff: float = INITIAL_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         gang_timeout: float = GANG_TIMEOUT_SECONDS,
+        volume_timeout: float = VOLUME_BINDING_TIMEOUT_SECONDS,
     ) -> None:
         self.policy = policy
         self.gang_timeout = gang_timeout
+        self.volume_timeout = volume_timeout
+        # uid -> when (Unix time) the pod began waiting for its claims' volumes, or last said
+        # it timed out: only in memory, so a restart starts the clock again
+        self._volume_waits: dict[str, float] = {}
         self._cache = ClusterCache(alias_label)
         self._queue = SchedulingQueue(initial_backoff, max_backoff)
         self._gangs = PendingGangs()  # the pending pods of each gang, beside the queue
@@ -170,6 +184,7 @@ class SchedulerState:
         dropped = self._queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
         for pod in dropped:
             self._gangs.delete(pod_uid(pod))
+            self._volume_waits.pop(pod_uid(pod), None)
         for uid in self._queue.keys():
             self._gangs.upsert_pod(uid, self._queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
@@ -192,6 +207,7 @@ class SchedulerState:
         pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
         self._queue.delete(uid)
         self._gangs.delete(uid)
+        self._volume_waits.pop(uid, None)
         return False
 
     @_event
@@ -268,16 +284,16 @@ class SchedulerState:
         return self._wake(*self._cache.volumes.replace_volumes(volumes))
 
     @_event
-    def storage_class_changed(self, name: str, mode: str) -> bool:
-        return self._wake(*self._cache.volumes.upsert_class(name, mode))
+    def storage_class_changed(self, cls: StorageClass) -> bool:
+        return self._wake(*self._cache.volumes.upsert_class(cls))
 
     @_event
     def storage_class_deleted(self, name: str) -> bool:
         return self._wake(*self._cache.volumes.delete_class(name))
 
     @_event
-    def storage_classes_listed(self, classes: Iterable[tuple[str, str]]) -> bool:
-        return self._wake(*self._cache.volumes.replace_classes(dict(classes)))
+    def storage_classes_listed(self, classes: Iterable[StorageClass]) -> bool:
+        return self._wake(*self._cache.volumes.replace_classes(classes))
 
     # == work: the bind workers =====================================================================
 
@@ -357,7 +373,21 @@ class SchedulerState:
         decision = decide(pod, self._cache, self.policy, self.reservations(wall))
         if decision.bind:
             self._assume(uid, pod, decision)
-        return decision
+        return self._timed(uid, decision, wall)
+
+    def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:
+        """A pod waiting for its claims' volumes says so with a Normal Event at each attempt;
+        once it has waited volume_timeout, a FailedScheduling Warning says it timed out, and
+        the clock starts again (the wait goes on: the claims are the pod's, and bound they let
+        it on)."""
+        if decision.event != WAITING_FOR_VOLUMES:
+            self._volume_waits.pop(uid, None)
+            return decision
+        since = self._volume_waits.setdefault(uid, wall)
+        if wall - since < self.volume_timeout:
+            return decision
+        self._volume_waits[uid] = wall
+        return replace(decision, event=FAILED_SCHEDULING, reason=timed_out_message(decision.reason or "", wall - since))
 
     def _decide_gang(self, uid: str, pod: dict, gang: str, wall: float) -> Decision | GangPlan:
         """Any pod of a gang stands for all of it: every pending pod of the gang is decided, each
@@ -394,9 +424,16 @@ class SchedulerState:
 
         reserved = self.reservations(wall)
         decided: list[tuple[str, dict, Decision]] = []
+        # Members that pass every check but wait for their claims' volumes: all or none includes
+        # the volumes, so every member's are asked for in this attempt and none is bound before
+        # all are bound.
+        provisioning: list[tuple[int, Decision]] = []
         for index in sorted(members):
             m = members[index]
             decision = decide(m.pod, self._cache, self.policy, reserved, gang)
+            if decision.event == WAITING_FOR_VOLUMES:
+                provisioning.append((index, decision))
+                continue
             if not decision.bind:
                 for assumed_uid, _, _ in decided:
                     self._cache.forget(assumed_uid)
@@ -404,6 +441,14 @@ class SchedulerState:
                 return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
             self._assume(m.uid, m.pod, decision, gang)
             decided.append((m.uid, m.pod, decision))
+        if provisioning:
+            for assumed_uid, _, _ in decided:
+                self._cache.forget(assumed_uid)
+            indexes = listed([index for index, _ in provisioning])
+            why = f"waits for the volumes of its pods of index {indexes}: {provisioning[0][1].reason}"
+            waits = tuple(key for _, d in provisioning for key in d.waiting_on)
+            select = tuple(s for _, d in provisioning for s in d.provision)
+            return replace(self._gang_waits(view, pod, why, (*nodes, *waits), wall), provision=select)
         for member_uid, _, _ in decided:
             if member_uid != uid:
                 self._queue.claim(member_uid)

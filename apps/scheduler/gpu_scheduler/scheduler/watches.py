@@ -25,11 +25,12 @@ from gpu_scheduler.kube.objects import (
     WatchedPod,
     claim_info,
     node_info,
-    storage_class_mode,
+    storage_class_info,
     volume_info,
     watched_pod,
 )
 from gpu_scheduler.scheduling import Claim, NodeInfo, Volume
+from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .announce import Announcer
 from .state import SchedulerState
@@ -82,8 +83,8 @@ class Watches:
             Informer(
                 client,
                 "/apis/storage.k8s.io/v1/storageclasses",
-                _Handler(self._classes_replace, self._class_upsert, self._class_delete),
-                storage_class_mode,
+                _Handler(self._classes_replace, state.storage_class_changed, self._class_delete),
+                storage_class_info,
                 name="storageclasses",
             ),
         ]
@@ -178,14 +179,11 @@ class Watches:
     def _volume_delete(self, volume: Volume) -> None:
         self._state.volume_deleted(volume.name)
 
-    def _classes_replace(self, classes: list[tuple[str, str]], _listed_at: float) -> None:
+    def _classes_replace(self, classes: list[StorageClass], _listed_at: float) -> None:
         self._state.storage_classes_listed(classes)
 
-    def _class_upsert(self, named: tuple[str, str]) -> None:
-        self._state.storage_class_changed(*named)
-
-    def _class_delete(self, named: tuple[str, str]) -> None:
-        self._state.storage_class_deleted(named[0])
+    def _class_delete(self, cls: StorageClass) -> None:
+        self._state.storage_class_deleted(cls.name)
 
 
 @dataclass(frozen=True)

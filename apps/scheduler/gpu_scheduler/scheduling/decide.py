@@ -25,7 +25,8 @@ from .filters import pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
-from .volumes import pre_filter
+from .provisioning import WAITING_FOR_VOLUMES, SelectNode, plan, waiting_message
+from .volumes import VOLUME_BINDING, PodClaims, pre_filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class Decision:
     # What else may let it on when it changes, beyond its own node: nodes (a gang's), claims and
     # StorageClasses (scheduling.volumes.claim_wait_key, class_wait_key)
     waiting_on: tuple[str, ...] = ()
+    # Claims to annotate with the node before the pod waits for their volumes (scheduling.provisioning)
+    provision: tuple[SelectNode, ...] = ()
 
     @property
     def bind(self) -> bool:
@@ -254,4 +257,29 @@ def decide(
     refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy, taken)
     if refusal is not None:
         return Decision(key, entry, node.name, code=Code.UNSCHEDULABLE, reason=refusal)
+    if claims.delayed:
+        return _provisioning(key, entry, node.name, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=(*warnings, *shared))
+
+
+def _provisioning(key: str, entry: MapEntry, node: str, claims: PodClaims, cache: ClusterCache) -> Decision:
+    """The node can take the pod, but WaitForFirstConsumer claims of it are unbound: their
+    volumes are to be provisioned there first. Only now, every other check passed, is the
+    node chosen for them, as kube-scheduler chooses it in PreBind."""
+    planned = plan(claims, node, cache.volumes.classes)
+    if planned.refusal is not None:
+        why = f"{planned.refusal}. The map (line {entry.line}) pins the pod to node {node}."
+        return Decision(
+            key, entry, node, Code.UNSCHEDULABLE, reason=why, plugin=VOLUME_BINDING, waiting_on=claims.wait_keys
+        )
+    return Decision(
+        key,
+        entry,
+        node,
+        Code.UNSCHEDULABLE,
+        reason=waiting_message(planned.waiting, node),
+        plugin=VOLUME_BINDING,
+        event=WAITING_FOR_VOLUMES,
+        waiting_on=claims.wait_keys,
+        provision=planned.select,
+    )

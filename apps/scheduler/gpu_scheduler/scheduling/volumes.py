@@ -14,10 +14,9 @@ up in a cache of claims, volumes (PVs) and StorageClasses fed by watches. As kub
   affinity must match the node's labels (only its labels: kube-scheduler matches a node made of
   them, so a term on `metadata.name` never matches).
 
-Unbound claims of a WaitForFirstConsumer class need the scheduler to choose the node
-(`volume.kubernetes.io/selected-node`) and wait for the provisioner before binding the pod;
-this scheduler does not do that yet, so such a pod waits, saying so, and is tried again when
-the claim changes (someone binds it or annotates it by hand).
+Unbound claims of a WaitForFirstConsumer class pass the PreFilter: the pod's node is chosen
+for them once every filter passes (scheduling.provisioning), and the pod is bound only once
+they are bound.
 
 kube-scheduler reports these as UnschedulableAndUnresolvable and requeues the pod when a
 claim, volume or class changes; here they are retryable refusals (Code.UNSCHEDULABLE) that
@@ -37,6 +36,7 @@ VOLUME_BINDING = "VolumeBinding"
 BIND_COMPLETED_ANNOTATION = "pv.kubernetes.io/bind-completed"
 BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 
 # kube-scheduler 1.37's words (volumebinding/binder.go, volume_binding.go); the unit tests
 # compare them with what kube-scheduler said (tests/testdata/kube_scheduler_messages.json).
@@ -65,15 +65,6 @@ def not_for_pod(namespace: str, claim: str, pod: str) -> str:
     return f"PVC {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)"
 
 
-def waits_for_first_consumer(claims: Iterable[tuple[str, str]]) -> str:
-    named = ", ".join(f"{name} (StorageClass {cls})" for name, cls in claims)
-    return (
-        f"persistentvolumeclaims {named} wait for their first consumer, and gpu-scheduler does not yet "
-        "provision WaitForFirstConsumer claims (volume.kubernetes.io/selected-node); bind them, or use "
-        "an Immediate StorageClass"
-    )
-
-
 def claim_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
@@ -100,6 +91,8 @@ class Claim:
     lost: bool = False  # status.phase Lost: its volume is gone
     deleting: bool = False
     controller_uid: str | None = None  # the owner with controller: true (a pod, for ephemeral claims)
+    selected_node: str = ""  # volume.kubernetes.io/selected-node: the node its volume is provisioned for
+    resource_version: str = ""  # the version read, so that selecting its node changes only that one
 
     @property
     def key(self) -> str:
@@ -126,13 +119,20 @@ class Volume:
         return any(term_matches(term, node.labels, "") for term in self.node_terms)
 
 
+@dataclass(frozen=True, slots=True)
+class StorageClass:
+    name: str
+    mode: str = "Immediate"  # volumeBindingMode
+    provisioner: str = ""
+
+
 @dataclass(slots=True)
 class VolumeCache:
     """Claims by namespace/name, volumes by name, StorageClasses' binding modes by name."""
 
     claims: dict[str, Claim] = field(default_factory=dict)
     volumes: dict[str, Volume] = field(default_factory=dict)
-    classes: dict[str, str] = field(default_factory=dict)  # name -> volumeBindingMode
+    classes: dict[str, StorageClass] = field(default_factory=dict)
     _naming: dict[str, set[str]] = field(default_factory=dict)  # volume name -> keys of the claims naming it
 
     # Each change returns the wait keys of the pods it may let on ([] when nothing changed).
@@ -171,18 +171,23 @@ class VolumeCache:
         woken = [k for name in list(self.volumes) if name not in listed for k in self.delete_volume(name)]
         return woken + [k for volume in listed.values() for k in self.upsert_volume(volume)]
 
-    def upsert_class(self, name: str, mode: str) -> list[str]:
-        if self.classes.get(name) == mode:
+    def upsert_class(self, cls: StorageClass) -> list[str]:
+        if self.classes.get(cls.name) == cls:
             return []
-        self.classes[name] = mode
-        return [class_wait_key(name)]
+        self.classes[cls.name] = cls
+        return [class_wait_key(cls.name)]
 
     def delete_class(self, name: str) -> list[str]:
         return [class_wait_key(name)] if self.classes.pop(name, None) is not None else []
 
-    def replace_classes(self, classes: Mapping[str, str]) -> list[str]:
-        woken = [k for name in list(self.classes) if name not in classes for k in self.delete_class(name)]
-        return woken + [k for name, mode in classes.items() for k in self.upsert_class(name, mode)]
+    def replace_classes(self, classes: Iterable[StorageClass]) -> list[str]:
+        listed = {c.name: c for c in classes}
+        woken = [k for name in list(self.classes) if name not in listed for k in self.delete_class(name)]
+        return woken + [k for cls in listed.values() for k in self.upsert_class(cls)]
+
+    def mode_of(self, name: str) -> str | None:
+        cls = self.classes.get(name)
+        return cls.mode if cls is not None else None
 
     def _claims_naming(self, volume: str) -> list[str]:
         return [claim_wait_key(key) for key in sorted(self._naming.get(volume, ()))]
@@ -200,11 +205,13 @@ class VolumeCache:
 @dataclass(frozen=True, slots=True)
 class PodClaims:
     """The outcome of VolumeBinding's PreFilter for one pod: a refusal (why, and what it waits
-    on), or the bound claims' volumes for the Filter to check against the node."""
+    on), or the bound claims' volumes for the Filter to check against the node and the unbound
+    WaitForFirstConsumer claims whose volumes are yet to be provisioned for it."""
 
     refusal: str | None = None
     wait_keys: tuple[str, ...] = ()  # what the pod waits on (claims and classes), refused or not
     bound: tuple[tuple[Claim, Volume | None], ...] = ()  # each bound claim and its volume (None: gone)
+    delayed: tuple[Claim, ...] = ()  # unbound claims of a WaitForFirstConsumer class
 
 
 NO_CLAIMS = PodClaims()
@@ -253,7 +260,7 @@ def pre_filter(pod: Mapping, cache: VolumeCache) -> PodClaims:
     for claim in claims:
         if claim.bound:
             bound.append((claim, cache.volumes.get(claim.volume_name)))
-        elif cache.classes.get(claim.storage_class) == WAIT_FOR_FIRST_CONSUMER and not claim.volume_name:
+        elif cache.mode_of(claim.storage_class) == WAIT_FOR_FIRST_CONSUMER and not claim.volume_name:
             delayed.append(claim)
         else:
             # No class, a class that does not exist (kube-scheduler reads it as Immediate), an
@@ -263,9 +270,7 @@ def pre_filter(pod: Mapping, cache: VolumeCache) -> PodClaims:
     waits = (*waits, *classes)
     if immediate:
         return PodClaims(UNBOUND_IMMEDIATE, waits)
-    if delayed:
-        return PodClaims(waits_for_first_consumer((c.name, c.storage_class) for c in delayed), waits)
-    return PodClaims(None, waits, tuple(bound))
+    return PodClaims(None, waits, tuple(bound), tuple(delayed))
 
 
 def filter_node(claims: PodClaims, node: NodeInfo) -> list[str]:
