@@ -3,7 +3,9 @@ bound to a volume of node2, a hostPort another pod holds there, DRA resourceClai
 refused with kube-scheduler's recorded words (testdata/kube_scheduler_messages.json) or, for
 DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's pod is bound
 once the holder is gone. (A volume's node affinity cannot be changed, so the volume's pod
-stays refused; the unit tests wake it with a changed volume.)"""
+stays refused; the unit tests wake it with a changed volume.) And a claim of a
+WaitForFirstConsumer class: it gets node3 from the map, and its pod is bound once the claim
+is bound to a volume there."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 SchedulerState owns the queue of pending pods (queue.SchedulingQueue), the cluster cache of
 nodes, pods on nodes, GPUs, claims, volumes and StorageClasses (scheduling.ClusterCache) and
-the pending pods of each gang
-(scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
+the pending pods of each gang (scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
 watches, the bind workers, the metrics scrape) calls the named methods below, each of which
 takes the state's one lock, and makes its API calls outside it. Reading this file tells every
 way a pod is queued, decided, a GPU held or freed. The methods come in four groups:
