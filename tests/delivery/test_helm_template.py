@@ -47,6 +47,9 @@ EXPECTED_RBAC = {
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["patch"]},
         {
             "apiGroups": ["events.k8s.io"],
             "resources": ["events"],

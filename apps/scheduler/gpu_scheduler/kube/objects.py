@@ -14,7 +14,13 @@ shapes or neither. Three shapes are kept:
   its node, requests and, for this scheduler's pods, the GPUs it holds (read
   from its containers' environment, which cannot change, never from the
   placement annotation, which can);
-- a node (node_info): a scheduling.NodeInfo with its allocatable parsed.
+- a node (node_info): a scheduling.NodeInfo with its allocatable parsed;
+- a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_info):
+  what VolumeBinding reads of them (scheduling.volumes).
+
+A pending pod also keeps "hostPorts" (scheduling.ports.host_ports), its volumes that use
+claims and the names of its resourceClaims; a pod on a node keeps its host ports. A pod
+without any of these carries nothing more for them.
 
 Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
 parser, into canonical integers: cpu in millicores, everything else in units
@@ -46,9 +52,18 @@ from gpu_scheduler.scheduling import (
     CPU,
     DEFAULT_ALIAS_LABEL,
     AssignedPod,
+    Claim,
     NodeInfo,
     Requests,
+    Volume,
+    host_ports,
     requests_of,
+)
+from gpu_scheduler.scheduling.volumes import (
+    BETA_CLASS_ANNOTATION,
+    BIND_COMPLETED_ANNOTATION,
+    SELECTED_NODE_ANNOTATION,
+    StorageClass,
 )
 
 KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
@@ -175,6 +190,22 @@ def _given_devices(spec: Mapping) -> dict:
     return kept
 
 
+def _claim_volumes(spec: Mapping) -> list[dict] | None:
+    """The pod's volumes that use a claim (persistentVolumeClaim, or a generic ephemeral
+    volume, whose claim is named after the pod and the volume), cut to what names the claim."""
+    kept = []
+    for volume in spec.get("volumes") or ():
+        if not isinstance(volume, Mapping):
+            continue
+        name = volume.get("name")
+        claim = volume.get("persistentVolumeClaim")
+        if isinstance(claim, Mapping):
+            kept.append({"name": name, "persistentVolumeClaim": {"claimName": claim.get("claimName")}})
+        elif volume.get("ephemeral") is not None:
+            kept.append({"name": name, "ephemeral": {}})
+    return kept or None
+
+
 def trim_pending_pod(pod: dict) -> dict:
     """A pending pod of this scheduler as API JSON with only what decide() reads, plus
     "requests" (pod_requests)."""
@@ -218,11 +249,22 @@ def trim_pending_pod(pod: dict) -> dict:
     if tolerations:
         trimmed_spec["tolerations"] = tolerations
     trimmed_spec.update(_given_devices(spec))
+    volumes = _claim_volumes(spec)
+    if volumes:
+        trimmed_spec["volumes"] = volumes
+    if spec.get("resourceClaims"):
+        trimmed_spec["resourceClaims"] = [
+            {"name": c.get("name")} if isinstance(c, Mapping) else {} for c in spec["resourceClaims"]
+        ]
     trimmed_status: dict = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
     if scheduled:
         trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
-    return {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
+    trimmed = {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
+    ports = host_ports(spec)
+    if ports:
+        trimmed["hostPorts"] = ports
+    return trimmed
 
 
 def pod_scheduled_condition(pod: Mapping) -> dict | None:
@@ -274,6 +316,7 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
         devices=held_devices(pod) if ours else (),
         gang=gang,
         index=index,
+        host_ports=host_ports(spec),
     )
 
 
@@ -333,3 +376,44 @@ def node_info(node: dict, alias_label: str = DEFAULT_ALIAS_LABEL) -> NodeInfo:
 
 def node_name(node: dict) -> str:
     return (node.get("metadata") or {}).get("name") or ""
+
+
+# -- claims, volumes, StorageClasses -----------------------------------------------------------------
+
+
+def claim_info(pvc: dict) -> Claim:
+    """A PersistentVolumeClaim as VolumeBinding reads it."""
+    metadata = pvc.get("metadata") or {}
+    spec = pvc.get("spec") or {}
+    annotations = metadata.get("annotations") or {}
+    # kube's GetPersistentVolumeClaimClass: the beta annotation first, then the field.
+    storage_class = annotations.get(BETA_CLASS_ANNOTATION, spec.get("storageClassName") or "")
+    owner = next((r.get("uid") for r in metadata.get("ownerReferences") or () if r.get("controller")), None)
+    return Claim(
+        namespace=metadata.get("namespace") or "",
+        name=metadata.get("name") or "",
+        volume_name=spec.get("volumeName") or "",
+        bind_completed=BIND_COMPLETED_ANNOTATION in annotations,
+        storage_class=str(storage_class or ""),
+        lost=(pvc.get("status") or {}).get("phase") == "Lost",
+        deleting=bool(metadata.get("deletionTimestamp")),
+        controller_uid=owner,
+        selected_node=str(annotations.get(SELECTED_NODE_ANNOTATION) or ""),
+        resource_version=metadata.get("resourceVersion") or "",
+    )
+
+
+def volume_info(pv: dict) -> Volume:
+    """A PersistentVolume as VolumeBinding reads it: its name and required node affinity."""
+    required = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")) or None
+    terms = None if required is None else tuple(t for t in required.get("nodeSelectorTerms") or () if t)
+    return Volume(name=(pv.get("metadata") or {}).get("name") or "", node_terms=terms)
+
+
+def storage_class_info(sc: dict) -> StorageClass:
+    """A StorageClass's binding mode (the API server defaults it to Immediate) and provisioner."""
+    return StorageClass(
+        name=(sc.get("metadata") or {}).get("name") or "",
+        mode=sc.get("volumeBindingMode") or "Immediate",
+        provisioner=sc.get("provisioner") or "",
+    )

@@ -18,6 +18,7 @@ from gpu_scheduler.kube.events import NORMAL, WARNING, EventRecorder
 from gpu_scheduler.kube.pod_status import SCHEDULER_ERROR, PodConditionWriter
 from gpu_scheduler.scheduling import Decision, NodeInfo
 from gpu_scheduler.scheduling.gangs import GANG_WAITING
+from gpu_scheduler.scheduling.provisioning import WAITING_FOR_VOLUMES
 
 from .metrics import SchedulerMetrics
 
@@ -51,8 +52,9 @@ class Announcer:
 
     def refused(self, pod: dict, decision: Decision) -> None:
         reason = decision.reason or ""
-        # A gang waiting for its pods is expected, not a failure: Normal; the rest warn.
-        kind = NORMAL if decision.event == GANG_WAITING else WARNING
+        # A gang waiting for its pods, a pod waiting for its volumes: expected, not a failure:
+        # Normal; the rest warn.
+        kind = NORMAL if decision.event in (GANG_WAITING, WAITING_FOR_VOLUMES) else WARNING
         self._recorder.record(pod, kind, decision.event, "Scheduling", reason, coalesce=True)
         if self._conditions is not None:
             self._conditions.unschedulable(pod, reason)

@@ -5,6 +5,9 @@
   scheduling cycle under the state's lock: resolve its node, filter, check the GPU ledger; on
                    success its hold is assumed (state.decide). A pod of a gang is decided with
                    its whole gang, all or none (a GangPlan)
+  volumes          a pod that waits for WaitForFirstConsumer claims: outside the lock, their
+                   volumes are asked for on its node (selected-node), and it waits until a later
+                   attempt finds them bound
   binding cycle    outside the lock: check that this replica still leads, POST the binding
   outcome          handed to the state by the code of the binding's answer (bound, refused,
                    pod gone, failed or in doubt) and to the Announcer (Events, conditions,
@@ -20,8 +23,10 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpu_scheduler.kube.binder import BindOutcome, BindResult, bind
+from gpu_scheduler.kube.claims import select_node
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.placement import pod_key
 from gpu_scheduler.scheduling import Decision
@@ -82,9 +87,30 @@ class ScheduleOne:
         return self._state.decide(uid, pod, time.time())
 
     def _unschedulable(self, uid: str, pod: dict, decision: Decision, started: float) -> None:
+        if decision.provision:
+            decision = self._select_nodes(decision)
         self._state.refused(uid, decision, time.monotonic(), random.random())
         self._announcer.refused(pod, decision)
         self._announcer.finish(UNSCHEDULABLE, decision, started, reason=decision.reason, filter=decision.plugin)
+
+    def _select_nodes(self, decision: Decision) -> Decision:
+        """Asks for the volumes of the pod's (or its gang's) WaitForFirstConsumer claims on its
+        node; a claim that could not be annotated is named in the pod's Event, and its next
+        attempt reads the claim again. Only the leader writes."""
+        if not self._may_bind():
+            return decision
+        failed = []
+        for select in decision.provision:
+            problem = select_node(self._client, select)
+            if problem is not None:
+                log.warning(
+                    "selecting the node of a claim failed",
+                    extra={"fields": {"claim": f"{select.namespace}/{select.name}", "node": select.node}},
+                )
+                failed.append(f"{select.namespace}/{select.name}: {problem}")
+        if not failed:
+            return decision
+        return replace(decision, reason=f"{decision.reason}; setting the node on claims failed ({'; '.join(failed)})")
 
     # -- the binding cycle -------------------------------------------------------------------------
 

@@ -1,14 +1,15 @@
 """Everything a scheduler process believes, every way it changes, and the lock that guards it.
 
 SchedulerState owns the queue of pending pods (queue.SchedulingQueue), the cluster cache of
-nodes, pods on nodes and GPUs (scheduling.ClusterCache) and the pending pods of each gang
-(scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
+nodes, pods on nodes, GPUs, claims, volumes and StorageClasses (scheduling.ClusterCache) and
+the pending pods of each gang (scheduling.gangs.PendingGangs). Nothing outside this class holds them: every thread (the
 watches, the bind workers, the metrics scrape) calls the named methods below, each of which
 takes the state's one lock, and makes its API calls outside it. Reading this file tells every
 way a pod is queued, decided, a GPU held or freed. The methods come in four groups:
 
   events     what the watches saw: a pod changed, was deleted, the pods were listed; a node
-             changed, was deleted, the nodes were listed
+             changed, was deleted, the nodes were listed; the same of claims, volumes and
+             StorageClasses
   work       a bind worker takes the next due pod (blocking) and says when its attempt ended;
              a stop waits for the attempts in flight to end
   decisions  the scheduling cycle: one pod decided, or its whole gang, and on success assumed
@@ -20,6 +21,12 @@ them all for every watch event cost more CPU than the binding itself); a worker 
 pod and sees more due wakes the next. Apart from the lock and the blocking take(), everything
 is a function of the calls made and the `now` passed in, so tests drive it directly
 (tests/test_scheduler_state.py runs it as a hypothesis state machine). Pods are keyed by UID.
+
+A refused pod waits on names (queue.retry_later): its node's name and alias, the nodes of its
+gang's map, and for VolumeBinding the keys of its claims and their StorageClasses
+(scheduling.volumes.claim_wait_key). A change to a node wakes the pods waiting on its name or
+alias; a change to a claim wakes those waiting on it, a change to a volume those waiting on
+the claims that name it, a change to a StorageClass those waiting on it.
 """
 
 from __future__ import annotations
@@ -28,12 +35,23 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, pod_uid
 from gpu_scheduler.placement import PlacementError, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
-from gpu_scheduler.scheduling import AssignedPod, ClusterCache, Code, Decision, NodeInfo, SharingPolicy, decide
+from gpu_scheduler.scheduling import (
+    AssignedPod,
+    Claim,
+    ClusterCache,
+    Code,
+    Decision,
+    NodeInfo,
+    SharingPolicy,
+    Volume,
+    decide,
+)
 from gpu_scheduler.scheduling.gangs import (
     GANG_TIMEOUT_SECONDS,
     GangPlan,
@@ -47,8 +65,16 @@ from gpu_scheduler.scheduling.gangs import (
     reservations,
     waiting,
 )
+from gpu_scheduler.scheduling.provisioning import (
+    VOLUME_BINDING_TIMEOUT_SECONDS,
+    WAITING_FOR_VOLUMES,
+    timed_out_message,
+)
+from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
+
+FAILED_SCHEDULING = "FailedScheduling"
 
 _Result = TypeVar("_Result")
 
@@ -91,9 +117,14 @@ class SchedulerState:
         initial_backoff: float = INITIAL_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         gang_timeout: float = GANG_TIMEOUT_SECONDS,
+        volume_timeout: float = VOLUME_BINDING_TIMEOUT_SECONDS,
     ) -> None:
         self.policy = policy
         self.gang_timeout = gang_timeout
+        self.volume_timeout = volume_timeout
+        # uid -> when (Unix time) the pod began waiting for its claims' volumes, or last said
+        # it timed out: only in memory, so a restart starts the clock again
+        self._volume_waits: dict[str, float] = {}
         self._cache = ClusterCache(alias_label)
         self._queue = SchedulingQueue(initial_backoff, max_backoff)
         self._gangs = PendingGangs()  # the pending pods of each gang, beside the queue
@@ -152,6 +183,7 @@ class SchedulerState:
         dropped = self._queue.replace({uid: p for p in pods if not self._placed(uid := pod_uid(p))})
         for pod in dropped:
             self._gangs.delete(pod_uid(pod))
+            self._volume_waits.pop(pod_uid(pod), None)
         for uid in self._queue.keys():
             self._gangs.upsert_pod(uid, self._queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
@@ -174,6 +206,7 @@ class SchedulerState:
         pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
         self._queue.delete(uid)
         self._gangs.delete(uid)
+        self._volume_waits.pop(uid, None)
         return False
 
     @_event
@@ -219,6 +252,47 @@ class SchedulerState:
     @_locked
     def node_deleted(self, name: str) -> None:
         self._cache.delete_node(name)
+
+    # == events: the claim, volume and StorageClass watches ==========================================
+    # The cache says which wait keys a change touches (scheduling.volumes.VolumeCache); the pods
+    # waiting on them are tried again at once. Nothing is done per pod: a cluster whose pods use
+    # no claims pays one dictionary update per event.
+
+    @_event
+    def claim_changed(self, claim: Claim) -> bool:
+        return self._wake(*self._cache.volumes.upsert_claim(claim))
+
+    @_event
+    def claim_deleted(self, key: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_claim(key))
+
+    @_event
+    def claims_listed(self, claims: Iterable[Claim]) -> bool:
+        return self._wake(*self._cache.volumes.replace_claims(claims))
+
+    @_event
+    def volume_changed(self, volume: Volume) -> bool:
+        return self._wake(*self._cache.volumes.upsert_volume(volume))
+
+    @_event
+    def volume_deleted(self, name: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_volume(name))
+
+    @_event
+    def volumes_listed(self, volumes: Iterable[Volume]) -> bool:
+        return self._wake(*self._cache.volumes.replace_volumes(volumes))
+
+    @_event
+    def storage_class_changed(self, cls: StorageClass) -> bool:
+        return self._wake(*self._cache.volumes.upsert_class(cls))
+
+    @_event
+    def storage_class_deleted(self, name: str) -> bool:
+        return self._wake(*self._cache.volumes.delete_class(name))
+
+    @_event
+    def storage_classes_listed(self, classes: Iterable[StorageClass]) -> bool:
+        return self._wake(*self._cache.volumes.replace_classes(classes))
 
     # == work: the bind workers =====================================================================
 
@@ -298,7 +372,21 @@ class SchedulerState:
         decision = decide(pod, self._cache, self.policy, self.reservations(wall))
         if decision.bind:
             self._assume(uid, pod, decision)
-        return decision
+        return self._timed(uid, decision, wall)
+
+    def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:
+        """A pod waiting for its claims' volumes says so with a Normal Event at each attempt;
+        once it has waited volume_timeout, a FailedScheduling Warning says it timed out, and
+        the clock starts again (the wait goes on: the claims are the pod's, and bound they let
+        it on)."""
+        if decision.event != WAITING_FOR_VOLUMES:
+            self._volume_waits.pop(uid, None)
+            return decision
+        since = self._volume_waits.setdefault(uid, wall)
+        if wall - since < self.volume_timeout:
+            return decision
+        self._volume_waits[uid] = wall
+        return replace(decision, event=FAILED_SCHEDULING, reason=timed_out_message(decision.reason or "", wall - since))
 
     def _decide_gang(self, uid: str, pod: dict, gang: str, wall: float) -> Decision | GangPlan:
         """Any pod of a gang stands for all of it: every pending pod of the gang is decided, each
@@ -335,16 +423,31 @@ class SchedulerState:
 
         reserved = self.reservations(wall)
         decided: list[tuple[str, dict, Decision]] = []
+        # Members that pass every check but wait for their claims' volumes: all or none includes
+        # the volumes, so every member's are asked for in this attempt and none is bound before
+        # all are bound.
+        provisioning: list[tuple[int, Decision]] = []
         for index in sorted(members):
             m = members[index]
             decision = decide(m.pod, self._cache, self.policy, reserved, gang)
+            if decision.event == WAITING_FOR_VOLUMES:
+                provisioning.append((index, decision))
+                continue
             if not decision.bind:
                 for assumed_uid, _, _ in decided:
                     self._cache.forget(assumed_uid)
                 why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
-                return self._gang_waits(view, pod, why, nodes, wall)
+                return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
             self._assume(m.uid, m.pod, decision, gang)
             decided.append((m.uid, m.pod, decision))
+        if provisioning:
+            for assumed_uid, _, _ in decided:
+                self._cache.forget(assumed_uid)
+            indexes = listed([index for index, _ in provisioning])
+            why = f"waits for the volumes of its pods of index {indexes}: {provisioning[0][1].reason}"
+            waits = tuple(key for _, d in provisioning for key in d.waiting_on)
+            select = tuple(s for _, d in provisioning for s in d.provision)
+            return replace(self._gang_waits(view, pod, why, (*nodes, *waits), wall), provision=select)
         for member_uid, _, _ in decided:
             if member_uid != uid:
                 self._queue.claim(member_uid)
@@ -372,6 +475,7 @@ class SchedulerState:
                 decision.entry.devices,
                 gang,
                 decision.index,
+                pod.get("hostPorts") or (),
             )
         )
 

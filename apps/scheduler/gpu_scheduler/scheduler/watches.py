@@ -1,9 +1,11 @@
-"""The two list+watch caches that feed the scheduler, and what each event changes.
+"""The list+watch caches that feed the scheduler, and what each event changes.
 
 One informer of every pod not finished, of every scheduler and namespace: this
 scheduler's unbound pods go to the queue, pods on nodes (of any scheduler) to
-the nodes' usage and the GPU ledger. One informer of every node: the node
-index. Their handlers run on the informers' threads and change the state only
+the nodes' usage, host ports and the GPU ledger. One informer of every node: the
+node index. One each of PersistentVolumeClaims, PersistentVolumes and
+StorageClasses, trimmed to what VolumeBinding reads (kube.objects): a claim or a
+volume that changes wakes the pods waiting on it. Their handlers run on the informers' threads and change the state only
 through its named events; they also say whether the caches have listed once and are
 kept current (for the workers and /readyz), and ask the pod informer for the
 lists that end holds in doubt.
@@ -18,8 +20,17 @@ from dataclasses import dataclass
 
 from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.informer import RELIST_REASONS, Informer
-from gpu_scheduler.kube.objects import UNFINISHED_SELECTOR, WatchedPod, node_info, watched_pod
-from gpu_scheduler.scheduling import NodeInfo
+from gpu_scheduler.kube.objects import (
+    UNFINISHED_SELECTOR,
+    WatchedPod,
+    claim_info,
+    node_info,
+    storage_class_info,
+    volume_info,
+    watched_pod,
+)
+from gpu_scheduler.scheduling import Claim, NodeInfo, Volume
+from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .announce import Announcer
 from .state import SchedulerState
@@ -54,6 +65,27 @@ class Watches:
                 _Handler(self._nodes_replace, self._node_upsert, self._node_delete),
                 functools.partial(node_info, alias_label=alias_label),
                 name="nodes",
+            ),
+            Informer(
+                client,
+                "/api/v1/persistentvolumeclaims",
+                _Handler(self._claims_replace, state.claim_changed, self._claim_delete),
+                claim_info,
+                name="persistentvolumeclaims",
+            ),
+            Informer(
+                client,
+                "/api/v1/persistentvolumes",
+                _Handler(self._volumes_replace, state.volume_changed, self._volume_delete),
+                volume_info,
+                name="persistentvolumes",
+            ),
+            Informer(
+                client,
+                "/apis/storage.k8s.io/v1/storageclasses",
+                _Handler(self._classes_replace, state.storage_class_changed, self._class_delete),
+                storage_class_info,
+                name="storageclasses",
             ),
         ]
         self._pods = self.informers[0]
@@ -134,6 +166,24 @@ class Watches:
     def _node_delete(self, node: NodeInfo) -> None:
         self._announcer.node_deleted(node.name)
         self._state.node_deleted(node.name)
+
+    def _claims_replace(self, claims: list[Claim], _listed_at: float) -> None:
+        self._state.claims_listed(claims)
+
+    def _claim_delete(self, claim: Claim) -> None:
+        self._state.claim_deleted(claim.key)
+
+    def _volumes_replace(self, volumes: list[Volume], _listed_at: float) -> None:
+        self._state.volumes_listed(volumes)
+
+    def _volume_delete(self, volume: Volume) -> None:
+        self._state.volume_deleted(volume.name)
+
+    def _classes_replace(self, classes: list[StorageClass], _listed_at: float) -> None:
+        self._state.storage_classes_listed(classes)
+
+    def _class_delete(self, cls: StorageClass) -> None:
+        self._state.storage_class_deleted(cls.name)
 
 
 @dataclass(frozen=True)

@@ -51,14 +51,17 @@ def _requirement_matches(requirement: Mapping, values_of: Mapping[str, str]) -> 
     return False  # unknown operator: the API server would not have accepted it
 
 
-def _term_matches(term: Mapping, node: NodeInfo) -> bool:
+def term_matches(term: Mapping, labels: Mapping[str, str], name: str) -> bool:
+    """One nodeSelectorTerm against a node's labels and name (a PersistentVolume's node
+    affinity is matched with an empty name, as kube does: scheduling.volumes)."""
+    if not isinstance(term, Mapping):
+        return False
     expressions = [e for e in term.get("matchExpressions") or () if isinstance(e, Mapping)]
     fields = [f for f in term.get("matchFields") or () if isinstance(f, Mapping)]
     if not expressions and not fields:
         return False
-    name = {"metadata.name": node.name}
-    return all(_requirement_matches(e, node.labels) for e in expressions) and all(
-        _requirement_matches(f, name) for f in fields
+    return all(_requirement_matches(e, labels) for e in expressions) and all(
+        _requirement_matches(f, {"metadata.name": name}) for f in fields
     )
 
 
@@ -73,4 +76,4 @@ def matches_node_affinity(pod_spec: Mapping, node: NodeInfo) -> bool:
     if required is None:
         return True
     terms = [t for t in required.get("nodeSelectorTerms") or () if isinstance(t, Mapping)]
-    return any(_term_matches(term, node) for term in terms)
+    return any(term_matches(term, node.labels, node.name) for term in terms)

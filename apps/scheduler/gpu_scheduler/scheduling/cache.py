@@ -1,4 +1,5 @@
-"""What the scheduler believes about the cluster: nodes, the pods on them, their GPUs.
+"""What the scheduler believes about the cluster: nodes, the pods on them (their requests,
+host ports and GPUs), and the claims, volumes and StorageClasses pods may use.
 
 One owner for every way a node's resources or a GPU can be held or freed, in
 kube-scheduler's cache words:
@@ -38,7 +39,9 @@ from dataclasses import dataclass
 
 from .ledger import GpuLedger
 from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
+from .ports import EMPTY_PORTS, HostPort, UsedPorts
 from .resources import EMPTY_USAGE, NodeUsage, Requests
+from .volumes import VolumeCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class AssignedPod:
     devices: tuple[str, ...] = ()  # the GPUs it holds, as its map wrote them; () if none
     gang: str | None = None  # its gang (placement.gang), for pods of ours in one
     index: int | None = None  # its index in that gang's map
+    host_ports: tuple[HostPort, ...] = ()  # the host ports it takes (scheduling.ports)
 
 
 # kube-apiserver's --request-timeout default (1m): a binding whose answer was lost may still
@@ -74,12 +78,18 @@ class ClusterCache:
         self._pods: dict[str, AssignedPod] = {}  # uid -> pod, assumed or confirmed
         self._assumed: dict[str, _Assumed] = {}  # uid -> binding state, for pods not yet confirmed
         self._usage: dict[str, NodeUsage] = {}  # node name -> what its pods request
+        self._ports: dict[str, UsedPorts] = {}  # node name -> the host ports its pods take
+        # Claims, volumes and classes: no pod holds anything there, so they live beside the pods.
+        self.volumes = VolumeCache()
         self._gangs: dict[str, set[str]] = {}  # gang -> uids of its pods held here (bound or assumed)
 
     # -- reading ----------------------------------------------------------------------------
 
     def usage(self, node: str) -> NodeUsage:
         return self._usage.get(node, EMPTY_USAGE)
+
+    def used_ports(self, node: str) -> UsedPorts:
+        return self._ports.get(node, EMPTY_PORTS)
 
     def pod(self, uid: str) -> AssignedPod | None:
         return self._pods.get(uid)
@@ -207,6 +217,8 @@ class ClusterCache:
         self._drop(pod.uid)
         self._pods[pod.uid] = pod
         self._usage.setdefault(pod.node, NodeUsage()).add(pod.requests)
+        if pod.host_ports:
+            self._ports.setdefault(pod.node, UsedPorts()).add(pod.host_ports)
         self.ledger.hold(pod.uid, pod.key, pod.node, pod.devices)
         if pod.gang is not None:
             self._gangs.setdefault(pod.gang, set()).add(pod.uid)
@@ -220,6 +232,11 @@ class ClusterCache:
             usage.remove(pod.requests)
             if usage.empty():
                 del self._usage[pod.node]
+        ports = self._ports.get(pod.node) if pod.host_ports else None
+        if ports is not None:
+            ports.remove(pod.host_ports)
+            if ports.empty():
+                del self._ports[pod.node]
         self.ledger.release(uid)
         if pod.gang is not None:
             members = self._gangs.get(pod.gang)

@@ -1,6 +1,9 @@
 """One scheduling decision: resolve the map's node, filter it (scheduling.filters) and
 check the GPU ledger under the sharing policy.
 
+A pod with DRA claims (spec.resourceClaims) is refused until its claims are supported: binding
+it would start it without the devices its claims ask for.
+
 The devices the pod gets are the ones its containers were given at creation
 (placement.container_devices), never the placement annotation, which anyone who
 may edit the pod can change: a pod whose containers' devices are not its map
@@ -18,10 +21,12 @@ from dataclasses import dataclass
 
 from ..placement import CUDA_ENV, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
 from .cache import ClusterCache
-from .filters import run_filters, unavailable_message
+from .filters import pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
+from .provisioning import WAITING_FOR_VOLUMES, SelectNode, plan, waiting_message
+from .volumes import VOLUME_BINDING, PodClaims, pre_filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,7 @@ class BindWarning:
 
 GPU_SHARED = "GPUShared"
 ENV_NOT_INJECTED = "CUDAEnvNotInjected"
+DYNAMIC_RESOURCES = "DynamicResources"
 
 
 class Code(enum.Enum):
@@ -57,7 +63,11 @@ class Decision:
     warnings: tuple[BindWarning, ...] = ()  # bind, but tell the user
     plugin: str | None = None  # the filter that refused the node, if one did
     event: str = "FailedScheduling"  # the Event's reason when refused (a gang's: GangWaiting, ...)
-    waiting_on: tuple[str, ...] = ()  # nodes whose changes may let it on, beyond its own (a gang's)
+    # What else may let it on when it changes, beyond its own node: nodes (a gang's), claims and
+    # StorageClasses (scheduling.volumes.claim_wait_key, class_wait_key)
+    waiting_on: tuple[str, ...] = ()
+    # Claims to annotate with the node before the pod waits for their volumes (scheduling.provisioning)
+    provision: tuple[SelectNode, ...] = ()
 
     @property
     def bind(self) -> bool:
@@ -128,6 +138,23 @@ def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
     )
 
 
+def _resource_claims(key: str, entry: MapEntry, claims: list) -> Decision:
+    # spec.resourceClaims cannot change: only a new pod without them can be placed.
+    names = ", ".join(str(c.get("name")) if isinstance(c, Mapping) else "?" for c in claims)
+    return Decision(
+        key,
+        entry,
+        None,
+        code=Code.UNRESOLVABLE,
+        reason=(
+            f"the pod has resourceClaims ({names}): gpu-scheduler does not support DynamicResourceAllocation "
+            "claims yet, and binding the pod would start it without the devices they ask for; remove them, or "
+            "let kube-scheduler place the pod"
+        ),
+        plugin=DYNAMIC_RESOURCES,
+    )
+
+
 def _not_injected(node: str, entry: MapEntry) -> BindWarning:
     return BindWarning(
         ENV_NOT_INJECTED,
@@ -193,11 +220,25 @@ def decide(
     if injected is not None and injected != entry.cuda_visible_devices:
         return _map_changed(key, entry, injected)
 
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return _resource_claims(key, entry, spec["resourceClaims"])
+
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
         return Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=str(err))
-    failure = run_filters(pod.get("spec") or {}, pod.get("requests") or (), entry.devices, node, cache.usage(node.name))
+    claims = pre_filter(pod, cache.volumes)
+    failure = pre_filter_failure(claims) or run_filters(
+        spec,
+        pod.get("requests") or (),
+        entry.devices,
+        node,
+        cache.usage(node.name),
+        ports=pod.get("hostPorts") or (),
+        used_ports=cache.used_ports(node.name),
+        claims=claims,
+    )
     if failure is not None:
         return Decision(
             key,
@@ -206,6 +247,7 @@ def decide(
             code=Code.UNSCHEDULABLE,
             reason=unavailable_message(failure, node.name, entry.line),
             plugin=failure.plugin,
+            waiting_on=failure.wait_keys,
         )
 
     # Only when no container has the variable: a pod that set the map's own devices
@@ -215,4 +257,29 @@ def decide(
     refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy, taken)
     if refusal is not None:
         return Decision(key, entry, node.name, code=Code.UNSCHEDULABLE, reason=refusal)
+    if claims.delayed:
+        return _provisioning(key, entry, node.name, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=(*warnings, *shared))
+
+
+def _provisioning(key: str, entry: MapEntry, node: str, claims: PodClaims, cache: ClusterCache) -> Decision:
+    """The node can take the pod, but WaitForFirstConsumer claims of it are unbound: their
+    volumes are to be provisioned there first. Only now, every other check passed, is the
+    node chosen for them, as kube-scheduler chooses it in PreBind."""
+    planned = plan(claims, node, cache.volumes.classes)
+    if planned.refusal is not None:
+        why = f"{planned.refusal}. The map (line {entry.line}) pins the pod to node {node}."
+        return Decision(
+            key, entry, node, Code.UNSCHEDULABLE, reason=why, plugin=VOLUME_BINDING, waiting_on=claims.wait_keys
+        )
+    return Decision(
+        key,
+        entry,
+        node,
+        Code.UNSCHEDULABLE,
+        reason=waiting_message(planned.waiting, node),
+        plugin=VOLUME_BINDING,
+        event=WAITING_FOR_VOLUMES,
+        waiting_on=claims.wait_keys,
+        provision=planned.select,
+    )

@@ -2,11 +2,12 @@
 and with its plugin names and words.
 
 The map chooses the node; these only say whether it can take the pod now, so
-that the kubelet does not reject it later. kube-scheduler stops at the first
-filter that fails for a node and reports that filter's reasons; so does this.
-Every failure here can be cured by a change to the node or to the pods on it,
-so the pod is retried (on backoff, and at once when the node changes or frees
-resources).
+that the kubelet does not reject it later. kube-scheduler runs every plugin's
+PreFilter (here: VolumeBinding's, whatever the node) before any Filter, stops at
+the first filter that fails for a node and reports that filter's reasons; so
+does this. Every failure here can be cured by a change to the node, to the pods
+on it, or to the pod's claims and their volumes, so the pod is retried (on
+backoff, and at once when what it waits on changes).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 from .affinity import REASON as AFFINITY_REASON
 from .affinity import matches_node_affinity
 from .nodes import GPU_RESOURCE, NodeInfo
+from .ports import EMPTY_PORTS, NODE_PORTS, HostPort, UsedPorts
+from .ports import REASON as PORTS_REASON
 from .resources import NodeUsage, Requests, insufficient
 from .taints import UNSCHEDULABLE_TAINT, taint_reason, tolerated, untolerated_taint
+from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, filter_node
 
 NODE_READY = "NodeReady"
 NODE_UNSCHEDULABLE = "NodeUnschedulable"
@@ -32,6 +36,17 @@ GPU_DEVICES = "GPUDevices"
 class FilterFailure:
     plugin: str  # kube-scheduler's plugin name (ours for NodeReady and GPUDevices)
     reasons: tuple[str, ...]
+    # A PreFilter's refusal, whatever the node: kube-scheduler says it once, not counted per node.
+    pre_filter: bool = False
+    # What else than the node may let the pod on when it changes (claims, StorageClasses).
+    wait_keys: tuple[str, ...] = ()
+
+
+def pre_filter_failure(claims: PodClaims) -> FilterFailure | None:
+    """VolumeBinding's PreFilter refusal (scheduling.volumes.pre_filter), if it refused."""
+    if claims.refusal is None:
+        return None
+    return FilterFailure(VOLUME_BINDING, (claims.refusal,), pre_filter=True, wait_keys=claims.wait_keys)
 
 
 def _ordinal_beyond(device: str, count: int) -> bool:
@@ -63,9 +78,19 @@ def gpu_reasons(devices: tuple[str, ...], node: NodeInfo) -> list[str]:
 
 
 def run_filters(
-    pod_spec: Mapping, requests: Requests, devices: tuple[str, ...], node: NodeInfo, usage: NodeUsage
+    pod_spec: Mapping,
+    requests: Requests,
+    devices: tuple[str, ...],
+    node: NodeInfo,
+    usage: NodeUsage,
+    *,
+    ports: tuple[HostPort, ...] = (),
+    used_ports: UsedPorts = EMPTY_PORTS,
+    claims: PodClaims = NO_CLAIMS,
 ) -> FilterFailure | None:
-    """The first filter the node fails for this pod, or None when it can take it."""
+    """The first filter the node fails for this pod, or None when it can take it. `ports`: the
+    host ports the pod takes (scheduling.ports.host_ports), `used_ports` those the node's pods
+    take; `claims`: what VolumeBinding's PreFilter found (it passed)."""
     tolerations = pod_spec.get("tolerations") or ()
     if not node.ready:
         # kube-scheduler learns this from the not-ready taint the node controller adds; we
@@ -78,9 +103,14 @@ def run_filters(
         return FilterFailure(TAINT_TOLERATION, (taint_reason(taint),))
     if not matches_node_affinity(pod_spec, node):
         return FilterFailure(NODE_AFFINITY, (AFFINITY_REASON,))
+    if ports and used_ports.conflicts(ports):
+        return FilterFailure(NODE_PORTS, (PORTS_REASON,))
     reasons = insufficient(requests, node.allocatable, usage)
     if reasons:
         return FilterFailure(NODE_RESOURCES_FIT, tuple(reasons))
+    reasons = filter_node(claims, node)
+    if reasons:
+        return FilterFailure(VOLUME_BINDING, tuple(reasons), wait_keys=claims.wait_keys)
     reasons = gpu_reasons(devices, node)
     if reasons:
         return FilterFailure(GPU_DEVICES, tuple(reasons))
@@ -89,8 +119,13 @@ def run_filters(
 
 def unavailable_message(failure: FilterFailure, node: str, line: int) -> str:
     """kube-scheduler's FitError text for one node ("0/1 nodes are available: 1 Insufficient
-    cpu."), then which node the map pins the pod to and the filter that refused it."""
-    counted = ", ".join(sorted(f"1 {reason}" for reason in failure.reasons))
+    cpu."; a PreFilter's reason uncounted: "0/1 nodes are available: pod has unbound immediate
+    PersistentVolumeClaims."), then which node the map pins the pod to and the filter that
+    refused it."""
+    if failure.pre_filter:
+        counted = ", ".join(failure.reasons)
+    else:
+        counted = ", ".join(sorted(f"1 {reason}" for reason in failure.reasons))
     return (
         f"0/1 nodes are available: {counted}. The map (line {line}) pins the pod to node {node}, "
         f"which {failure.plugin} refused."

@@ -1,0 +1,245 @@
+"""Records what kube-scheduler says of the pods VolumeBinding, NodePorts and DynamicResources
+refuse, into testdata/kube_scheduler_messages.json, which the unit tests compare with.
+
+Run by hand on the local control plane (no kube-scheduler runs there: gpu-scheduler is the
+scheduler), with the kube-scheduler binary that `make local-up` built from cluster/local's
+go.mod:
+
+    LOCAL_APISERVER_PORT=0 make local-up
+    .venv/bin/python apps/scheduler/tests/record_kube_scheduler.py
+
+It starts kube-scheduler with a profile of its own (schedulerName kube-scheduler-recorder,
+no leader election), creates each case's objects in a namespace of its own, each pod pinned
+to node3 by required node affinity on metadata.name as the issue asks ("pinned by node
+affinity"), waits for kube-scheduler's FailedScheduling Event or for what it writes (a
+claim's selected-node annotation), and writes what it saw. Nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[3]
+OUT = Path(__file__).resolve().parent / "testdata" / "kube_scheduler_messages.json"
+SCHEDULER = "kube-scheduler-recorder"
+NODE = "node3"
+PV_NODE = "node2"
+
+
+def pinned(spec: dict) -> dict:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+            }
+        }
+    }
+    return {"schedulerName": SCHEDULER, "affinity": affinity, **spec}
+
+
+def container(**extra) -> dict:
+    return {"name": "main", "image": "busybox", **extra}
+
+
+def wait(what: str, condition, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise TimeoutError(what)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    kubeconfig = os.environ.get("KUBECONFIG") or str(ROOT / ".cache/local-cluster/kubeconfig")
+    config.load_kube_config(kubeconfig)
+    core = client.CoreV1Api()
+    storage = client.StorageV1Api()
+    events = client.EventsV1Api()
+    namespace = f"record-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    binary = ROOT / ".cache/bin/kube-scheduler"
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix="kube-scheduler-recorder-"))
+    (work / "config.yaml").write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        f"clientConnection: {{kubeconfig: {kubeconfig}}}\n"
+        "leaderElection: {leaderElect: false}\n"
+        f"profiles: [{{schedulerName: {SCHEDULER}}}]\n"
+    )
+    log = (work / "kube-scheduler.log").open("w")
+    scheduler = subprocess.Popen(
+        [binary, "--config", str(work / "config.yaml"), "--bind-address=127.0.0.1", f"--secure-port={free_port()}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    classes = [f"{namespace}-immediate", f"{namespace}-wffc"]
+    volumes = [f"{namespace}-on-{PV_NODE}"]
+    cases: dict[str, dict] = {}
+    try:
+        nodes = len(core.list_node().items)
+        for name, mode in zip(classes, ("Immediate", "WaitForFirstConsumer"), strict=True):
+            # A provisioner nobody runs: its claims stay unbound.
+            storage.create_storage_class(
+                {"metadata": {"name": name}, "provisioner": "example.com/nobody", "volumeBindingMode": mode}
+            )
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": volumes[0]},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "hostPath": {"path": "/tmp/recorder"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "In", "values": [PV_NODE]}
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+
+        def claim(name: str, **spec) -> None:
+            body = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec}
+            core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": body})
+
+        claim("bound-to-node2", storageClassName="", volumeName=volumes[0])
+        wait(
+            "the claim bound to the PV of node2",
+            lambda: core.read_namespaced_persistent_volume_claim("bound-to-node2", namespace).status.phase == "Bound",
+        )
+        claim("immediate", storageClassName=classes[0])
+        claim("wffc", storageClassName=classes[1])
+        claim("prebound-to-missing", storageClassName="", volumeName=f"{namespace}-missing")
+
+        def pod(name: str, spec: dict) -> None:
+            core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": pinned(spec)})
+
+        def volume(claim_name: str) -> dict:
+            return {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]}
+
+        pod("pv-of-another-node", {"containers": [container()], **volume("bound-to-node2")})
+        pod("missing-claim", {"containers": [container()], **volume("no-such-claim")})
+        pod("unbound-immediate", {"containers": [container()], **volume("immediate")})
+        pod("prebound-to-missing-pv", {"containers": [container()], **volume("prebound-to-missing")})
+        pod("wait-for-first-consumer", {"containers": [container()], **volume("wffc")})
+        ports = {"ports": [{"containerPort": 80, "hostPort": 18080, "protocol": "TCP"}]}
+        pod("port-holder", {"containers": [container(**ports)]})
+        wait("port-holder bound", lambda: core.read_namespaced_pod("port-holder", namespace).spec.node_name)
+        pod("port-taker", {"containers": [container(**ports)]})
+        resource_claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "gpu", "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "nobody.example.com"}}]}},
+        }
+        subprocess.run(
+            [ROOT / ".cache/bin/kubectl", "--kubeconfig", kubeconfig, "create", "-f", "-"],
+            input=json.dumps(resource_claim),
+            text=True,
+            check=True,
+        )
+        for name, claim_name in (("resource-claim", "gpu"), ("missing-resource-claim", "no-such-resourceclaim")):
+            pod(
+                name,
+                {
+                    "containers": [container(resources={"claims": [{"name": "gpu"}]})],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+                },
+            )
+
+        def failed(name: str):
+            # Raw JSON: the client's model refuses the PV controller's Events, which have no eventTime.
+            listed = json.loads(events.list_namespaced_event(namespace, _preload_content=False).data)
+            notes = [
+                e.get("note")
+                for e in listed["items"]
+                if e["regarding"].get("name") == name and e.get("reason") == "FailedScheduling"
+            ]
+            return notes[0] if notes else None
+
+        for name in (
+            "pv-of-another-node",
+            "missing-claim",
+            "unbound-immediate",
+            "prebound-to-missing-pv",
+            "port-taker",
+            "resource-claim",
+        ):
+            cases[name] = {"FailedScheduling": wait(f"a FailedScheduling Event of {name}", lambda n=name: failed(n))}
+        # kube-scheduler's DynamicResources keeps a pod whose ResourceClaim does not exist out of
+        # its active queue (PreEnqueue): no attempt, no Event, no condition.
+        time.sleep(10)
+        scheduled = [
+            {"status": c.status, "reason": c.reason, "message": c.message}
+            for c in core.read_namespaced_pod("missing-resource-claim", namespace).status.conditions or ()
+            if c.type == "PodScheduled"
+        ]
+        cases["missing-resource-claim"] = {
+            "FailedScheduling": failed("missing-resource-claim"),
+            "PodScheduled": scheduled[0] if scheduled else None,
+        }
+        annotations = wait(
+            "kube-scheduler to select a node for the WaitForFirstConsumer claim",
+            lambda: core.read_namespaced_persistent_volume_claim("wffc", namespace).metadata.annotations,
+        )
+        cases["wait-for-first-consumer"] = {
+            "claim annotations": {k: v for k, v in annotations.items() if k.startswith("volume.")},
+            "pod bound": core.read_namespaced_pod("wait-for-first-consumer", namespace).spec.node_name,
+        }
+    finally:
+        scheduler.terminate()
+        scheduler.wait(20)
+        log.close()
+        core.delete_namespace(namespace)
+        for name in classes:
+            storage.delete_storage_class(name)
+        for name in volumes:
+            core.delete_persistent_volume(name)
+    OUT.write_text(
+        json.dumps(
+            {
+                "recorded": (
+                    f"by apps/scheduler/tests/record_kube_scheduler.py: {version} (built by make local-up from "
+                    f"cluster/local/go.mod) on the local control plane of {nodes} KWOK nodes, each pod pinned to "
+                    f"{NODE} by required node affinity on metadata.name; the PV's node affinity names {PV_NODE}"
+                ),
+                "node": NODE,
+                "nodes": nodes,
+                "cases": cases,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(OUT.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""On the real local control plane, pods the map pins to node3 that node3 cannot run: a claim
+bound to a volume of node2, a hostPort another pod holds there, DRA resourceClaims. Each is
+refused with kube-scheduler's recorded words (testdata/kube_scheduler_messages.json) or, for
+DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's pod is bound
+once the holder is gone. (A volume's node affinity cannot be changed, so the volume's pod
+stays refused; the unit tests wake it with a changed volume.) And a claim of a
+WaitForFirstConsumer class: it gets node3 from the map, and its pod is bound once the claim
+is bound to a volume there."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from kubernetes import client
+from recorded import ours, reason_for_the_pinned_node
+from test_scheduler_cluster import core, make_pod, node_of, refused_with, start_scheduler, wait_until
+
+pytestmark = pytest.mark.cluster
+
+__all__ = ["core", "start_scheduler"]  # fixtures, from the scheduler's cluster tests
+
+NODE = "node3"
+
+
+def test_a_claim_bound_to_a_volume_of_node2_is_refused_on_node3(start_scheduler, core, api_client, namespace):
+    volume = f"pv-{uuid.uuid4().hex[:6]}"
+
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "hostPath": {"path": "/tmp/data"},
+                "nodeAffinity": affinity_of(("node2",)),
+            },
+        }
+    )
+    try:
+        claim = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "",
+            "volumeName": volume,
+        }
+        core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "data"}, "spec": claim})
+        wait_until(
+            lambda: core.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Bound",
+            30,
+            "the PV controller to bind the claim",
+            interval=0.5,
+        )
+        start_scheduler("--leader-elect=false")
+        make_pod(
+            core,
+            namespace,
+            "train-0",
+            start_scheduler.scheduler_name,
+            f"0={NODE}:0\n",
+            spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        )
+        refused_with(
+            api_client,
+            core,
+            namespace,
+            "train-0",
+            ours(reason_for_the_pinned_node("pv-of-another-node"), "VolumeBinding", NODE),
+        )
+    finally:
+        core.delete_persistent_volume(volume)
+
+
+def affinity_of(nodes: tuple[str, ...]) -> dict:
+    requirement = {"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}
+
+
+def test_a_host_port_held_on_node3_is_refused_until_its_holder_is_gone(start_scheduler, core, api_client, namespace):
+    ports = [{"containerPort": 80, "hostPort": 18080, "protocol": "TCP"}]
+    # The holder is on node3 from its creation: no scheduler's, as a DaemonSet's pod would be.
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "holder"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox", "ports": ports}]},
+        },
+    )
+    start_scheduler("--leader-elect=false")
+    make_pod(
+        core,
+        namespace,
+        "web-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:1\n",
+        spec={"containers": [{"name": "main", "image": "busybox", "ports": ports}]},
+    )
+    refused_with(api_client, core, namespace, "web-0", ours(reason_for_the_pinned_node("port-taker"), "NodePorts"))
+    core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+    assert wait_until(lambda: node_of(core, namespace, "web-0"), 20, "web-0 to be bound") == NODE
+
+
+def test_a_pod_with_resource_claims_is_refused_saying_dra_is_not_supported(
+    start_scheduler, core, api_client, namespace
+):
+    start_scheduler("--leader-elect=false")
+    make_pod(
+        core,
+        namespace,
+        "dra-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:2\n",
+        spec={
+            "containers": [{"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+        },
+    )
+    condition = refused_with(
+        api_client,
+        core,
+        namespace,
+        "dra-0",
+        "the pod has resourceClaims (gpu): gpu-scheduler does not support DynamicResourceAllocation claims yet, "
+        "and binding the pod would start it without the devices they ask for; remove them, or let kube-scheduler "
+        "place the pod",
+    )
+    assert condition.status == "False"
+    assert client.CoreV1Api(api_client).read_namespaced_pod("dra-0", namespace).spec.node_name is None
+
+
+def test_a_wait_for_first_consumer_claim_gets_node3_and_the_pod_is_bound_once_its_volume_is(
+    start_scheduler, core, api_client, namespace
+):
+    storage = client.StorageV1Api(api_client)
+    cls = f"wffc-{uuid.uuid4().hex[:6]}"
+    # A provisioner nobody runs: the test makes the volume itself, as a provisioner would.
+    storage.create_storage_class(
+        {"metadata": {"name": cls}, "provisioner": "example.com/test", "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+    volume = f"pv-{uuid.uuid4().hex[:6]}"
+    try:
+        claim = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": cls,
+        }
+        core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "data"}, "spec": claim})
+        start_scheduler("--leader-elect=false")
+        make_pod(
+            core,
+            namespace,
+            "ckpt-0",
+            start_scheduler.scheduler_name,
+            f"0={NODE}:3\n",
+            spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        )
+
+        def selected() -> str | None:
+            annotations = core.read_namespaced_persistent_volume_claim("data", namespace).metadata.annotations or {}
+            return annotations.get("volume.kubernetes.io/selected-node")
+
+        assert wait_until(selected, 15, "the claim to get the map's node") == NODE
+        wait_until(lambda: waiting_for_volumes(api_client, namespace, "ckpt-0"), 15, "a WaitingForVolumes Event")
+        assert node_of(core, namespace, "ckpt-0") is None  # not before its volume is there
+        uid = core.read_namespaced_persistent_volume_claim("data", namespace).metadata.uid
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": cls,
+                    "hostPath": {"path": "/tmp/ckpt"},
+                    "nodeAffinity": affinity_of((NODE,)),
+                    "claimRef": {"namespace": namespace, "name": "data", "uid": uid},
+                },
+            }
+        )
+        assert wait_until(lambda: node_of(core, namespace, "ckpt-0"), 30, "ckpt-0 to be bound", interval=0.5) == NODE
+        assert core.read_namespaced_persistent_volume_claim("data", namespace).spec.volume_name == volume
+    finally:
+        if any(v.metadata.name == volume for v in core.list_persistent_volume().items):
+            core.delete_persistent_volume(volume)
+        storage.delete_storage_class(cls)
+
+
+def waiting_for_volumes(api_client, namespace: str, pod: str) -> list[str]:
+    """The notes of the pod's Normal WaitingForVolumes Events. Read raw: the client's model
+    refuses the Events the PV controller writes about the claim, which have no eventTime."""
+    listed = json.loads(client.EventsV1Api(api_client).list_namespaced_event(namespace, _preload_content=False).data)
+    return [
+        e.get("note")
+        for e in listed["items"]
+        if e["regarding"].get("name") == pod and (e.get("reason"), e.get("type")) == ("WaitingForVolumes", "Normal")
+    ]
