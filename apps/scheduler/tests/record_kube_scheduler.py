@@ -1,5 +1,6 @@
-"""Records what kube-scheduler says of the pods VolumeBinding, NodePorts and DynamicResources
-refuse, into testdata/kube_scheduler_messages.json, which the unit tests compare with.
+"""Records what kube-scheduler says of the pods VolumeBinding, NodePorts, PodTopologySpread,
+InterPodAffinity and DynamicResources refuse, into testdata/kube_scheduler_messages.json, which
+the unit tests compare with.
 
 Run by hand on the local control plane (no kube-scheduler runs there: gpu-scheduler is the
 scheduler), with the kube-scheduler binary that `make local-up` built from cluster/local's
@@ -152,6 +153,44 @@ def main() -> int:
         pod("port-holder", {"containers": [container(**ports)]})
         wait("port-holder bound", lambda: core.read_namespaced_pod("port-holder", namespace).spec.node_name)
         pod("port-taker", {"containers": [container(**ports)]})
+
+        # InterPodAffinity and PodTopologySpread: pods on node3 first, bound by kube-scheduler.
+        def pod_with(name: str, labels: dict, spec: dict) -> None:
+            body = {"metadata": {"name": name, "labels": labels}, "spec": pinned({"containers": [container()], **spec})}
+            core.create_namespaced_pod(namespace, body)
+
+        def required(kind: str, key: str, **match_labels) -> dict:
+            selector = {"matchLabels": match_labels}
+            terms = [{"topologyKey": key, "labelSelector": selector}]
+            return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+
+        def with_affinity(extra: dict) -> dict:
+            return {"affinity": {**pinned({})["affinity"], **extra}}
+
+        pod_with("rank-holder", {"app": "rank"}, {})
+        guard = required("podAntiAffinity", "kubernetes.io/hostname", app="guarded")
+        pod_with("guard", {"role": "guard"}, with_affinity(guard))
+        for holder in ("rank-holder", "guard"):
+            wait(f"{holder} bound", lambda h=holder: core.read_namespaced_pod(h, namespace).spec.node_name)
+        anti = required("podAntiAffinity", "kubernetes.io/hostname", app="rank")
+        pod_with("anti-affinity", {"app": "other"}, with_affinity(anti))
+        pod_with("existing-anti-affinity", {"app": "guarded"}, {})
+        lonely = required("podAffinity", "kubernetes.io/hostname", app="absent")
+        pod_with("affinity", {"app": "lonely"}, with_affinity(lonely))
+
+        def spread(key: str, **extra) -> dict:
+            constraint = {
+                "maxSkew": 1,
+                "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "rank"}},
+                **extra,
+            }
+            return {"topologySpreadConstraints": [constraint]}
+
+        # nodeAffinityPolicy Ignore: the pin to node3 would otherwise leave node3 the only domain.
+        pod_with("topology-spread", {"app": "rank"}, spread("kubernetes.io/hostname", nodeAffinityPolicy="Ignore"))
+        pod_with("topology-spread-missing-label", {"app": "rank"}, spread("example.com/rack"))
         resource_claim = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
@@ -190,6 +229,11 @@ def main() -> int:
             "prebound-to-missing-pv",
             "port-taker",
             "resource-claim",
+            "anti-affinity",
+            "existing-anti-affinity",
+            "affinity",
+            "topology-spread",
+            "topology-spread-missing-label",
         ):
             cases[name] = {"FailedScheduling": wait(f"a FailedScheduling Event of {name}", lambda n=name: failed(n))}
         # kube-scheduler's DynamicResources keeps a pod whose ResourceClaim does not exist out of

@@ -142,7 +142,8 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
             "uid": "u1",
             "resourceVersion": "42",
             "annotations": {"gpu-scheduling-map": "1=node2:2\n"},
-            "labels": {"apps.kubernetes.io/pod-index": "1"},
+            # Every label: other pods' anti-affinity terms may name any of them.
+            "labels": {"app": "train", "apps.kubernetes.io/pod-index": "1"},
             # The owner's name: a gang is the pods of one owner (placement.gang).
             "ownerReferences": [{"kind": "StatefulSet", "name": "train", "controller": True}],
         },

@@ -1,8 +1,10 @@
 """On the real local control plane, pods the map pins to node3 that node3 cannot run: a claim
-bound to a volume of node2, a hostPort another pod holds there, DRA resourceClaims. Each is
+bound to a volume of node2, a hostPort another pod holds there, a required pod anti-affinity a
+pod there breaks, a DoNotSchedule topology spread it would skew, DRA resourceClaims. Each is
 refused with kube-scheduler's recorded words (testdata/kube_scheduler_messages.json) or, for
-DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's pod is bound
-once the holder is gone. (A volume's node affinity cannot be changed, so the volume's pod
+DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's and the
+anti-affinity's pods are bound once the holder is gone, the spread's once the other nodes have
+as many. (A volume's node affinity cannot be changed, so the volume's pod
 stays refused; the unit tests wake it with a changed volume.) And a claim of a
 WaitForFirstConsumer class: it gets node3 from the map, and its pod is bound once the claim
 is bound to a volume there."""
@@ -100,6 +102,65 @@ def test_a_host_port_held_on_node3_is_refused_until_its_holder_is_gone(start_sch
     refused_with(api_client, core, namespace, "web-0", ours(reason_for_the_pinned_node("port-taker"), "NodePorts"))
     core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
     assert wait_until(lambda: node_of(core, namespace, "web-0"), 20, "web-0 to be bound") == NODE
+
+
+BUSYBOX = {"name": "main", "image": "busybox"}
+
+
+def on_node(core, namespace: str, name: str, node: str, labels: dict) -> None:
+    """A pod on the node from its creation (no scheduler's, as a DaemonSet's pod would be)."""
+    body = {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node, "containers": [BUSYBOX]}}
+    core.create_namespaced_pod(namespace, body)
+
+
+def test_a_required_anti_affinity_broken_on_node3_is_refused_until_the_matching_pod_is_gone(
+    start_scheduler, core, api_client, namespace
+):
+    on_node(core, namespace, "rank-a", NODE, {"app": "rank"})
+    start_scheduler("--leader-elect=false")
+    term = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "rank"}}}
+    make_pod(
+        core,
+        namespace,
+        "rank-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:0\n",
+        labels={"app": "rank"},
+        spec={"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}},
+    )
+    reason = ours(reason_for_the_pinned_node("anti-affinity"), "InterPodAffinity", NODE)
+    refused_with(api_client, core, namespace, "rank-0", reason)
+    core.delete_namespaced_pod("rank-a", namespace, grace_period_seconds=0)
+    assert wait_until(lambda: node_of(core, namespace, "rank-0"), 20, "rank-0 to be bound") == NODE
+
+
+def test_a_topology_spread_broken_on_node3_is_refused_until_the_other_nodes_catch_up(
+    start_scheduler, core, api_client, namespace
+):
+    on_node(core, namespace, "spread-a", NODE, {"app": "spread"})
+    start_scheduler("--leader-elect=false")
+    constraint = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "spread"}},
+    }
+    make_pod(
+        core,
+        namespace,
+        "spread-0",
+        start_scheduler.scheduler_name,
+        f"0={NODE}:1\n",
+        labels={"app": "spread"},
+        spec={"topologySpreadConstraints": [constraint]},
+    )
+    reason = ours(reason_for_the_pinned_node("topology-spread"), "PodTopologySpread", NODE)
+    refused_with(api_client, core, namespace, "spread-0", reason)
+    # One pod on each other node: node3 then has 1 where the least has 1, and 2 is within maxSkew.
+    # The last one's arrival wakes the pod.
+    for other in ("node1", "node2", "node4"):
+        on_node(core, namespace, f"spread-{other}", other, {"app": "spread"})
+    assert wait_until(lambda: node_of(core, namespace, "spread-0"), 20, "spread-0 to be bound") == NODE
 
 
 def test_a_pod_with_resource_claims_is_refused_saying_dra_is_not_supported(

@@ -6,14 +6,15 @@ pod over as a WatchedPod (watched_pod), which carries one of the first two
 shapes or neither. Three shapes are kept:
 
 - a pending pod of this scheduler (trim_pending_pod): API JSON with only what
-  decide() reads (identity, map annotation, index label or annotation, owner
-  kinds, node selector, required node affinity, tolerations, each container's
-  name and CUDA_VISIBLE_DEVICES, the PodScheduled condition), plus
-  "requests": its resource requests, parsed;
+  decide() reads (identity, map annotation, labels, owner kinds, node
+  selector, required node and pod (anti-)affinity, DoNotSchedule topology
+  spread constraints, tolerations, each container's name and
+  CUDA_VISIBLE_DEVICES, the PodScheduled condition), plus "requests": its
+  resource requests, parsed;
 - a pod on a node, of any scheduler (assigned_pod): a scheduling.AssignedPod,
-  its node, requests and, for this scheduler's pods, the GPUs it holds (read
-  from its containers' environment, which cannot change, never from the
-  placement annotation, which can);
+  its node, requests, labels and required anti-affinity terms and, for this
+  scheduler's pods, the GPUs it holds (read from its containers' environment,
+  which cannot change, never from the placement annotation, which can);
 - a node (node_info): a scheduling.NodeInfo with its allocatable parsed;
 - a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_info):
   what VolumeBinding reads of them (scheduling.volumes).
@@ -46,8 +47,8 @@ from gpu_scheduler.placement import (
     given_value,
     placement_for,
 )
-from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_label, gang_of
-from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, STATEFULSET_INDEX_LABEL, pod_index
+from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_of
+from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, pod_index
 from gpu_scheduler.scheduling import (
     CPU,
     DEFAULT_ALIAS_LABEL,
@@ -59,6 +60,8 @@ from gpu_scheduler.scheduling import (
     host_ports,
     requests_of,
 )
+from gpu_scheduler.scheduling.selectors import pod_terms, required_terms
+from gpu_scheduler.scheduling.spread import hard_constraints
 from gpu_scheduler.scheduling.volumes import (
     BETA_CLASS_ANNOTATION,
     BIND_COMPLETED_ANNOTATION,
@@ -67,7 +70,6 @@ from gpu_scheduler.scheduling.volumes import (
 )
 
 KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
-KEPT_LABELS = (STATEFULSET_INDEX_LABEL, JOB_INDEX_KEY)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 POD_SCHEDULED = "PodScheduled"
 _TOLERATION_FIELDS = ("key", "operator", "value", "effect")
@@ -151,11 +153,25 @@ def pod_requests(pod: Mapping) -> Requests:
 # -- pods -------------------------------------------------------------------------------------------
 
 
-def _node_affinity(spec: Mapping) -> dict | None:
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}} if required else None
+def _required_affinity(spec: Mapping) -> dict | None:
+    """spec.affinity cut to its required terms (node, pod and pod anti-affinity): the
+    preferred ones only score nodes, and the map has chosen the node."""
+    kept = {}
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        required = ((spec.get("affinity") or {}).get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        if required:
+            kept[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    return kept or None
+
+
+def _labels(metadata: Mapping) -> dict[str, str]:
+    """Every label, interned: any may be named by another pod's selector (a pod affinity
+    term, a topology spread constraint), and a workload's pods share most of them."""
+    return {
+        sys.intern(k): sys.intern(v)
+        for k, v in (metadata.get("labels") or {}).items()
+        if isinstance(k, str) and isinstance(v, str)
+    }
 
 
 def _tolerations(items: Iterable | None) -> list[dict] | None:
@@ -221,9 +237,9 @@ def trim_pending_pod(pod: dict) -> dict:
     annotations = _kept(metadata.get("annotations"), KEPT_ANNOTATIONS)
     if annotations:
         trimmed_meta["annotations"] = annotations
-    # A bare gang pod's gang is the value of the label it names (placement.gang).
-    grouped_by = gang_label(annotations)
-    labels = _kept(metadata.get("labels"), (*KEPT_LABELS, grouped_by) if grouped_by else KEPT_LABELS)
+    # Every label: besides the index and a bare gang pod's gang label (placement.gang), other
+    # pods' anti-affinity terms and the pod's own selectors may name any of them.
+    labels = _labels(metadata)
     if labels:
         trimmed_meta["labels"] = labels
     if metadata.get("creationTimestamp"):
@@ -242,9 +258,12 @@ def trim_pending_pod(pod: dict) -> dict:
     trimmed_spec: dict = {"schedulerName": spec.get("schedulerName"), "nodeName": spec.get("nodeName") or ""}
     if spec.get("nodeSelector"):
         trimmed_spec["nodeSelector"] = spec["nodeSelector"]
-    affinity = _node_affinity(spec)
+    affinity = _required_affinity(spec)
     if affinity:
         trimmed_spec["affinity"] = affinity
+    spread = hard_constraints(spec)
+    if spread:
+        trimmed_spec["topologySpreadConstraints"] = spread
     tolerations = _tolerations(spec.get("tolerations"))
     if tolerations:
         trimmed_spec["tolerations"] = tolerations
@@ -317,6 +336,9 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
         gang=gang,
         index=index,
         host_ports=host_ports(spec),
+        labels=_labels(metadata),
+        anti_affinity=pod_terms(required_terms(spec, "podAntiAffinity"), metadata.get("namespace") or ""),
+        terminating=bool(metadata.get("deletionTimestamp")),
     )
 
 

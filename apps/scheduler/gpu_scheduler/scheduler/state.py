@@ -24,9 +24,13 @@ is a function of the calls made and the `now` passed in, so tests drive it direc
 
 A refused pod waits on names (queue.retry_later): its node's name and alias, the nodes of its
 gang's map, and for VolumeBinding the keys of its claims and their StorageClasses
-(scheduling.volumes.claim_wait_key). A change to a node wakes the pods waiting on its name or
-alias; a change to a claim wakes those waiting on it, a change to a volume those waiting on
-the claims that name it, a change to a StorageClass those waiting on it.
+(scheduling.volumes.claim_wait_key), and for PodTopologySpread and InterPodAffinity the key
+PODS_ON_NODES. A change to a node wakes the pods waiting on its name or alias; a change to a
+claim wakes those waiting on it, a change to a volume those waiting on the claims that name it,
+a change to a StorageClass those waiting on it. A pod that comes to a node, leaves it or is
+relabelled there, and a node that comes, goes or is relabelled, wake those waiting on
+PODS_ON_NODES: the simplest rule that cannot miss a change of a topology domain, and free
+while no pod waits on it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from gpu_scheduler.scheduling import (
     Volume,
     decide,
 )
+from gpu_scheduler.scheduling.filters import PODS_ON_NODES
 from gpu_scheduler.scheduling.gangs import (
     GANG_TIMEOUT_SECONDS,
     GangPlan,
@@ -70,6 +75,7 @@ from gpu_scheduler.scheduling.provisioning import (
     WAITING_FOR_VOLUMES,
     timed_out_message,
 )
+from gpu_scheduler.scheduling.selectors import pod_terms, required_terms
 from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
@@ -213,17 +219,24 @@ class SchedulerState:
     def assigned_replace(self, pods: Iterable[AssignedPod], listed_at: float) -> bool:
         before = self._cache.uids()
         freed = self._cache.replace_pods(pods, listed_at)
+        after = self._cache.uids()
+        # Pods that came or went (or changed) here may let on a pod that PodTopologySpread or
+        # InterPodAffinity refused.
+        moved = (PODS_ON_NODES,) if freed or before != after else ()
         # A pod whose assumed hold expired here is not woken by its own hold leaving: it waits
         # out its backoff (else a failed binding, the list it asks for and the retry would spin).
-        return self._wake(*freed, sparing=before - self._cache.uids())
+        return self._wake(*freed, *moved, sparing=before - after)
 
     @_event
     def assigned_upsert(self, pod: AssignedPod) -> bool:
-        return self._wake(self._cache.add_pod(pod))
+        before = self._cache.pod(pod.uid)
+        moved = (PODS_ON_NODES,) if _topology_changed(before, pod) else ()
+        return self._wake(self._cache.add_pod(pod), *moved)
 
     @_event
     def assigned_delete(self, pod: AssignedPod) -> bool:
-        return self._wake(self._cache.remove_pod(pod.uid))
+        node = self._cache.remove_pod(pod.uid)
+        return self._wake(node, PODS_ON_NODES if node is not None else None)
 
     # == events: the node watch =====================================================================
 
@@ -231,10 +244,10 @@ class SchedulerState:
     def nodes_listed(self, nodes: Iterable[NodeInfo]) -> bool:
         nodes = list(nodes)
         names = {n.name for n in nodes}
+        woke = False
         for name in self._cache.nodes.names():
             if name not in names:
-                self._cache.delete_node(name)
-        woke = False
+                woke = self.node_deleted(name) or woke
         for node in nodes:
             woke = self.node_changed(node) or woke
         return woke
@@ -247,11 +260,16 @@ class SchedulerState:
         after = self._cache.upsert_node(node)
         if before == after:
             return False
-        return self._wake(after.name, after.alias, before.alias if before else None)
+        # A node that comes, or is relabelled, changes the topology domains (PODS_ON_NODES).
+        relabelled = PODS_ON_NODES if before is None or before.labels != after.labels else None
+        return self._wake(after.name, after.alias, before.alias if before else None, relabelled)
 
-    @_locked
-    def node_deleted(self, name: str) -> None:
-        self._cache.delete_node(name)
+    @_event
+    def node_deleted(self, name: str) -> bool:
+        """A node went: its pods' topology domain goes with it, which may let on a pod that
+        PodTopologySpread or InterPodAffinity refused."""
+        gone = self._cache.delete_node(name)
+        return self._wake(PODS_ON_NODES) if gone is not None else False
 
     # == events: the claim, volume and StorageClass watches ==========================================
     # The cache says which wait keys a change touches (scheduling.volumes.VolumeCache); the pods
@@ -466,6 +484,10 @@ class SchedulerState:
         return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
 
     def _assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
+        # Its labels and anti-affinity terms too: the next pod decided, before the watch shows
+        # this one on its node, must see it in its topology domain.
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or ""
         self._cache.assume(
             AssignedPod(
                 uid,
@@ -476,6 +498,8 @@ class SchedulerState:
                 gang,
                 decision.index,
                 pod.get("hostPorts") or (),
+                labels=meta.get("labels") or {},
+                anti_affinity=pod_terms(required_terms(pod.get("spec") or {}, "podAntiAffinity"), namespace),
             )
         )
 
@@ -504,12 +528,15 @@ class SchedulerState:
         else:
             self._queue.give_up_until_changed(uid)
 
-    @_locked
-    def bound(self, uid: str, now: float) -> None:
+    @_event
+    def bound(self, uid: str, now: float) -> bool:
         """The binding was stored (or the pod already had a node: a 409 "already assigned").
-        The hold stays assumed until the pod watch shows where the pod is."""
+        The hold stays assumed until the pod watch shows where the pod is. Pods that
+        PodTopologySpread or InterPodAffinity refused are woken: the pod is on its node now,
+        and the watch showing it there changes nothing the cache holds."""
         self._cache.finish_binding(uid, now)
         self._queue.done(uid)
+        return self._wake(PODS_ON_NODES)
 
     @_event
     def bind_failed(self, uid: str, node: str | None, maybe_stored: bool, now: float, jitter: float) -> bool:
@@ -623,6 +650,19 @@ class SchedulerState:
     def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
         """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
         return self._queue.wake([n for n in names if n], sparing) > 0
+
+
+def _topology_changed(before: AssignedPod | None, after: AssignedPod) -> bool:
+    """Whether a pod seen on a node changes what PodTopologySpread or InterPodAffinity count:
+    it is new, or moved, relabelled, or being deleted since."""
+    if before is None:
+        return True
+    return (
+        before.node != after.node
+        or before.labels != after.labels
+        or before.anti_affinity != after.anti_affinity
+        or before.terminating != after.terminating
+    )
 
 
 def _index(pod: dict) -> str:

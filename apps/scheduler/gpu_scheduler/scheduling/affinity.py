@@ -27,7 +27,7 @@ def _integer(text: object) -> int | None:
         return None
 
 
-def _requirement_matches(requirement: Mapping, values_of: Mapping[str, str]) -> bool:
+def requirement_matches(requirement: Mapping, values_of: Mapping[str, str]) -> bool:
     key = requirement.get("key") or ""
     operator = requirement.get("operator")
     values = [v for v in requirement.get("values") or () if isinstance(v, str)]
@@ -60,8 +60,8 @@ def term_matches(term: Mapping, labels: Mapping[str, str], name: str) -> bool:
     fields = [f for f in term.get("matchFields") or () if isinstance(f, Mapping)]
     if not expressions and not fields:
         return False
-    return all(_requirement_matches(e, labels) for e in expressions) and all(
-        _requirement_matches(f, {"metadata.name": name}) for f in fields
+    return all(requirement_matches(e, labels) for e in expressions) and all(
+        requirement_matches(f, {"metadata.name": name}) for f in fields
     )
 
 

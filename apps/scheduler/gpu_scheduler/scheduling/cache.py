@@ -35,12 +35,13 @@ another pod. Pure and single-threaded; the scheduler calls it under its lock (sc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .ledger import GpuLedger
 from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
 from .ports import EMPTY_PORTS, HostPort, UsedPorts
 from .resources import EMPTY_USAGE, NodeUsage, Requests
+from .selectors import PodTerm
 from .volumes import VolumeCache
 
 
@@ -56,6 +57,15 @@ class AssignedPod:
     gang: str | None = None  # its gang (placement.gang), for pods of ours in one
     index: int | None = None  # its index in that gang's map
     host_ports: tuple[HostPort, ...] = ()  # the host ports it takes (scheduling.ports)
+    # What InterPodAffinity and PodTopologySpread read of it: its labels, its required
+    # anti-affinity terms (scheduling.selectors), whether it is being deleted.
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    anti_affinity: tuple[PodTerm, ...] = ()
+    terminating: bool = False
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
 
 
 # kube-apiserver's --request-timeout default (1m): a binding whose answer was lost may still
@@ -82,6 +92,9 @@ class ClusterCache:
         # Claims, volumes and classes: no pod holds anything there, so they live beside the pods.
         self.volumes = VolumeCache()
         self._gangs: dict[str, set[str]] = {}  # gang -> uids of its pods held here (bound or assumed)
+        # uid -> pod, of the pods with required anti-affinity terms: every pod's decision reads
+        # them (InterPodAffinity's symmetry), so they are kept apart from the rest.
+        self._anti_affinity: dict[str, AssignedPod] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -90,6 +103,14 @@ class ClusterCache:
 
     def used_ports(self, node: str) -> UsedPorts:
         return self._ports.get(node, EMPTY_PORTS)
+
+    def pods(self) -> Iterable[AssignedPod]:
+        """Every pod on a node (or assumed to be)."""
+        return self._pods.values()
+
+    def anti_affinity_pods(self) -> Iterable[AssignedPod]:
+        """The pods on nodes with required anti-affinity terms."""
+        return self._anti_affinity.values()
 
     def pod(self, uid: str) -> AssignedPod | None:
         return self._pods.get(uid)
@@ -222,6 +243,8 @@ class ClusterCache:
         self.ledger.hold(pod.uid, pod.key, pod.node, pod.devices)
         if pod.gang is not None:
             self._gangs.setdefault(pod.gang, set()).add(pod.uid)
+        if pod.anti_affinity:
+            self._anti_affinity[pod.uid] = pod
 
     def _drop(self, uid: str) -> str | None:
         pod = self._pods.pop(uid, None)
@@ -238,6 +261,7 @@ class ClusterCache:
             if ports.empty():
                 del self._ports[pod.node]
         self.ledger.release(uid)
+        self._anti_affinity.pop(uid, None)
         if pod.gang is not None:
             members = self._gangs.get(pod.gang)
             if members is not None:

@@ -238,6 +238,8 @@ def decide(
         ports=pod.get("hostPorts") or (),
         used_ports=cache.used_ports(node.name),
         claims=claims,
+        pod_meta=pod.get("metadata"),
+        cluster=cache,
     )
     if failure is not None:
         return Decision(

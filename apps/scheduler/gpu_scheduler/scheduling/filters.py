@@ -12,15 +12,19 @@ backoff, and at once when what it waits on changes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .affinity import REASON as AFFINITY_REASON
 from .affinity import matches_node_affinity
+from .cache import AssignedPod, ClusterCache
+from .interpod import INTER_POD_AFFINITY, inter_pod_affinity_reason
 from .nodes import GPU_RESOURCE, NodeInfo
 from .ports import EMPTY_PORTS, NODE_PORTS, HostPort, UsedPorts
 from .ports import REASON as PORTS_REASON
 from .resources import NodeUsage, Requests, insufficient
+from .selectors import pod_terms, required_terms
+from .spread import POD_TOPOLOGY_SPREAD, hard_constraints, topology_spread_reason
 from .taints import UNSCHEDULABLE_TAINT, taint_reason, tolerated, untolerated_taint
 from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, filter_node
 
@@ -87,10 +91,14 @@ def run_filters(
     ports: tuple[HostPort, ...] = (),
     used_ports: UsedPorts = EMPTY_PORTS,
     claims: PodClaims = NO_CLAIMS,
+    pod_meta: Mapping | None = None,
+    cluster: ClusterCache | None = None,
 ) -> FilterFailure | None:
     """The first filter the node fails for this pod, or None when it can take it. `ports`: the
     host ports the pod takes (scheduling.ports.host_ports), `used_ports` those the node's pods
-    take; `claims`: what VolumeBinding's PreFilter found (it passed)."""
+    take; `claims`: what VolumeBinding's PreFilter found (it passed); `pod_meta` (namespace,
+    labels) and `cluster` (the nodes and the pods on them): what PodTopologySpread and
+    InterPodAffinity read, not run without a cluster."""
     tolerations = pod_spec.get("tolerations") or ()
     if not node.ready:
         # kube-scheduler learns this from the not-ready taint the node controller adds; we
@@ -111,10 +119,49 @@ def run_filters(
     reasons = filter_node(claims, node)
     if reasons:
         return FilterFailure(VOLUME_BINDING, tuple(reasons), wait_keys=claims.wait_keys)
+    if cluster is not None:
+        failure = _pods_on_nodes_failure(pod_spec, pod_meta or {}, node, cluster)
+        if failure is not None:
+            return failure
     reasons = gpu_reasons(devices, node)
     if reasons:
         return FilterFailure(GPU_DEVICES, tuple(reasons))
     return None
+
+
+# What a pod refused by PodTopologySpread or InterPodAffinity waits on: a pod added to a node,
+# removed or relabelled, or a node added, removed or relabelled (scheduler/state.py wakes it).
+# Not a node name (it has spaces), so it never clashes with one.
+PODS_ON_NODES = "pods on nodes"
+
+
+def _pods_on_nodes_failure(spec: Mapping, meta: Mapping, node: NodeInfo, cluster: ClusterCache) -> FilterFailure | None:
+    """PodTopologySpread, then InterPodAffinity (kube-scheduler's order). A pod with neither
+    constraints nor terms costs a look at the anti-affinity holders, none in most clusters. The
+    pod's own hold, kept while its binding is in doubt, is not counted against it."""
+    namespace = str(meta.get("namespace") or "")
+    labels = meta.get("labels") or {}
+    own = meta.get("uid")
+
+    def others() -> Iterable[AssignedPod]:
+        return (p for p in cluster.pods() if p.uid != own)
+
+    constraints = hard_constraints(spec)
+    if constraints:
+        reason = topology_spread_reason(spec, namespace, labels, constraints, node, cluster.nodes.all(), others())
+        if reason is not None:
+            return FilterFailure(POD_TOPOLOGY_SPREAD, (reason,), wait_keys=(PODS_ON_NODES,))
+    affinity = pod_terms(required_terms(spec, "podAffinity"), namespace)
+    anti_affinity = pod_terms(required_terms(spec, "podAntiAffinity"), namespace)
+    holders = [h for h in cluster.anti_affinity_pods() if h.uid != own]
+    if not affinity and not anti_affinity and not holders:
+        return None
+    reason = inter_pod_affinity_reason(
+        namespace, labels, affinity, anti_affinity, node, others, holders, cluster.nodes.get
+    )
+    if reason is None:
+        return None
+    return FilterFailure(INTER_POD_AFFINITY, (reason,), wait_keys=(PODS_ON_NODES,))
 
 
 def unavailable_message(failure: FilterFailure, node: str, line: int) -> str:

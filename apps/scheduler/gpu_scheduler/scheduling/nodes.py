@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..placement import PlacementError
@@ -136,6 +136,9 @@ class NodeIndex:
 
     def get(self, name: str) -> NodeInfo | None:
         return self._by_name.get(name)
+
+    def all(self) -> Iterable[NodeInfo]:
+        return self._by_name.values()
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
