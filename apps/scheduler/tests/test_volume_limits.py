@@ -1,5 +1,6 @@
 """NodeVolumeLimits on the map's node: the distinct CSI volumes the node's pods use plus the pod's
-new ones may not exceed a driver's count on the node's CSINode, in kube-scheduler 1.37's words;
+new ones may not exceed a driver's count on the node's CSINode, in kube-scheduler 1.37's words
+(recorded, testdata/kube_scheduler_messages.json);
 the pod is tried again when a pod leaves the node or the CSINode changes."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gpu_scheduler.scheduler.state import SchedulerState
 from gpu_scheduler.scheduling import ClusterCache, Code, SharingPolicy, decide
 from gpu_scheduler.scheduling.volume_limits import MAX_VOLUME_COUNT_EXCEEDED, NODE_VOLUME_LIMITS, CSINode
 from gpu_scheduler.scheduling.volumes import StorageClass
-from recorded import ours
+from recorded import ours, reason_for_the_pinned_node
 from test_volume_binding import NODE, api_claim, api_node, api_pod, uses
 
 DRIVER = "ebs.csi.aws.com"
@@ -59,9 +60,8 @@ def pending(claims: list[str]) -> dict:
     return trim_pending_pod(api_pod(volumes=[uses(c, f"v{i}") for i, c in enumerate(claims)]))
 
 
-def test_the_words_are_kube_scheduler_1_37s():
-    # nodevolumelimits, ErrReasonMaxVolumeCountExceeded (v1.37 source)
-    assert MAX_VOLUME_COUNT_EXCEEDED == "node(s) exceed max volume count"
+def test_the_words_are_what_kube_scheduler_said():
+    assert MAX_VOLUME_COUNT_EXCEEDED == reason_for_the_pinned_node("csi-taker")
 
 
 def test_a_csi_node_keeps_only_the_drivers_that_give_a_count():

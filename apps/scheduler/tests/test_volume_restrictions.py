@@ -1,6 +1,7 @@
 """VolumeRestrictions on the map's node: a ReadWriteOncePod claim another live pod (on any node)
-uses refuses the pod in kube-scheduler 1.37's words, and the pod is tried again when that pod
-goes; the claims of pods on nodes are kept only for pods that have some."""
+uses refuses the pod in kube-scheduler 1.37's words (recorded, testdata/kube_scheduler_messages.json),
+and the pod is tried again when that pod goes; the claims of pods on nodes are kept only for pods
+that have some."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from gpu_scheduler.scheduler.state import SchedulerState
 from gpu_scheduler.scheduling import ClusterCache, Code, SharingPolicy, decide
 from gpu_scheduler.scheduling.volume_restrictions import READ_WRITE_ONCE_POD_CONFLICT, VOLUME_RESTRICTIONS
 from gpu_scheduler.scheduling.volumes import claim_wait_key
-from recorded import ours
+from recorded import ours, reason_for_the_pinned_node
 from test_volume_binding import NODE, api_claim, api_node, api_pod, api_volume, uses
 
 
@@ -37,11 +38,8 @@ def cache() -> ClusterCache:
     return cache
 
 
-def test_the_words_are_kube_scheduler_1_37s():
-    # volumerestrictions/volume_restrictions.go, ErrReasonReadWriteOncePodConflict (v1.37 source)
-    assert READ_WRITE_ONCE_POD_CONFLICT == (
-        "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
-    )
+def test_the_words_are_what_kube_scheduler_said_with_the_other_pod_on_another_node():
+    assert READ_WRITE_ONCE_POD_CONFLICT == reason_for_the_pinned_node("rwop-taker")
 
 
 def test_a_read_write_once_pod_claim_another_pod_uses_on_any_node_is_refused(cache):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .volumes import Claim, VolumeCache
 
 NODE_VOLUME_LIMITS = "NodeVolumeLimits"
-# kube-scheduler 1.37's words (nodevolumelimits, ErrReasonMaxVolumeCountExceeded)
+# kube-scheduler 1.37's words (nodevolumelimits, ErrReasonMaxVolumeCountExceeded), as recorded
 MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
 
 

@@ -4,8 +4,9 @@ A claim whose accessModes include ReadWriteOncePod may be used by one pod at a t
 whole cluster: as kube-scheduler 1.37 does (pkg/scheduler/framework/plugins/volumerestrictions),
 a pod using such a claim (through a persistentVolumeClaim volume; generic ephemeral volumes are
 not counted, as there) while another pod on a node (bound, or assumed) uses it is refused by the
-Filter, whatever the node: "node has pod using PersistentVolumeClaim with the same name and
-ReadWriteOncePod access mode", Unschedulable. The pod waits on those claims, and the scheduler
+Filter, whatever the node: "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod
+access mode already in-use by another pod", Unschedulable (recorded with the other pod on another
+node). The pod waits on those claims, and the scheduler
 wakes it when the last other pod using one goes (scheduling.cache.ClusterCache.released_claims)
 or the claim changes.
 
@@ -20,9 +21,10 @@ from collections.abc import Callable, Mapping
 from .volumes import VolumeCache, claim_key, claim_names
 
 VOLUME_RESTRICTIONS = "VolumeRestrictions"
-# kube-scheduler 1.37's words (volumerestrictions/volume_restrictions.go, ErrReasonReadWriteOncePodConflict)
+# kube-scheduler 1.37's words (ErrReasonReadWriteOncePodConflict), as recorded: older releases
+# said "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode".
 READ_WRITE_ONCE_POD_CONFLICT = (
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 
 
