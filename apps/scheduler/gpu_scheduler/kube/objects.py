@@ -312,7 +312,7 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
     spec = pod.get("spec") or {}
     ours = spec.get("schedulerName") == scheduler_name
     gang, index = _gang_member(pod) if ours else (None, None)
-    claims, ephemeral = claim_keys(pod) if spec.get("volumes") else ((), ())
+    claims, ephemeral = claim_keys(pod) if _uses_claims(spec) else ((), ())
     return AssignedPod(
         uid=metadata.get("uid") or "",
         key=f"{metadata.get('namespace')}/{metadata.get('name')}",
@@ -325,6 +325,15 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
         claims=claims,
         ephemeral_claims=ephemeral,
     )
+
+
+def _uses_claims(spec: Mapping) -> bool:
+    """Whether a volume of the pod uses a claim: most pods have only their service account's
+    projected volume, and every pod on a node comes through here at each of its events."""
+    for volume in spec.get("volumes") or ():
+        if isinstance(volume, Mapping) and ("persistentVolumeClaim" in volume or "ephemeral" in volume):
+            return True
+    return False
 
 
 def claim_keys(pod: Mapping) -> tuple[tuple[str, ...], tuple[str, ...]]:
