@@ -26,7 +26,10 @@ A refused pod waits on names (queue.retry_later): its node's name and alias, the
 gang's map, and for VolumeBinding the keys of its claims and their StorageClasses
 (scheduling.volumes.claim_wait_key). A change to a node wakes the pods waiting on its name or
 alias; a change to a claim wakes those waiting on it, a change to a volume those waiting on
-the claims that name it, a change to a StorageClass those waiting on it.
+the claims that name it, a change to a StorageClass those waiting on it. For VolumeRestrictions
+a pod waits on its ReadWriteOncePod claims that another pod uses, and is woken when the last
+such pod leaves the cache; for NodeVolumeLimits on its node, woken by a pod leaving it or a
+change of its CSINode.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TypeVar
 
-from gpu_scheduler.kube.objects import WatchedPod, pod_uid
+from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
 from gpu_scheduler.placement import PlacementError, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
 from gpu_scheduler.scheduling import (
@@ -70,6 +73,7 @@ from gpu_scheduler.scheduling.provisioning import (
     WAITING_FOR_VOLUMES,
     timed_out_message,
 )
+from gpu_scheduler.scheduling.volume_limits import CSINode
 from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
@@ -294,6 +298,32 @@ class SchedulerState:
     def storage_classes_listed(self, classes: Iterable[StorageClass]) -> bool:
         return self._wake(*self._cache.volumes.replace_classes(classes))
 
+    # A CSINode change wakes the pods waiting on its node (NodeVolumeLimits).
+
+    @_event
+    def csi_node_changed(self, csi_node: CSINode) -> bool:
+        if self._cache.csi_nodes.get(csi_node.name, CSINode(csi_node.name)) == csi_node:
+            return False
+        if csi_node.limits:
+            self._cache.csi_nodes[csi_node.name] = csi_node
+        else:
+            self._cache.csi_nodes.pop(csi_node.name, None)  # no counts: nothing to keep
+        return self._wake(csi_node.name)
+
+    @_event
+    def csi_node_deleted(self, name: str) -> bool:
+        return self._wake(name) if self._cache.csi_nodes.pop(name, None) is not None else False
+
+    @_event
+    def csi_nodes_listed(self, csi_nodes: Iterable[CSINode]) -> bool:
+        listed = {c.name: c for c in csi_nodes}
+        woke = False
+        for name in [n for n in self._cache.csi_nodes if n not in listed]:
+            woke = self.csi_node_deleted(name) or woke
+        for csi_node in listed.values():
+            woke = self.csi_node_changed(csi_node) or woke
+        return woke
+
     # == work: the bind workers =====================================================================
 
     @_locked
@@ -466,6 +496,8 @@ class SchedulerState:
         return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
 
     def _assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
+        # Its claims are held with it: a ReadWriteOncePod claim is in use from now on.
+        claims, ephemeral = claim_keys(pod) if (pod.get("spec") or {}).get("volumes") else ((), ())
         self._cache.assume(
             AssignedPod(
                 uid,
@@ -476,6 +508,8 @@ class SchedulerState:
                 gang,
                 decision.index,
                 pod.get("hostPorts") or (),
+                claims,
+                ephemeral,
             )
         )
 
@@ -621,8 +655,9 @@ class SchedulerState:
         return cache.pod(uid) is not None and not cache.is_doubtful(uid) and not cache.binding_in_flight(uid)
 
     def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
-        """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
-        return self._queue.wake([n for n in names if n], sparing) > 0
+        """Pods waiting on these nodes (names or aliases) are retried now, and those waiting on
+        a claim that the last pod using it left (VolumeRestrictions); True if any were."""
+        return self._queue.wake([n for n in (*names, *self._cache.released_claims()) if n], sparing) > 0
 
 
 def _index(pod: dict) -> str:
