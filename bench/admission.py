@@ -87,8 +87,8 @@ def check_answer(bench: Bench, body: bytes, timeout: float = 10) -> None:
 def answering(bench: Bench, body: bytes, within: float = RECOVERY_SECONDS) -> None:
     """check_answer, tried again until the webhook answers. A saturated run leaves the webhook
     a backlog of connections and TLS handshakes that it works through after the load stops
-    (seen 2026-11-27 07:47: the check after a saturated 1,000/s timed out in its handshake);
-    the next run must start from a webhook that answers, not measure that backlog."""
+    (docs/logs/benchmarks.md, "Measurements behind the code"); the next run must start from
+    a webhook that answers, not measure that backlog."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -103,10 +103,8 @@ def answering(bench: Bench, body: bytes, within: float = RECOVERY_SECONDS) -> No
 
 def ready_for_a_run(bench: Bench, body: bytes) -> None:
     """Each run starts from a webhook that answers and has gone idle, and from a quiet control
-    plane. A saturated run leaves the webhook working for seconds after the load stops: seen
-    2026-11-27 08:08, when the 100/s run after a saturated 1,000/s cost 2.89 ms of CPU per
-    request against 1.85 in the 2026-11-26 18:13 run, and the stack floor measured next 0.68 ms
-    against 0.47."""
+    plane. A saturated run leaves the webhook working for seconds after the load stops, which
+    the next run would pay for (docs/logs/benchmarks.md, "Measurements behind the code")."""
     answering(bench, body)
     pid = bench.webhook.process.pid
     waited, cores = wait_quiet([pid, *descendants(pid)], RECOVERY_SECONDS, WEBHOOK_QUIET_CORES)

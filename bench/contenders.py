@@ -103,9 +103,8 @@ def round_order(keys: tuple[str, ...] | list[str], round_no: int) -> list[str]:
     """The order the runners run in, round round_no (from 1): the rows of a Williams design, a Latin
     square balanced for what a runner leaves behind. In every 2n rounds from round 1 (n runners) each
     runner leads twice, right after the settle wait, and each runner comes right after each other one
-    twice; for an even n the first n rounds hold each once. (A rotation by one, used until
-    2026-11-27, keeps every runner's neighbours: in those runs of record gpu-scheduler always came
-    right after the Python binder.)"""
+    twice; for an even n the first n rounds hold each once. (A rotation by one keeps every
+    runner's neighbours, so one runner always follows the same other one.)"""
     n = len(keys)
     if not n:
         return []

@@ -5,7 +5,8 @@
 # on HEAD:
 #   run   1. a registry (Debian's docker-registry) on port $PIPELINE_REGISTRY_PORT,
 #            empty, as the project's registry (CI_REGISTRY_IMAGE);
-#         2. the pipeline: lint and release-check, test-unit and test-cluster,
+#         2. the pipeline: lint and release-check, test-unit, test-cluster and
+#            test-compat (Kubernetes 1.35),
 #            build-image (pushes :<commit> to that registry), e2e-kind (KinD
 #            cluster $KIND_CLUSTER whose nodes pull the images from that
 #            registry), then the release once every test job passed: promote

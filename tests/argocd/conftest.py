@@ -173,7 +173,9 @@ def cluster_kubeconfig() -> Path:
 
 
 def refuse_helm_releases(kube: Kube) -> None:
-    listed = run([HELM, "--kubeconfig", kube.kubeconfig, "list", "-A", "-a", "-o", "json"])
+    # Helm 4 lists releases in every state (failed, pending, uninstalling) by default; its
+    # list has no -a (Helm 3's "--all") any more.
+    listed = run([HELM, "--kubeconfig", kube.kubeconfig, "list", "-A", "-o", "json"])
     assert listed.returncode == 0, tail(listed)
     ours = [f"{r['name']} (namespace {r['namespace']})" for r in json.loads(listed.stdout) if r["name"] in CHARTS]
     if ours:

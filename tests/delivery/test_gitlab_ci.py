@@ -32,9 +32,35 @@ def bases_of(job: dict) -> list[dict]:
     return [CI[name] for name in ([extends] if isinstance(extends, str) else extends)]
 
 
-def image_of(job: dict) -> str:
+def raw_image_of(job: dict) -> str:
+    """The job's image as the file writes it (a variable, in this file)."""
     image = job.get("image") or next(base["image"] for base in bases_of(job) if "image" in base)
     return image["name"] if isinstance(image, dict) else image
+
+
+def expanded(value: str) -> str:
+    """`value` with a whole-value $VARIABLE replaced by its default in the file's variables."""
+    if found := re.fullmatch(r"\$(\w+)", value):
+        assert found[1] in CI["variables"], f"{value} has no default in the file's variables"
+        return CI["variables"][found[1]]
+    return value
+
+
+def image_of(job: dict) -> str:
+    """The image a job runs by default: the file's default of its image variable."""
+    return expanded(raw_image_of(job))
+
+
+def variables_of(job: dict) -> dict:
+    """The job's variables with those of the hidden jobs it extends (GitLab merges them)."""
+    merged: dict = {}
+    for base in bases_of(job):
+        merged.update(base.get("variables", {}))
+    return {**merged, **job.get("variables", {})}
+
+
+# The jobs that start their own dockerd (build-image, e2e-kind): a privileged runner's.
+PRIVILEGED = {name for name, job in JOBS.items() if "scripts/docker-engine.sh ensure" in job.get("script", [])}
 
 
 def run_pipeline(tool, *args: str, timeout: float = 300):
@@ -114,6 +140,55 @@ def test_stages_run_lint_test_build_e2e_release_deploy():
 def test_every_job_image_is_pinned_to_a_version():
     for name, job in JOBS.items():
         assert PINNED.match(image_of(job)), f"{name}: {image_of(job)} is not pinned"
+
+
+def test_every_job_image_is_a_variable_with_a_default_so_users_set_theirs_without_editing_the_file():
+    # A project's CI/CD variables outrank the file's: a mirror of the images is set there.
+    for name, job in JOBS.items():
+        assert re.fullmatch(r"\$[A-Z_]+_IMAGE", raw_image_of(job)), f"{name}: {raw_image_of(job)} is not a variable"
+    assert {raw_image_of(job) for job in JOBS.values()} == {
+        "$TOOLCHAIN_IMAGE",
+        "$GO_IMAGE",
+        "$RELEASE_CLI_IMAGE",
+        "$ARGOCD_IMAGE",
+    }
+
+
+def test_the_toolchain_image_is_a_node_lts_line_still_maintained():
+    # Node 20 reached its end of life in April 2026; 22 and 24 are LTS lines, on Debian bookworm
+    # (Python 3.11) like the Go image.
+    image = CI["variables"]["TOOLCHAIN_IMAGE"]
+    found = re.fullmatch(r"node:(\d+)\.\d+\.\d+-bookworm", image)
+    assert found and int(found[1]) in (22, 24), image
+
+
+def test_privileged_jobs_run_on_the_runners_a_variable_names_with_a_default():
+    assert PRIVILEGED == {"build-image", "e2e-kind"}
+    for name in PRIVILEGED:
+        assert JOBS[name]["tags"] == ["$PRIVILEGED_RUNNER_TAG"], name
+    # A plain value: GitLab does not expand a variable inside a tag's variable, and an empty
+    # tag matches no runner.
+    default = CI["variables"]["PRIVILEGED_RUNNER_TAG"]
+    assert default and "$" not in default, default
+    # The others run on any runner: none asks for privileges.
+    assert [name for name, job in JOBS.items() if "tags" in job and name not in PRIVILEGED] == []
+
+
+def test_the_oldest_kubernetes_stage_gates_the_release():
+    job = JOBS["test-compat"]
+
+    assert job["stage"] == "test" and job["script"] == ["make test-compat"]
+    assert image_of(job) == image_of(JOBS["test-cluster"]), "Go builds its control plane"
+    # Go's caches kept across pipelines, keyed on both control planes' modules.
+    assert variables_of(job)["GOCACHE"] == "$CI_PROJECT_DIR/.cache/go/build"
+    go_cache = [cache for cache in job["cache"] if ".cache/go/" in cache["paths"]]
+    assert go_cache and go_cache[0]["key"]["files"] == ["cluster/compat/go.sum", "cluster/local/go.sum"]
+    assert runs_in(job, TAG_PIPELINE)
+    assert "test-compat" in needs_of(JOBS["promote"])
+    # It tests what it says: the compat control plane (Kubernetes 1.35) and its marker.
+    script = (REPO / "scripts" / "test-compat.sh").read_text()
+    assert "LOCAL_K8S_MODULE=cluster/compat" in script and ".venv/bin/pytest -m compat" in script
+    assert "k8s.io/kubernetes v1.35." in (REPO / "cluster" / "compat" / "go.mod").read_text()
 
 
 def test_merge_requests_and_branches_run_one_pipeline_each():
@@ -244,8 +319,8 @@ def test_a_failed_e2e_keeps_the_kind_clusters_logs():
 def test_test_cluster_keeps_gos_module_and_build_caches():
     job = JOBS["test-cluster"]
 
-    assert job["variables"]["GOMODCACHE"] == "$CI_PROJECT_DIR/.cache/go/mod"
-    assert job["variables"]["GOCACHE"] == "$CI_PROJECT_DIR/.cache/go/build"
+    assert variables_of(job)["GOMODCACHE"] == "$CI_PROJECT_DIR/.cache/go/mod"
+    assert variables_of(job)["GOCACHE"] == "$CI_PROJECT_DIR/.cache/go/build"
     go_cache = [cache for cache in job["cache"] if ".cache/go/" in cache["paths"]]
     assert go_cache and go_cache[0]["key"]["files"] == ["cluster/local/go.sum"], job["cache"]
 
@@ -346,7 +421,10 @@ def test_gitlab_ci_local_lists_every_job_of_a_default_branch_pipeline(gitlab_ci_
 
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:] if line.strip()}
-    assert {"lint", "test-unit", "test-cluster", "build-image", "e2e-kind", "deploy"} <= set(rows), result.stdout
+    assert {"lint", "test-unit", "test-cluster", "test-compat", "build-image", "e2e-kind", "deploy"} <= set(rows), (
+        result.stdout
+    )
+    assert rows["test-compat"][:3] == ["test", "on_success", "false"], result.stdout
     # stage, when, allow_failure: the manual deploy does not block the pipeline.
     assert rows["deploy"][:3] == ["deploy", "manual", "true"], result.stdout
     assert rows["e2e-kind"][:3] == ["e2e", "on_success", "false"], result.stdout

@@ -105,7 +105,7 @@ def test_each_way_the_docs_once_drifted_is_caught(claim):
         "Kubernetes 1.35-1.37: the charts refuse older",
         "admission by CEL policy on 1.36+",
         "kubelet refuses cgroup v1 since Kubernetes 1.35",
-        "helm 3.19+ and kubectl 1.36–1.38",
+        "helm 4.1+ and kubectl 1.36–1.38",
         "Python 3.11+ and Go 1.26+, TLS 1.2+",
         "Needs Kubernetes 1.35-1.37 (the charts refuse older)",
     ],

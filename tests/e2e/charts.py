@@ -19,8 +19,8 @@ KUBECTL = REPO / ".cache" / "bin" / "kubectl"
 SCHEDULER_CHART = REPO / "charts" / "gpu-scheduler"
 CHECK_CHART = REPO / "charts" / "gpu-scheduler-check"
 # The Kubernetes every test runs (cluster/local/go.mod), for `helm template`: without a cluster
-# helm renders for the version its own client was built for (helm 3.19: 1.34), which the
-# charts' kubeVersion (>=1.35) refuses.
+# helm renders for the version its own client was built for (Helm 4.3: 1.37, Helm 4.1: 1.35,
+# Helm 3.19: 1.34, which the charts' kubeVersion (>=1.35) refuses), so the tests say which.
 KUBE_VERSION = re.search(
     r"^\s*k8s\.io/kubernetes (v\S+)", (REPO / "cluster" / "local" / "go.mod").read_text(), re.M
 ).group(1)

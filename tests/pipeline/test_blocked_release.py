@@ -4,7 +4,8 @@ The fixture writes two tests that fail on purpose and runs the tag's pipeline
 (scripts/pipeline.sh run) with TEST_SELECTION=forced_release_blocker, so that
 each test job runs those alone: test-unit, the first test job, fails within
 seconds on the unit one; test-cluster skips the e2e one (it reads an
-installed release, which the local control plane has not); e2e-kind, after
+installed release, which the local control plane has not), and so does
+test-compat on Kubernetes 1.35; e2e-kind, after
 the images were built and pushed, fails on it: the latest point at which a
 pipeline could still leak a release. It reads what the pipeline left, and
 removes the tests and the pipeline again. This module runs before
@@ -50,7 +51,7 @@ FORCED_E2E_TEST = '''"""Written by tests/pipeline/test_blocked_release.py for on
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.installed_only]
+pytestmark = [pytest.mark.e2e, pytest.mark.installed_only, pytest.mark.compat]
 
 
 def test_fails_on_purpose_on_the_installed_release():
@@ -81,6 +82,7 @@ def test_the_pipeline_fails_in_its_test_jobs_and_runs_no_release_job(blocked):
         "release-check": "PASS",
         "test-unit": "FAIL",
         "test-cluster": "PASS",
+        "test-compat": "PASS",
         "build-image": "PASS",
         "e2e-kind": "FAIL",
     }, blocked.log[-3000:]
@@ -95,6 +97,8 @@ def test_the_first_test_job_failed_within_seconds_on_the_forced_test_alone(block
     assert seconds < FIRST_FAILURE_SECONDS, f"test-unit took {seconds:.0f}s to fail"
     # test-cluster ran the same selection: the e2e test, which needs an installed release, skipped.
     assert junit_outcomes("test-cluster") == {"test_fails_on_purpose_on_the_installed_release": "skipped"}
+    # So did test-compat (the test is marked compat too, so that its selection is not empty).
+    assert junit_outcomes("test-compat") == {"test_fails_on_purpose_on_the_installed_release": "skipped"}
 
 
 def test_the_registry_holds_the_commit_tag_only_and_no_chart(blocked):

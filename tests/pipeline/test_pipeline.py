@@ -41,13 +41,14 @@ PIPELINE_JOBS = [
     "release-check",
     "test-unit",
     "test-cluster",
+    "test-compat",
     "build-image",
     "e2e-kind",
     "promote",
     "publish-charts",
     "gitlab-release",
 ]
-TEST_JOBS_WITH_PYTEST = ["test-unit", "test-cluster", "e2e-kind"]
+TEST_JOBS_WITH_PYTEST = ["test-unit", "test-cluster", "test-compat", "e2e-kind"]
 MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 # gitlab-ci-local --timestamps: "[HH:MM:SS duration] job  starting shell (stage)".
 STARTED = re.compile(r"^\[[^\]]*\] (\S+)\s+starting (\S+) \((\w+)\)$", re.M)
@@ -106,6 +107,8 @@ def test_each_test_job_ran_the_sample_of_its_suites_and_it_passed(pipeline):
     cluster = passed_files("test-cluster")
     for suite in ("tests.faults.test_", "tests.e2e.test_", "apps.scheduler.tests.test_"):
         assert any(name.startswith(suite) for name in cluster), f"test-cluster passed nothing of {suite}*: {cluster}"
+    # The 1.35 control plane ran the sample's compat tests (marked both), and only those.
+    assert set(outcomes["test-compat"]) <= marked_tests("compat"), outcomes["test-compat"]
     assert (
         "test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_every_container"
         in outcomes["e2e-kind"]

@@ -1,6 +1,6 @@
-"""Records what kube-scheduler says of the pods VolumeBinding, NodePorts, PodTopologySpread,
-InterPodAffinity and DynamicResources refuse, into testdata/kube_scheduler_messages.json, which
-the unit tests compare with.
+"""Records what kube-scheduler says of the pods VolumeBinding, VolumeRestrictions,
+NodeVolumeLimits, NodePorts, PodTopologySpread, InterPodAffinity and DynamicResources refuse,
+into testdata/kube_scheduler_messages.json, which the unit tests compare with.
 
 Run by hand on the local control plane (no kube-scheduler runs there: gpu-scheduler is the
 scheduler), with the kube-scheduler binary that `make local-up` built from cluster/local's
@@ -35,13 +35,14 @@ OUT = Path(__file__).resolve().parent / "testdata" / "kube_scheduler_messages.js
 SCHEDULER = "kube-scheduler-recorder"
 NODE = "node3"
 PV_NODE = "node2"
+CSI_DRIVER = "csi.recorder.example.com"  # no such driver runs: only its count on node3's CSINode is read
 
 
-def pinned(spec: dict) -> dict:
+def pinned(spec: dict, node: str = NODE) -> dict:
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
             }
         }
     }
@@ -93,7 +94,8 @@ def main() -> int:
         stderr=subprocess.STDOUT,
     )
     classes = [f"{namespace}-immediate", f"{namespace}-wffc"]
-    volumes = [f"{namespace}-on-{PV_NODE}"]
+    volumes = [f"{namespace}-on-{PV_NODE}", f"{namespace}-rwop", f"{namespace}-csi-1", f"{namespace}-csi-2"]
+    csi_node = False
     cases: dict[str, dict] = {}
     try:
         nodes = len(core.list_node().items)
@@ -129,6 +131,16 @@ def main() -> int:
             body = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec}
             core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": body})
 
+        def static_volume(name: str, modes: list[str], source: dict) -> None:
+            spec = {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "", **source}
+            core.create_persistent_volume({"metadata": {"name": name}, "spec": spec})
+
+        def bound(claim_name: str) -> None:
+            wait(
+                f"the claim {claim_name} bound",
+                lambda: core.read_namespaced_persistent_volume_claim(claim_name, namespace).status.phase == "Bound",
+            )
+
         claim("bound-to-node2", storageClassName="", volumeName=volumes[0])
         wait(
             "the claim bound to the PV of node2",
@@ -137,9 +149,25 @@ def main() -> int:
         claim("immediate", storageClassName=classes[0])
         claim("wffc", storageClassName=classes[1])
         claim("prebound-to-missing", storageClassName="", volumeName=f"{namespace}-missing")
+        # VolumeRestrictions: a ReadWriteOncePod claim another pod uses.
+        static_volume(volumes[1], ["ReadWriteOncePod"], {"hostPath": {"path": "/tmp/recorder-rwop"}})
+        claim("rwop", accessModes=["ReadWriteOncePod"], storageClassName="", volumeName=volumes[1])
+        bound("rwop")
+        # NodeVolumeLimits: node3's CSINode allows one volume of the driver, and a pod uses one.
+        storage.create_csi_node(
+            {
+                "metadata": {"name": NODE},
+                "spec": {"drivers": [{"name": CSI_DRIVER, "nodeID": NODE, "allocatable": {"count": 1}}]},
+            }
+        )
+        csi_node = True
+        for index, name in enumerate(volumes[2:], 1):
+            static_volume(name, ["ReadWriteOnce"], {"csi": {"driver": CSI_DRIVER, "volumeHandle": f"{name}-handle"}})
+            claim(f"csi-{index}", storageClassName="", volumeName=name)
+            bound(f"csi-{index}")
 
-        def pod(name: str, spec: dict) -> None:
-            core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": pinned(spec)})
+        def pod(name: str, spec: dict, node: str = NODE) -> None:
+            core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": pinned(spec, node)})
 
         def volume(claim_name: str) -> dict:
             return {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]}
@@ -149,6 +177,12 @@ def main() -> int:
         pod("unbound-immediate", {"containers": [container()], **volume("immediate")})
         pod("prebound-to-missing-pv", {"containers": [container()], **volume("prebound-to-missing")})
         pod("wait-for-first-consumer", {"containers": [container()], **volume("wffc")})
+        # The ReadWriteOncePod claim's other pod is on node2: the conflict is cluster-wide.
+        for holder, claim_name, node in (("rwop-holder", "rwop", PV_NODE), ("csi-holder", "csi-1", NODE)):
+            pod(holder, {"containers": [container()], **volume(claim_name)}, node)
+            wait(f"{holder} bound", lambda h=holder: core.read_namespaced_pod(h, namespace).spec.node_name)
+        pod("rwop-taker", {"containers": [container()], **volume("rwop")})
+        pod("csi-taker", {"containers": [container()], **volume("csi-2")})
         ports = {"ports": [{"containerPort": 80, "hostPort": 18080, "protocol": "TCP"}]}
         pod("port-holder", {"containers": [container(**ports)]})
         wait("port-holder bound", lambda: core.read_namespaced_pod("port-holder", namespace).spec.node_name)
@@ -229,6 +263,8 @@ def main() -> int:
             "prebound-to-missing-pv",
             "port-taker",
             "resource-claim",
+            "rwop-taker",
+            "csi-taker",
             "anti-affinity",
             "existing-anti-affinity",
             "affinity",
@@ -261,6 +297,8 @@ def main() -> int:
         scheduler.wait(20)
         log.close()
         core.delete_namespace(namespace)
+        if csi_node:
+            storage.delete_csi_node(NODE)
         for name in classes:
             storage.delete_storage_class(name)
         for name in volumes:
@@ -271,7 +309,8 @@ def main() -> int:
                 "recorded": (
                     f"by apps/scheduler/tests/record_kube_scheduler.py: {version} (built by make local-up from "
                     f"cluster/local/go.mod) on the local control plane of {nodes} KWOK nodes, each pod pinned to "
-                    f"{NODE} by required node affinity on metadata.name; the PV's node affinity names {PV_NODE}"
+                    f"{NODE} by required node affinity on metadata.name (the other pod of the ReadWriteOncePod claim "
+                    f"to {PV_NODE}); the PV's node affinity names {PV_NODE}"
                 ),
                 "node": NODE,
                 "nodes": nodes,

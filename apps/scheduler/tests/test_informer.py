@@ -254,7 +254,7 @@ def test_a_silent_cache_shows_on_readyz_and_in_the_seconds_since_last_event_gaug
     now = time.monotonic()
     pods.synced.set()
     pods.last_event_at = now - 200
-    for informer in volumes:  # claims, volumes, classes: listed a moment ago
+    for informer in volumes:  # claims, volumes, classes, CSINodes: listed a moment ago
         informer.synced.set()
         informer.last_event_at = now
 

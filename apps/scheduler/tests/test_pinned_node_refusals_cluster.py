@@ -1,13 +1,14 @@
 """On the real local control plane, pods the map pins to node3 that node3 cannot run: a claim
-bound to a volume of node2, a hostPort another pod holds there, a required pod anti-affinity a
-pod there breaks, a DoNotSchedule topology spread it would skew, DRA resourceClaims. Each is
-refused with kube-scheduler's recorded words (testdata/kube_scheduler_messages.json) or, for
-DRA, ours, as a FailedScheduling Event and the PodScheduled condition; the port's and the
-anti-affinity's pods are bound once the holder is gone, the spread's once the other nodes have
-as many. (A volume's node affinity cannot be changed, so the volume's pod
-stays refused; the unit tests wake it with a changed volume.) And a claim of a
-WaitForFirstConsumer class: it gets node3 from the map, and its pod is bound once the claim
-is bound to a volume there."""
+bound to a volume of node2, a hostPort another pod holds there, a ReadWriteOncePod claim a pod
+on node2 uses, a CSI volume past its driver's count on node3's CSINode, a required pod
+anti-affinity a pod there breaks, a DoNotSchedule topology spread it would skew, DRA
+resourceClaims. Each is refused with kube-scheduler's recorded words
+(testdata/kube_scheduler_messages.json) or, for DRA, ours, as a FailedScheduling Event and the
+PodScheduled condition; the port's, the claim's, the CSI volume's and the anti-affinity's pods
+are bound once the pod in their way is gone, the spread's once the other nodes have as many.
+(A volume's node affinity cannot be changed, so the volume's pod stays refused; the unit tests
+wake it with a changed volume.) And a claim of a WaitForFirstConsumer class: it gets node3 from
+the map, and its pod is bound once the claim is bound to a volume there."""
 
 from __future__ import annotations
 
@@ -102,6 +103,84 @@ def test_a_host_port_held_on_node3_is_refused_until_its_holder_is_gone(start_sch
     refused_with(api_client, core, namespace, "web-0", ours(reason_for_the_pinned_node("port-taker"), "NodePorts"))
     core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
     assert wait_until(lambda: node_of(core, namespace, "web-0"), 20, "web-0 to be bound") == NODE
+
+
+def static_volume(core, name: str, modes: list[str], source: dict) -> None:
+    spec = {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "", **source}
+    core.create_persistent_volume({"metadata": {"name": name}, "spec": spec})
+
+
+def bound_claim(core, namespace: str, name: str, volume: str, modes: list[str]) -> None:
+    spec = {
+        "accessModes": modes,
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "",
+        "volumeName": volume,
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": spec})
+    wait_until(
+        lambda: core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound",
+        30,
+        f"the PV controller to bind {name}",
+        interval=0.5,
+    )
+
+
+def uses(claim: str) -> dict:
+    return {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}
+
+
+def holder_on(core, namespace: str, node: str, claim: str) -> None:
+    """A pod on the node from its creation (no scheduler's) using the claim."""
+    spec = {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}], **uses(claim)}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "holder"}, "spec": spec})
+
+
+def test_a_read_write_once_pod_claim_used_on_node2_is_refused_until_its_pod_is_gone(
+    start_scheduler, core, api_client, namespace
+):
+    volume = f"pv-{uuid.uuid4().hex[:6]}"
+    static_volume(core, volume, ["ReadWriteOncePod"], {"hostPath": {"path": "/tmp/solo"}})
+    try:
+        bound_claim(core, namespace, "solo", volume, ["ReadWriteOncePod"])
+        holder_on(core, namespace, "node2", "solo")
+        start_scheduler("--leader-elect=false")
+        make_pod(core, namespace, "train-0", start_scheduler.scheduler_name, f"0={NODE}:0\n", spec=uses("solo"))
+        reason = reason_for_the_pinned_node("rwop-taker")
+        refused_with(api_client, core, namespace, "train-0", ours(reason, "VolumeRestrictions", NODE))
+        core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+        assert wait_until(lambda: node_of(core, namespace, "train-0"), 20, "train-0 to be bound") == NODE
+    finally:
+        core.delete_persistent_volume(volume)
+
+
+def test_csi_volumes_past_the_drivers_count_on_node3_are_refused_until_a_pod_leaves(
+    start_scheduler, core, api_client, namespace
+):
+    driver = "csi.test.example.com"  # no such driver runs: only its count on node3's CSINode is read
+    storage = client.StorageV1Api(core.api_client)
+    volumes = [f"pv-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    storage.create_csi_node(
+        {
+            "metadata": {"name": NODE},
+            "spec": {"drivers": [{"name": driver, "nodeID": NODE, "allocatable": {"count": 1}}]},
+        }
+    )
+    try:
+        for index, volume in enumerate(volumes):
+            static_volume(core, volume, ["ReadWriteOnce"], {"csi": {"driver": driver, "volumeHandle": volume}})
+            bound_claim(core, namespace, f"disk-{index}", volume, ["ReadWriteOnce"])
+        holder_on(core, namespace, NODE, "disk-0")
+        start_scheduler("--leader-elect=false")
+        make_pod(core, namespace, "train-0", start_scheduler.scheduler_name, f"0={NODE}:0\n", spec=uses("disk-1"))
+        reason = reason_for_the_pinned_node("csi-taker")
+        refused_with(api_client, core, namespace, "train-0", ours(reason, "NodeVolumeLimits", NODE))
+        core.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+        assert wait_until(lambda: node_of(core, namespace, "train-0"), 20, "train-0 to be bound") == NODE
+    finally:
+        storage.delete_csi_node(NODE)
+        for volume in volumes:
+            core.delete_persistent_volume(volume)
 
 
 BUSYBOX = {"name": "main", "image": "busybox"}

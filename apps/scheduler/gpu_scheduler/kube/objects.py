@@ -17,11 +17,12 @@ shapes or neither. Three shapes are kept:
   which cannot change, never from the placement annotation, which can);
 - a node (node_info): a scheduling.NodeInfo with its allocatable parsed;
 - a claim, a volume, a StorageClass (claim_info, volume_info, storage_class_info):
-  what VolumeBinding reads of them (scheduling.volumes).
+  what VolumeBinding, VolumeRestrictions and NodeVolumeLimits read of them (scheduling.volumes);
+- a CSINode (csi_node_info): its drivers' volume counts (scheduling.volume_limits).
 
 A pending pod also keeps "hostPorts" (scheduling.ports.host_ports), its volumes that use
-claims and the names of its resourceClaims; a pod on a node keeps its host ports. A pod
-without any of these carries nothing more for them.
+claims and the names of its resourceClaims; a pod on a node keeps its host ports and the keys
+of the claims its volumes use. A pod without any of these carries nothing more for them.
 
 Quantities ("500m", "1Gi") are parsed here with the Kubernetes client's own
 parser, into canonical integers: cpu in millicores, everything else in units
@@ -62,11 +63,14 @@ from gpu_scheduler.scheduling import (
 )
 from gpu_scheduler.scheduling.selectors import pod_terms, required_terms
 from gpu_scheduler.scheduling.spread import hard_constraints
+from gpu_scheduler.scheduling.volume_limits import CSINode
 from gpu_scheduler.scheduling.volumes import (
     BETA_CLASS_ANNOTATION,
     BIND_COMPLETED_ANNOTATION,
     SELECTED_NODE_ANNOTATION,
     StorageClass,
+    claim_key,
+    claim_names,
 )
 
 KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
@@ -327,6 +331,7 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
     spec = pod.get("spec") or {}
     ours = spec.get("schedulerName") == scheduler_name
     gang, index = _gang_member(pod) if ours else (None, None)
+    claims, ephemeral = claim_keys(pod) if _uses_claims(spec) else ((), ())
     return AssignedPod(
         uid=metadata.get("uid") or "",
         key=f"{metadata.get('namespace')}/{metadata.get('name')}",
@@ -336,10 +341,32 @@ def assigned_pod(pod: dict, scheduler_name: str) -> AssignedPod:
         gang=gang,
         index=index,
         host_ports=host_ports(spec),
+        claims=claims,
+        ephemeral_claims=ephemeral,
         labels=_labels(metadata),
         anti_affinity=pod_terms(required_terms(spec, "podAntiAffinity"), metadata.get("namespace") or ""),
         terminating=bool(metadata.get("deletionTimestamp")),
     )
+
+
+def _uses_claims(spec: Mapping) -> bool:
+    """Whether a volume of the pod uses a claim: most pods have only their service account's
+    projected volume, and every pod on a node comes through here at each of its events."""
+    for volume in spec.get("volumes") or ():
+        if isinstance(volume, Mapping) and ("persistentVolumeClaim" in volume or "ephemeral" in volume):
+            return True
+    return False
+
+
+def claim_keys(pod: Mapping) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The keys of the claims a pod's persistentVolumeClaim volumes use, and of those its generic
+    ephemeral volumes use (of an API pod, or a pending pod as trim_pending_pod keeps it);
+    interned, as every pod of a workload names the same few."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    names = claim_names(pod)
+    claims = tuple(sys.intern(claim_key(namespace, n)) for n, ephemeral in names if not ephemeral)
+    ephemeral = tuple(sys.intern(claim_key(namespace, n)) for n, ephemeral in names if ephemeral)
+    return claims, ephemeral
 
 
 def _gang_member(pod: dict) -> tuple[str | None, int | None]:
@@ -422,14 +449,21 @@ def claim_info(pvc: dict) -> Claim:
         controller_uid=owner,
         selected_node=str(annotations.get(SELECTED_NODE_ANNOTATION) or ""),
         resource_version=metadata.get("resourceVersion") or "",
+        read_write_once_pod="ReadWriteOncePod" in (spec.get("accessModes") or ()),
     )
 
 
 def volume_info(pv: dict) -> Volume:
-    """A PersistentVolume as VolumeBinding reads it: its name and required node affinity."""
-    required = (((pv.get("spec") or {}).get("nodeAffinity") or {}).get("required")) or None
+    """A PersistentVolume as VolumeBinding and NodeVolumeLimits read it: its name, required node
+    affinity and CSI driver and handle."""
+    spec = pv.get("spec") or {}
+    required = ((spec.get("nodeAffinity") or {}).get("required")) or None
     terms = None if required is None else tuple(t for t in required.get("nodeSelectorTerms") or () if t)
-    return Volume(name=(pv.get("metadata") or {}).get("name") or "", node_terms=terms)
+    source = spec.get("csi")
+    csi = None
+    if isinstance(source, Mapping):
+        csi = (str(source.get("driver") or ""), str(source.get("volumeHandle") or ""))
+    return Volume(name=(pv.get("metadata") or {}).get("name") or "", node_terms=terms, csi=csi)
 
 
 def storage_class_info(sc: dict) -> StorageClass:
@@ -439,3 +473,13 @@ def storage_class_info(sc: dict) -> StorageClass:
         mode=sc.get("volumeBindingMode") or "Immediate",
         provisioner=sc.get("provisioner") or "",
     )
+
+
+def csi_node_info(csi_node: dict) -> CSINode:
+    """A CSINode as NodeVolumeLimits reads it: the drivers that give a volume count, and the count."""
+    limits = []
+    for driver in (csi_node.get("spec") or {}).get("drivers") or ():
+        count = ((driver.get("allocatable") or {}).get("count")) if isinstance(driver, Mapping) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            limits.append((str(driver.get("name") or ""), count))
+    return CSINode(name=(csi_node.get("metadata") or {}).get("name") or "", limits=tuple(limits))

@@ -38,9 +38,9 @@ log = logging.getLogger("gpu_scheduler.scheduler")
 # One sender, like client-go's event sink: Events go out one at a time, so
 # in a burst the apiserver's attention goes to the binds.
 EVENT_SENDERS = 1
-# Connections beyond the bind workers: five watches (pods, nodes, claims, volumes, classes)
-# and slack for retries.
-EXTRA_CONNECTIONS = 11
+# Connections beyond the bind workers: six watches (pods, nodes, claims, volumes, classes,
+# CSINodes) and slack for retries.
+EXTRA_CONNECTIONS = 12
 # The drain waits for the attempts in flight; beyond its bind, an attempt is microseconds of
 # work, so this covers a loaded machine.
 DRAIN_MARGIN_SECONDS = 2.0

@@ -4,8 +4,8 @@ Threads:
   informer-pods             every pod not finished: this scheduler's unbound pods -> the queue,
                             pods on nodes, of any scheduler -> node usage and the GPU ledger
   informer-nodes            nodes -> the node index
-  informer-persistentvolumeclaims, -persistentvolumes, -storageclasses
-                            what VolumeBinding reads; a change wakes the pods waiting on it
+  informer-persistentvolumeclaims, -persistentvolumes, -storageclasses, -csinodes
+                            what the volume filters read; a change wakes the pods waiting on it
   bind-N                    take a pod off the queue, decide, bind, report
   events-N, pod-conditions  Events and PodScheduled conditions, never in a bind's way
 All state lives in one SchedulerState (state.py), which owns its lock; a decision

@@ -30,7 +30,9 @@ claim wakes those waiting on it, a change to a volume those waiting on the claim
 a change to a StorageClass those waiting on it. A pod that comes to a node, leaves it or is
 relabelled there, and a node that comes, goes or is relabelled, wake those waiting on
 PODS_ON_NODES: the simplest rule that cannot miss a change of a topology domain, and free
-while no pod waits on it.
+while no pod waits on it. For VolumeRestrictions a pod waits on its ReadWriteOncePod claims
+that another pod uses, and is woken when the last such pod leaves the cache; for
+NodeVolumeLimits on its node, woken by a pod leaving it or a change of its CSINode.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TypeVar
 
-from gpu_scheduler.kube.objects import WatchedPod, pod_uid
+from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
 from gpu_scheduler.placement import PlacementError, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
 from gpu_scheduler.scheduling import (
@@ -76,6 +78,7 @@ from gpu_scheduler.scheduling.provisioning import (
     timed_out_message,
 )
 from gpu_scheduler.scheduling.selectors import pod_terms, required_terms
+from gpu_scheduler.scheduling.volume_limits import CSINode
 from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .queue import IN_FLIGHT, INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, SchedulingQueue
@@ -312,6 +315,32 @@ class SchedulerState:
     def storage_classes_listed(self, classes: Iterable[StorageClass]) -> bool:
         return self._wake(*self._cache.volumes.replace_classes(classes))
 
+    # A CSINode change wakes the pods waiting on its node (NodeVolumeLimits).
+
+    @_event
+    def csi_node_changed(self, csi_node: CSINode) -> bool:
+        if self._cache.csi_nodes.get(csi_node.name, CSINode(csi_node.name)) == csi_node:
+            return False
+        if csi_node.limits:
+            self._cache.csi_nodes[csi_node.name] = csi_node
+        else:
+            self._cache.csi_nodes.pop(csi_node.name, None)  # no counts: nothing to keep
+        return self._wake(csi_node.name)
+
+    @_event
+    def csi_node_deleted(self, name: str) -> bool:
+        return self._wake(name) if self._cache.csi_nodes.pop(name, None) is not None else False
+
+    @_event
+    def csi_nodes_listed(self, csi_nodes: Iterable[CSINode]) -> bool:
+        listed = {c.name: c for c in csi_nodes}
+        woke = False
+        for name in [n for n in self._cache.csi_nodes if n not in listed]:
+            woke = self.csi_node_deleted(name) or woke
+        for csi_node in listed.values():
+            woke = self.csi_node_changed(csi_node) or woke
+        return woke
+
     # == work: the bind workers =====================================================================
 
     @_locked
@@ -484,6 +513,8 @@ class SchedulerState:
         return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
 
     def _assume(self, uid: str, pod: dict, decision: Decision, gang: str | None = None) -> None:
+        # Its claims are held with it: a ReadWriteOncePod claim is in use from now on.
+        claims, ephemeral = claim_keys(pod) if (pod.get("spec") or {}).get("volumes") else ((), ())
         # Its labels and anti-affinity terms too: the next pod decided, before the watch shows
         # this one on its node, must see it in its topology domain.
         meta = pod.get("metadata") or {}
@@ -498,6 +529,8 @@ class SchedulerState:
                 gang,
                 decision.index,
                 pod.get("hostPorts") or (),
+                claims,
+                ephemeral,
                 labels=meta.get("labels") or {},
                 anti_affinity=pod_terms(required_terms(pod.get("spec") or {}, "podAntiAffinity"), namespace),
             )
@@ -648,8 +681,9 @@ class SchedulerState:
         return cache.pod(uid) is not None and not cache.is_doubtful(uid) and not cache.binding_in_flight(uid)
 
     def _wake(self, *names: str | None, sparing: Iterable[str] = ()) -> bool:
-        """Pods waiting on these nodes (names or aliases) are retried now; True if any were."""
-        return self._queue.wake([n for n in names if n], sparing) > 0
+        """Pods waiting on these nodes (names or aliases) are retried now, and those waiting on
+        a claim that the last pod using it left (VolumeRestrictions); True if any were."""
+        return self._queue.wake([n for n in (*names, *self._cache.released_claims()) if n], sparing) > 0
 
 
 def _topology_changed(before: AssignedPod | None, after: AssignedPod) -> bool:

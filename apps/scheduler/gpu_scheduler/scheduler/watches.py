@@ -2,11 +2,16 @@
 
 One informer of every pod not finished, of every scheduler and namespace: this
 scheduler's unbound pods go to the queue, pods on nodes (of any scheduler) to
-the nodes' usage, host ports and the GPU ledger. One informer of every node: the
-node index. One each of PersistentVolumeClaims, PersistentVolumes and
-StorageClasses, trimmed to what VolumeBinding reads (kube.objects): a claim or a
-volume that changes wakes the pods waiting on it. Their handlers run on the informers' threads and change the state only
-through its named events; they also say whether the caches have listed once and are
+the nodes' usage, host ports, claims and the GPU ledger. One informer of every
+node: the node index. One each of PersistentVolumeClaims, PersistentVolumes and
+StorageClasses, trimmed to what the volume filters read (kube.objects): a claim
+or a volume that changes wakes the pods waiting on it. One of CSINodes, trimmed
+to their drivers' volume counts (NodeVolumeLimits): storage.k8s.io/v1 CSINode is
+served by every supported Kubernetes (GA since 1.17), so waiting for it to list
+holds no start back where the chart grants list and watch on it.
+
+Their handlers run on the informers' threads and change the state only through
+its named events; they also say whether the caches have listed once and are
 kept current (for the workers and /readyz), and ask the pod informer for the
 lists that end holds in doubt.
 """
@@ -24,12 +29,14 @@ from gpu_scheduler.kube.objects import (
     UNFINISHED_SELECTOR,
     WatchedPod,
     claim_info,
+    csi_node_info,
     node_info,
     storage_class_info,
     volume_info,
     watched_pod,
 )
 from gpu_scheduler.scheduling import Claim, NodeInfo, Volume
+from gpu_scheduler.scheduling.volume_limits import CSINode
 from gpu_scheduler.scheduling.volumes import StorageClass
 
 from .announce import Announcer
@@ -86,6 +93,13 @@ class Watches:
                 _Handler(self._classes_replace, state.storage_class_changed, self._class_delete),
                 storage_class_info,
                 name="storageclasses",
+            ),
+            Informer(
+                client,
+                "/apis/storage.k8s.io/v1/csinodes",
+                _Handler(self._csi_nodes_replace, state.csi_node_changed, self._csi_node_delete),
+                csi_node_info,
+                name="csinodes",
             ),
         ]
         self._pods = self.informers[0]
@@ -184,6 +198,12 @@ class Watches:
 
     def _class_delete(self, cls: StorageClass) -> None:
         self._state.storage_class_deleted(cls.name)
+
+    def _csi_nodes_replace(self, csi_nodes: list[CSINode], _listed_at: float) -> None:
+        self._state.csi_nodes_listed(csi_nodes)
+
+    def _csi_node_delete(self, csi_node: CSINode) -> None:
+        self._state.csi_node_deleted(csi_node.name)
 
 
 @dataclass(frozen=True)

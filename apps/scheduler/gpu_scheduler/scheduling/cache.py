@@ -1,5 +1,6 @@
 """What the scheduler believes about the cluster: nodes, the pods on them (their requests,
-host ports and GPUs), and the claims, volumes and StorageClasses pods may use.
+host ports, GPUs and claims), the claims, volumes and StorageClasses pods may use, and the
+CSI volume limits of nodes (CSINodes).
 
 One owner for every way a node's resources or a GPU can be held or freed, in
 kube-scheduler's cache words:
@@ -42,7 +43,8 @@ from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
 from .ports import EMPTY_PORTS, HostPort, UsedPorts
 from .resources import EMPTY_USAGE, NodeUsage, Requests
 from .selectors import PodTerm
-from .volumes import VolumeCache
+from .volume_limits import CSINode
+from .volumes import VolumeCache, claim_wait_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class AssignedPod:
     gang: str | None = None  # its gang (placement.gang), for pods of ours in one
     index: int | None = None  # its index in that gang's map
     host_ports: tuple[HostPort, ...] = ()  # the host ports it takes (scheduling.ports)
+    claims: tuple[str, ...] = ()  # keys (namespace/name) of the claims of its persistentVolumeClaim volumes
+    ephemeral_claims: tuple[str, ...] = ()  # keys of the claims of its generic ephemeral volumes
     # What InterPodAffinity and PodTopologySpread read of it: its labels, its required
     # anti-affinity terms (scheduling.selectors), whether it is being deleted.
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -91,6 +95,13 @@ class ClusterCache:
         self._ports: dict[str, UsedPorts] = {}  # node name -> the host ports its pods take
         # Claims, volumes and classes: no pod holds anything there, so they live beside the pods.
         self.volumes = VolumeCache()
+        self.csi_nodes: dict[str, CSINode] = {}  # node name -> its CSI drivers' volume counts, where it has some
+        # Only pods with claims are indexed here: claim key -> the pods using it through a
+        # persistentVolumeClaim volume (VolumeRestrictions looks in the whole cluster), node ->
+        # claim key -> how many of its pods use it, ephemeral claims too (NodeVolumeLimits).
+        self._claim_users: dict[str, set[str]] = {}
+        self._node_claims: dict[str, dict[str, int]] = {}
+        self._released: set[str] = set()  # claims the last pod using them left, for released_claims
         self._gangs: dict[str, set[str]] = {}  # gang -> uids of its pods held here (bound or assumed)
         # uid -> pod, of the pods with required anti-affinity terms: every pod's decision reads
         # them (InterPodAffinity's symmetry), so they are kept apart from the rest.
@@ -111,6 +122,22 @@ class ClusterCache:
     def anti_affinity_pods(self) -> Iterable[AssignedPod]:
         """The pods on nodes with required anti-affinity terms."""
         return self._anti_affinity.values()
+
+    def claim_used_by_others(self, key: str, uid: str) -> bool:
+        """Whether a pod on a node other than `uid` uses the claim (persistentVolumeClaim volumes)."""
+        users = self._claim_users.get(key)
+        return bool(users) and (len(users) > 1 or uid not in users)
+
+    def node_claims(self, node: str) -> Iterable[str]:
+        """The claims (keys) the pods on the node use."""
+        return self._node_claims.get(node, {}).keys()
+
+    def released_claims(self) -> list[str]:
+        """The wait keys of the claims no pod uses any more since the last call: a pod refused
+        because another pod used its ReadWriteOncePod claim may go now."""
+        released = [claim_wait_key(key) for key in sorted(self._released) if key not in self._claim_users]
+        self._released.clear()
+        return released
 
     def pod(self, uid: str) -> AssignedPod | None:
         return self._pods.get(uid)
@@ -245,6 +272,8 @@ class ClusterCache:
             self._gangs.setdefault(pod.gang, set()).add(pod.uid)
         if pod.anti_affinity:
             self._anti_affinity[pod.uid] = pod
+        if pod.claims or pod.ephemeral_claims:
+            self._index_claims(pod)
 
     def _drop(self, uid: str) -> str | None:
         pod = self._pods.pop(uid, None)
@@ -268,4 +297,33 @@ class ClusterCache:
                 members.discard(uid)
                 if not members:
                     del self._gangs[pod.gang]
+        if pod.claims or pod.ephemeral_claims:
+            self._unindex_claims(pod)
         return pod.node
+
+    def _index_claims(self, pod: AssignedPod) -> None:
+        for key in pod.claims:
+            self._claim_users.setdefault(key, set()).add(pod.uid)
+        on_node = self._node_claims.setdefault(pod.node, {})
+        for key in (*pod.claims, *pod.ephemeral_claims):
+            on_node[key] = on_node.get(key, 0) + 1
+
+    def _unindex_claims(self, pod: AssignedPod) -> None:
+        for key in pod.claims:
+            users = self._claim_users.get(key)
+            if users is not None:
+                users.discard(pod.uid)
+                if not users:
+                    del self._claim_users[key]
+                    self._released.add(key)
+        on_node = self._node_claims.get(pod.node)
+        if on_node is None:
+            return
+        for key in (*pod.claims, *pod.ephemeral_claims):
+            left = on_node.get(key, 0) - 1
+            if left > 0:
+                on_node[key] = left
+            else:
+                on_node.pop(key, None)
+        if not on_node:
+            del self._node_claims[pod.node]

@@ -26,7 +26,9 @@ from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeResolutionError
 from .provisioning import WAITING_FOR_VOLUMES, SelectNode, plan, waiting_message
-from .volumes import VOLUME_BINDING, PodClaims, pre_filter
+from .volume_limits import exceeds_volume_limits
+from .volume_restrictions import read_write_once_pod_conflicts
+from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, claim_key, claim_names, pre_filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,9 @@ def decide(
     except NodeResolutionError as err:
         return Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=str(err))
     claims = pre_filter(pod, cache.volumes)
+    # Nothing for a pod without claims, nor for one VolumeBinding's PreFilter refused.
+    checked = claims is not NO_CLAIMS and claims.refusal is None
+    in_use, over_limits = _volume_checks(pod, uid, node.name, cache) if checked else ((), False)
     failure = pre_filter_failure(claims) or run_filters(
         spec,
         pod.get("requests") or (),
@@ -238,6 +243,8 @@ def decide(
         ports=pod.get("hostPorts") or (),
         used_ports=cache.used_ports(node.name),
         claims=claims,
+        claims_in_use=in_use,
+        over_volume_limits=over_limits,
         pod_meta=pod.get("metadata"),
         cluster=cache,
     )
@@ -262,6 +269,18 @@ def decide(
     if claims.delayed:
         return _provisioning(key, entry, node.name, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=(*warnings, *shared))
+
+
+def _volume_checks(pod: Mapping, uid: str, node: str, cache: ClusterCache) -> tuple[tuple[str, ...], bool]:
+    """For a pod with claims: its ReadWriteOncePod claims another pod uses (VolumeRestrictions),
+    and whether its CSI volumes would exceed the node's counts (NodeVolumeLimits)."""
+    in_use = read_write_once_pod_conflicts(pod, cache.volumes, lambda key: cache.claim_used_by_others(key, uid))
+    csi_node = cache.csi_nodes.get(node)
+    if csi_node is None:
+        return in_use, False
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    keys = [claim_key(namespace, name) for name, _ in claim_names(pod)]
+    return in_use, exceeds_volume_limits(keys, cache.node_claims(node), csi_node, cache.volumes)
 
 
 def _provisioning(key: str, entry: MapEntry, node: str, claims: PodClaims, cache: ClusterCache) -> Decision:

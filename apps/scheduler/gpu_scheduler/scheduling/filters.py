@@ -6,8 +6,9 @@ that the kubelet does not reject it later. kube-scheduler runs every plugin's
 PreFilter (here: VolumeBinding's, whatever the node) before any Filter, stops at
 the first filter that fails for a node and reports that filter's reasons; so
 does this. Every failure here can be cured by a change to the node, to the pods
-on it, or to the pod's claims and their volumes, so the pod is retried (on
-backoff, and at once when what it waits on changes).
+on it (for a ReadWriteOncePod claim, to the pods using it on any node), or to the
+pod's claims and their volumes, so the pod is retried (on backoff, and at once
+when what it waits on changes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from .resources import NodeUsage, Requests, insufficient
 from .selectors import pod_terms, required_terms
 from .spread import POD_TOPOLOGY_SPREAD, hard_constraints, topology_spread_reason
 from .taints import UNSCHEDULABLE_TAINT, taint_reason, tolerated, untolerated_taint
-from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, filter_node
+from .volume_limits import MAX_VOLUME_COUNT_EXCEEDED, NODE_VOLUME_LIMITS
+from .volume_restrictions import READ_WRITE_ONCE_POD_CONFLICT, VOLUME_RESTRICTIONS
+from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, claim_wait_key, filter_node
 
 NODE_READY = "NodeReady"
 NODE_UNSCHEDULABLE = "NodeUnschedulable"
@@ -91,14 +94,18 @@ def run_filters(
     ports: tuple[HostPort, ...] = (),
     used_ports: UsedPorts = EMPTY_PORTS,
     claims: PodClaims = NO_CLAIMS,
+    claims_in_use: tuple[str, ...] = (),
+    over_volume_limits: bool = False,
     pod_meta: Mapping | None = None,
     cluster: ClusterCache | None = None,
 ) -> FilterFailure | None:
     """The first filter the node fails for this pod, or None when it can take it. `ports`: the
     host ports the pod takes (scheduling.ports.host_ports), `used_ports` those the node's pods
-    take; `claims`: what VolumeBinding's PreFilter found (it passed); `pod_meta` (namespace,
-    labels) and `cluster` (the nodes and the pods on them): what PodTopologySpread and
-    InterPodAffinity read, not run without a cluster."""
+    take; `claims`: what VolumeBinding's PreFilter found (it passed); `claims_in_use`: the
+    pod's ReadWriteOncePod claims another pod uses (scheduling.volume_restrictions);
+    `over_volume_limits`: its CSI volumes exceed the node's counts (scheduling.volume_limits);
+    `pod_meta` (namespace, labels) and `cluster` (the nodes and the pods on them): what
+    PodTopologySpread and InterPodAffinity read, not run without a cluster."""
     tolerations = pod_spec.get("tolerations") or ()
     if not node.ready:
         # kube-scheduler learns this from the not-ready taint the node controller adds; we
@@ -116,6 +123,11 @@ def run_filters(
     reasons = insufficient(requests, node.allocatable, usage)
     if reasons:
         return FilterFailure(NODE_RESOURCES_FIT, tuple(reasons))
+    if claims_in_use:
+        waits = tuple(claim_wait_key(key) for key in claims_in_use)
+        return FilterFailure(VOLUME_RESTRICTIONS, (READ_WRITE_ONCE_POD_CONFLICT,), wait_keys=waits)
+    if over_volume_limits:
+        return FilterFailure(NODE_VOLUME_LIMITS, (MAX_VOLUME_COUNT_EXCEEDED,), wait_keys=claims.wait_keys)
     reasons = filter_node(claims, node)
     if reasons:
         return FilterFailure(VOLUME_BINDING, tuple(reasons), wait_keys=claims.wait_keys)

@@ -93,6 +93,7 @@ class Claim:
     controller_uid: str | None = None  # the owner with controller: true (a pod, for ephemeral claims)
     selected_node: str = ""  # volume.kubernetes.io/selected-node: the node its volume is provisioned for
     resource_version: str = ""  # the version read, so that selecting its node changes only that one
+    read_write_once_pod: bool = False  # spec.accessModes has ReadWriteOncePod (scheduling.volume_restrictions)
 
     @property
     def key(self) -> str:
@@ -105,11 +106,13 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Volume:
-    """What VolumeBinding reads of a PersistentVolume: its required node affinity."""
+    """What VolumeBinding reads of a PersistentVolume (its required node affinity), and what
+    NodeVolumeLimits reads (its CSI driver and volume handle)."""
 
     name: str
     # spec.nodeAffinity.required.nodeSelectorTerms; None when the volume has no required affinity
     node_terms: tuple[Mapping, ...] | None = None
+    csi: tuple[str, str] | None = None  # (spec.csi.driver, spec.csi.volumeHandle); None when not CSI
 
     def admits(self, node: NodeInfo) -> bool:
         """kube's CheckNodeAffinity: some term matches the node's labels (the node's name is
