@@ -7,6 +7,7 @@ from gpu_scheduler.kube.binder import BindOutcome, binding_body, classify
 from gpu_scheduler.kube.client import TokenBucket
 from gpu_scheduler.kube.objects import assigned_pod, is_terminal, node_info, pod_requests, trim_pending_pod
 from gpu_scheduler.scheduling import AssignedPod, Taint
+from gpu_scheduler.placement import bind_annotations, parse_map
 
 
 def test_token_bucket_allows_the_burst_then_spaces_requests_at_the_qps():
@@ -28,6 +29,15 @@ def test_binding_names_the_pod_its_uid_and_the_node():
         "kind": "Binding",
         "metadata": {"name": "a-0", "namespace": "ml", "uid": "u1"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node1"},
+    }
+
+
+def test_binding_carries_the_map_lines_devices_as_annotations():
+    entry = parse_map("3=node4:0,GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d\n")[3]
+    body = binding_body("ml", "a-3", "u1", "node4", bind_annotations(entry))
+    assert body["metadata"]["annotations"] == {
+        "gpu-scheduler/cuda-visible-devices": "0,GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d",
+        "gpu-scheduler/placement": '{"index":3,"node":"node4","cudaVisibleDevices":"0,GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"}',
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from gpu_scheduler.placement import bind_env_entry
 from gpu_scheduler.scheduling import AssignedPod, ClusterCache, SharingPolicy, decide
 from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
 from gpu_scheduler.scheduling.ledger import GpuLedger
@@ -90,7 +91,7 @@ def pending(uid: str, name: str, devices: str) -> dict:
             "uid": uid,
             "annotations": {"gpu-scheduling-map": f"0=node3:{devices}\n"},
         },
-        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main"}]},
+        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "env": [bind_env_entry()]}]},
     }
 
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from gpu_scheduler.kube.objects import assigned_pod, node_info, trim_pending_pod
+from gpu_scheduler.placement import DEVICES_ANNOTATION, bind_env_entry
 from gpu_scheduler.scheduling import (
     AmbiguousAliasError,
     AssignedPod,
@@ -30,18 +31,27 @@ def node(name, alias=None, ready=True, unschedulable=False, gpus=4, labels=None)
     )
 
 
-def pod(name, map_text, injected=None, uid=None, annotated=None):
-    """A pending pod as the webhook leaves it: `injected` in its container's environment and,
-    unless `annotated` says otherwise, in the placement annotation."""
+# A container's entry that reads the devices the bind writes (the default).
+BIND = "<from the bind>"
+
+
+def pod(name, map_text, injected=BIND, uid=None, annotated=None):
+    """A pending pod as admission leaves it: by default its container reads the bind's devices;
+    `injected` a literal CUDA_VISIBLE_DEVICES (admission.mode webhook, and then, unless
+    `annotated` says otherwise, in the placement annotation too), None no entry at all."""
     annotations = {"gpu-scheduling-map": map_text}
-    recorded = injected if annotated is None else annotated
+    recorded = injected if annotated is None and injected is not BIND else annotated
     if recorded:
         annotations["gpu-scheduler/placement"] = json.dumps({"cudaVisibleDevices": recorded})
-    env = [{"name": "CUDA_VISIBLE_DEVICES", "value": injected}] if injected is not None else []
+    env = [env_entry(injected)] if injected is not None else []
     return {
         "metadata": {"name": name, "namespace": "ml", "uid": uid or f"uid-{name}", "annotations": annotations},
         "spec": {"containers": [{"name": "main", "env": env}]},
     }
+
+
+def env_entry(value):
+    return bind_env_entry() if value is BIND else {"name": "CUDA_VISIBLE_DEVICES", "value": value}
 
 
 @pytest.fixture
@@ -137,11 +147,17 @@ def test_map_changed_after_injection_is_refused(cache):
     assert not decision.bind and "CUDA_VISIBLE_DEVICES=0" in decision.reason
 
 
-def test_pod_without_injected_env_binds_with_a_warning(cache):
-    decision = decide(pod("check-0", "0=node1:0"), cache)
-    assert decision.bind
-    assert [w.reason for w in decision.warnings] == ["CUDAEnvNotInjected"]
-    assert "webhook installed" in decision.warnings[0].message
+def test_a_pod_whose_container_has_no_entry_is_refused_for_good_saying_what_to_add(cache):
+    # Fails closed: the container would see every GPU of node1.
+    decision = decide(pod("check-0", "0=node1:0", injected=None), cache)
+    assert not decision.bind and not decision.retryable
+    assert decision.reason.startswith("container(s) main of the pod have no CUDA_VISIBLE_DEVICES entry")
+    assert "fieldPath: \"metadata.annotations['gpu-scheduler/cuda-visible-devices']\"" in decision.reason
+
+
+def test_a_pod_reading_the_bind_binds_without_warnings(cache):
+    decision = decide(pod("check-0", "0=node1:0,1"), cache)
+    assert decision.bind and decision.warnings == () and decision.devices == "0,1"
 
 
 @pytest.mark.parametrize(
@@ -235,18 +251,21 @@ GPU_UUID = "GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d"
 MIG_UUID = "MIG-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 
 
-def api_pod(name, map_text, given, annotated=None, node_name=""):
+def api_pod(name, map_text, given, annotated=None, node_name="", bound=None):
     """A pod of ours as the API server returns it. `given`: container name -> its
-    CUDA_VISIBLE_DEVICES (None: unset); a name starting with "init" is an init container."""
+    CUDA_VISIBLE_DEVICES (None: unset, BIND: from the bind); a name starting with "init" is an
+    init container. `bound`: the devices annotation its Binding wrote."""
 
     def container(name, value):
-        return {"name": name, "image": "x", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": value}] if value else []}
+        return {"name": name, "image": "x", "env": [env_entry(value)] if value else []}
 
     annotations = {"gpu-scheduling-map": map_text}
     if annotated is not None:
         annotations["gpu-scheduler/placement"] = json.dumps(
             {"index": 0, "node": "node1", "cudaVisibleDevices": annotated}
         )
+    if bound is not None:
+        annotations[DEVICES_ANNOTATION] = bound
     return {
         "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "annotations": annotations},
         "spec": {
@@ -278,20 +297,32 @@ def test_a_pending_pod_whose_annotation_was_removed_after_its_map_changed_is_not
 
 
 def test_containers_given_different_devices_are_refused_naming_each(cache):
-    mixed = api_pod("d-0", "0=node1:0", {"init-setup": "0", "main": "1", "sidecar": None})
+    mixed = api_pod("d-0", "0=node1:0", {"init-setup": "0", "main": "1", "sidecar": BIND})
     decision = decide(trim_pending_pod(mixed), cache)
     assert not decision.bind and not decision.retryable
-    assert "different CUDA_VISIBLE_DEVICES (init-setup='0', main='1', sidecar unset)" in decision.reason
+    assert "different CUDA_VISIBLE_DEVICES (init-setup='0', main='1', sidecar from the bind)" in decision.reason
 
 
-def test_the_not_injected_warning_is_for_pods_whose_containers_have_no_devices_at_all(cache):
-    # A pod that set the map's devices itself sees exactly them: nothing to warn about.
+def test_a_pod_is_refused_while_any_container_lacks_the_entry(cache):
+    # A pod that set the map's devices itself sees exactly them.
     own = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"main": "0"})), cache)
     assert own.bind and own.warnings == ()
-    bare = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"main": None}, annotated="0")), cache)
-    assert bare.bind and [w.reason for w in bare.warnings] == ["CUDAEnvNotInjected"]
-    assert "no container of the pod has CUDA_VISIBLE_DEVICES" in bare.warnings[0].message
-    assert "every GPU of node node1" in bare.warnings[0].message
+    mixed = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"init": BIND, "main": BIND, "side": None})), cache)
+    assert not mixed.bind and mixed.reason.startswith("container(s) side of the pod have no CUDA_VISIBLE_DEVICES")
+    both = decide(trim_pending_pod(api_pod("e-0", "0=node1:0", {"init": "0", "main": BIND})), cache)
+    assert both.bind  # a literal equal to the map's line and an entry from the bind see the same
+
+
+def test_a_bound_pod_reading_the_bind_holds_what_the_binding_wrote():
+    def held(given, bound, map_text="0=node1:2"):
+        pod = api_pod("f-0", map_text, given, annotated="3", node_name="node1", bound=bound)
+        return assigned_pod(pod, "gpu-scheduler").devices
+
+    assert held({"main": BIND}, "2,3") == ("2", "3")
+    assert held({"init": BIND, "main": "1"}, "2") == ("2", "1")  # every device any container sees
+    # A binding without the annotation (an older scheduler, a broken build): the containers see
+    # "" and hold nothing, whatever the map says.
+    assert held({"main": BIND}, None) == ()
 
 
 def test_a_live_pod_holds_every_device_its_containers_were_given():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_scheduler.kube.client import ApiError, KubeClient
@@ -42,11 +43,17 @@ class BindResult:
         return self.status == 0 or self.status >= 500 or self.status == 409
 
 
-def binding_body(namespace: str, name: str, uid: str, node: str) -> dict:
-    """A v1 Binding; the uid makes the apiserver refuse a same-named newer pod."""
-    metadata = {"name": name, "namespace": namespace}
+def binding_body(
+    namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None
+) -> dict:
+    """A v1 Binding; the uid makes the apiserver refuse a same-named newer pod. The apiserver
+    stores the Binding's annotations on the pod in the same write that sets its node
+    (BindingREST), so a pod is never on a node without them."""
+    metadata: dict = {"name": name, "namespace": namespace}
     if uid:
         metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -73,7 +80,13 @@ def classify(status: int, message: str = "") -> BindResult:
 
 
 def bind(
-    client: KubeClient, namespace: str, name: str, uid: str, node: str, timeout: float = BIND_TIMEOUT_SECONDS
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    timeout: float = BIND_TIMEOUT_SECONDS,
+    annotations: Mapping[str, str] | None = None,
 ) -> BindResult:
     """POSTs the binding and says what became of it; never raises for HTTP errors.
 
@@ -83,7 +96,8 @@ def bind(
     """
     path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
     try:
-        status, data = client.request("POST", path, body=binding_body(namespace, name, uid, node), timeout=timeout)
+        body = binding_body(namespace, name, uid, node, annotations)
+        status, data = client.request("POST", path, body=body, timeout=timeout)
     except ApiError as err:
         return BindResult(BindOutcome.FAILED, 0, err.message)
     if status in (200, 201):

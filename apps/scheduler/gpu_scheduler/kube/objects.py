@@ -41,13 +41,16 @@ from kubernetes.utils import parse_quantity
 
 from gpu_scheduler.placement import (
     CUDA_ENV,
+    FROM_BIND,
     GIVEN_CONTAINER_LISTS,
     MAP_ANNOTATION,
     PlacementError,
+    bind_env_entry,
     container_devices,
     given_value,
     placement_for,
 )
+from gpu_scheduler.placement.environment import Given
 from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_of
 from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, pod_index
 from gpu_scheduler.scheduling import (
@@ -186,14 +189,17 @@ def _tolerations(items: Iterable | None) -> list[dict] | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _given_devices_only(containers: tuple[tuple[str, str | None], ...]) -> tuple[dict, ...]:
-    """Containers cut to their name and literal CUDA_VISIBLE_DEVICES, as API JSON that
+def _given_devices_only(containers: tuple[tuple[str, Given], ...]) -> tuple[dict, ...]:
+    """Containers cut to their name and CUDA_VISIBLE_DEVICES entry, as API JSON that
     placement.container_devices reads. Cached, so that pods with the same ones (a
     StatefulSet's pods differ in a few device lists) share one copy; never modified."""
-    return tuple(
-        {"name": name, "env": [{"name": CUDA_ENV, "value": value}]} if value is not None else {"name": name}
-        for name, value in containers
-    )
+    return tuple(_given_only(name, value) for name, value in containers)
+
+
+def _given_only(name: str, value: Given) -> dict:
+    if value is FROM_BIND:
+        return {"name": name, "env": [bind_env_entry()]}
+    return {"name": name, "env": [{"name": CUDA_ENV, "value": value}]} if value is not None else {"name": name}
 
 
 def _given_devices(spec: Mapping) -> dict:
@@ -299,11 +305,11 @@ def pod_scheduled_condition(pod: Mapping) -> dict | None:
 
 
 def held_devices(pod: Mapping) -> tuple[str, ...]:
-    """The GPUs a bound pod of this scheduler holds: every device any of its containers was
-    given (placement.container_devices; the webhook gives them all the same), else, when no
-    container has CUDA_VISIBLE_DEVICES, what its map says; () when neither can be read.
-    Never the placement annotation: anyone who may edit the pod can rewrite that, and free a
-    GPU the pod still uses."""
+    """The GPUs a bound pod of this scheduler holds: every device any of its containers sees
+    (placement.container_devices: a literal value, or the devices annotation its Binding wrote),
+    else, when no container has CUDA_VISIBLE_DEVICES (a pod bound before its containers had to
+    have it), what its map says; () when neither can be read. Never the placement annotation,
+    which is informational."""
     given = container_devices(pod)
     if not given.none_given:
         return given.devices()

@@ -6,10 +6,18 @@ from collections.abc import Mapping
 
 from .environment import (
     CUDA_ENV,
+    DEVICES_ANNOTATION,
+    DEVICES_FIELD_PATH,
+    FROM_BIND,
     GIVEN_CONTAINER_LISTS,
+    PLACEMENT_ANNOTATION,
     ContainerDevices,
+    bind_annotations,
+    bind_env_entry,
     container_devices,
     given_value,
+    placement_annotation,
+    reads_bind_annotation,
 )
 from .errors import (
     DuplicateDeviceError,
@@ -49,10 +57,6 @@ from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
 
 MAP_ANNOTATION = "gpu-scheduling-map"
-# What the webhook injected, as JSON: {"index": 0, "node": "node1", "cudaVisibleDevices": "0,1"}.
-# Informational: anyone who may edit the pod can change it, so what a pod holds is
-# read from its containers' environment (environment.py), which cannot change.
-PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
 # The map's ordinals are the host's nvidia-smi order, which is PCI bus order;
 # CUDA's default order (fastest first) can differ, so the webhook sets this
 # beside CUDA_ENV unless a container sets it itself. docs/gpus.md says more.
@@ -89,6 +93,9 @@ __all__ = [
     "CUDA_ENV",
     "CUDA_ORDER",
     "CUDA_ORDER_ENV",
+    "DEVICES_ANNOTATION",
+    "DEVICES_FIELD_PATH",
+    "FROM_BIND",
     "GIVEN_CONTAINER_LISTS",
     "GPU_UUID",
     "MIG_INSTANCE",
@@ -118,11 +125,15 @@ __all__ = [
     "PlacementError",
     "PodIndexError",
     "SchedulingMap",
+    "bind_annotations",
+    "bind_env_entry",
     "container_devices",
     "controller_kind",
     "device_identity",
     "device_spelling",
     "given_value",
+    "placement_annotation",
+    "reads_bind_annotation",
     "is_device",
     "is_node_reference",
     "may_be_alias",

@@ -1,87 +1,169 @@
-"""The GPUs a pod's containers were given: CUDA_VISIBLE_DEVICES as their environment says.
+"""The GPUs a pod's containers see: CUDA_VISIBLE_DEVICES as their environment gives it.
 
-This, not the gpu-scheduler/placement annotation, is what a live pod holds. A
-container's environment cannot change once the pod exists, and it is what the
-workload reads; the annotation is a copy anyone who may edit the pod can
-overwrite (`kubectl annotate --overwrite`), and no webhook sees that edit.
+A container gets the variable one of two ways:
 
-The webhook writes one literal value, the devices of the pod's map line, into
-every init container and container when the pod is created (webhook/patch.py).
-Ephemeral containers cannot exist at creation; `kubectl debug` adds them later
-and the webhook gives them this same value, so they are not read here.
+- from the bind (the default): an env entry whose value comes through the downward API
+  from the pod's DEVICES_ANNOTATION, which the scheduler writes in the same Binding that
+  gives the pod its node. The kubelet reads it at every container start; until the bind
+  the key is absent and the value would be empty, so CUDA would see no GPU (fails closed).
+- a literal value, written at creation (admission.mode webhook or policy) or by the user.
+
+A container with neither sees every GPU the runtime gives it, so the scheduler binds no
+pod with a map while one of its containers lacks the entry (scheduling.decide). The
+entry itself cannot change once the pod exists; the annotation is guarded against
+change after the bind by a ValidatingAdmissionPolicy of the chart. Ephemeral containers
+(`kubectl debug`) come later through their own subresource and are not read here.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from .errors import quote
-from .grammar import device_identity, is_device
+from .grammar import MapEntry, device_identity, is_device
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
-# The containers the webhook gives devices to at creation, in spec order.
+# The devices the bind gave the pod, as CUDA_VISIBLE_DEVICES spells them ("0,1"): what
+# every container's entry reads through the downward API.
+DEVICES_ANNOTATION = "gpu-scheduler/cuda-visible-devices"
+DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
+# Informational JSON, written beside the devices: {"index": 0, "node": "node1",
+# "cudaVisibleDevices": "0,1"}.
+PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
+# The containers that get devices at creation, in spec order.
 GIVEN_CONTAINER_LISTS = ("initContainers", "containers")
 # A message names this many containers at most; a pod may have hundreds.
 _MAX_DESCRIBED = 8
 
 
-def given_value(container: Mapping) -> str | None:
-    """The container's CUDA_VISIBLE_DEVICES as a literal value, or None when it has none.
+class _FromBind:
+    """A container whose CUDA_VISIBLE_DEVICES comes from DEVICES_ANNOTATION."""
 
-    With the name twice the last entry wins, as for the kubelet. A value taken from
-    elsewhere (valueFrom) counts as none: the webhook never writes one (it replaces
-    it), and the scheduler cannot read a ConfigMap's or a field's value at bind time.
-    An entry without "value" is the empty string, as the API omits it.
-    """
-    value = None
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FROM_BIND"
+
+
+FROM_BIND: Final = _FromBind()
+# What one container was given: a literal value, FROM_BIND, or None (no entry it can use).
+Given = str | _FromBind | None
+
+
+def bind_env_entry() -> dict:
+    """The env entry that gives a container the devices the bind wrote."""
+    return {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"fieldPath": DEVICES_FIELD_PATH}}}
+
+
+def reads_bind_annotation(item: Mapping) -> bool:
+    """Whether an env entry's value is the bind's DEVICES_ANNOTATION (any fieldRef apiVersion:
+    the API server stores "v1" where the pod left it out)."""
+    value_from = item.get("valueFrom")
+    if not isinstance(value_from, Mapping):
+        return False
+    field_ref = value_from.get("fieldRef")
+    return isinstance(field_ref, Mapping) and field_ref.get("fieldPath") == DEVICES_FIELD_PATH
+
+
+def given_value(container: Mapping) -> Given:
+    """What the container's CUDA_VISIBLE_DEVICES is taken from: its literal value, FROM_BIND,
+    or None when it has no entry, or one from elsewhere (another field, a ConfigMap), whose
+    value the scheduler cannot know at bind time. With the name twice the last entry wins, as
+    for the kubelet. An entry without "value" is the empty string, as the API omits it."""
+    value: Given = None
     for item in container.get("env") or ():
         if isinstance(item, Mapping) and item.get("name") == CUDA_ENV:
-            literal = item.get("valueFrom") is None
-            value = str(item.get("value") or "") if literal else None
+            if item.get("valueFrom") is None:
+                value = str(item.get("value") or "")
+            else:
+                value = FROM_BIND if reads_bind_annotation(item) else None
     return value
+
+
+def placement_annotation(entry: MapEntry) -> str:
+    """PLACEMENT_ANNOTATION's value: compact JSON a pod can read through the downward API."""
+    return json.dumps(
+        {"index": entry.index, "node": entry.node, "cudaVisibleDevices": entry.cuda_visible_devices},
+        separators=(",", ":"),
+    )
+
+
+def bind_annotations(entry: MapEntry) -> dict[str, str]:
+    """What the Binding writes on the pod with its node."""
+    return {DEVICES_ANNOTATION: entry.cuda_visible_devices, PLACEMENT_ANNOTATION: placement_annotation(entry)}
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerDevices:
-    """(container name, its CUDA_VISIBLE_DEVICES or None) for every init container and
-    container, in spec order."""
+    """(container name, what it was given) for every init container and container, in spec
+    order, and the pod's DEVICES_ANNOTATION (None before the bind)."""
 
-    values: tuple[tuple[str, str | None], ...]
+    values: tuple[tuple[str, Given], ...]
+    bound: str | None = None
 
     @property
     def none_given(self) -> bool:
-        """No container has a value: the pod was not admitted by the webhook, nor set its own."""
+        """No container has an entry."""
         return all(value is None for _, value in self.values)
 
     @property
+    def missing(self) -> tuple[str, ...]:
+        """The containers without an entry: each would see every GPU of its node."""
+        return tuple(name for name, value in self.values if value is None)
+
+    @property
+    def from_bind(self) -> bool:
+        return any(value is FROM_BIND for _, value in self.values)
+
+    @property
+    def literals(self) -> frozenset[str]:
+        return frozenset(value for _, value in self.values if isinstance(value, str))
+
+    @property
     def agreed(self) -> str | None:
-        """The one value every container has; None when one has none or two differ."""
-        distinct = {value for _, value in self.values}
-        return next(iter(distinct)) if len(distinct) == 1 else None
+        """The one literal value the containers that have one share; None when none has one or
+        two differ."""
+        literals = self.literals
+        return next(iter(literals)) if len(literals) == 1 else None
 
     @property
     def disagree(self) -> bool:
-        """Some containers have a value but not all the same one. The webhook gives them all one
-        value, so it did not write these (or another mutating webhook changed some after it)."""
-        return not self.none_given and self.agreed is None
+        """Containers with literal values that differ: nothing of ours writes those, so the
+        scheduler cannot tell which GPUs the pod would use."""
+        return len(self.literals) > 1
+
+    def seen(self, name: str, value: Given) -> str | None:
+        """What a container sees: its literal, the bind's annotation (empty before the bind, as
+        the kubelet resolves an absent key), or None without an entry."""
+        if value is FROM_BIND:
+            return self.bound or ""
+        return value if isinstance(value, str) else None
 
     def devices(self) -> tuple[str, ...]:
-        """Every device any container was given, once each (by identity), in order; tokens the
-        map could not hold (`all`, `-1`) are left out, since no map line can ask for them."""
+        """Every device any container sees, once each (by identity), in order; tokens the map
+        could not hold (`all`, `-1`) are left out, since no map line can ask for them."""
         seen: dict[str, str] = {}
-        for _, value in self.values:
-            for token in _tokens(value):
+        for name, value in self.values:
+            for token in _tokens(self.seen(name, value)):
                 if is_device(token):
                     seen.setdefault(device_identity(token), token)
         return tuple(seen.values())
 
     def describe(self) -> str:
-        """`main='0,1', sidecar unset`, for messages."""
-        shown = [f"{name}={quote(value)}" if value is not None else f"{name} unset" for name, value in self.values]
+        """`main='0,1', sidecar from the bind, debug unset`, for messages."""
+        shown = [_described(name, value) for name, value in self.values]
         if len(shown) > _MAX_DESCRIBED:
             shown = [*shown[:_MAX_DESCRIBED], f"and {len(shown) - _MAX_DESCRIBED} more"]
         return ", ".join(shown)
+
+
+def _described(name: str, value: Given) -> str:
+    if value is FROM_BIND:
+        return f"{name} from the bind"
+    return f"{name}={quote(value)}" if isinstance(value, str) else f"{name} unset"
 
 
 def _tokens(value: str | None) -> Iterable[str]:
@@ -98,4 +180,5 @@ def container_devices(pod: Mapping) -> ContainerDevices:
         for container in spec.get(field) or ()
         if isinstance(container, Mapping)
     )
-    return ContainerDevices(values)
+    bound = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICES_ANNOTATION)
+    return ContainerDevices(values, bound if isinstance(bound, str) else None)

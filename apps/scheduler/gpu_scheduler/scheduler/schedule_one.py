@@ -28,7 +28,7 @@ from dataclasses import replace
 from gpu_scheduler.kube.binder import BindOutcome, BindResult, bind
 from gpu_scheduler.kube.claims import select_node
 from gpu_scheduler.kube.client import KubeClient
-from gpu_scheduler.placement import pod_key
+from gpu_scheduler.placement import bind_annotations, pod_key
 from gpu_scheduler.scheduling import Decision
 from gpu_scheduler.scheduling.gangs import GangPlan
 
@@ -156,6 +156,7 @@ class ScheduleOne:
             uid,
             decision.node,
             timeout=self._bind_timeout,
+            annotations=bind_annotations(decision.entry),
         )
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
         return result

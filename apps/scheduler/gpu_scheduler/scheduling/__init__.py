@@ -1,7 +1,7 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
 from .cache import AssignedPod, ClusterCache
-from .decide import DYNAMIC_RESOURCES, ENV_NOT_INJECTED, GPU_SHARED, BindWarning, Code, Decision, decide
+from .decide import DYNAMIC_RESOURCES, GPU_SHARED, BindWarning, Code, Decision, decide
 from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
@@ -22,7 +22,6 @@ __all__ = [
     "CPU",
     "DEFAULT_ALIAS_LABEL",
     "DYNAMIC_RESOURCES",
-    "ENV_NOT_INJECTED",
     "GPU_RESOURCE",
     "GPU_SHARED",
     "MEMORY",

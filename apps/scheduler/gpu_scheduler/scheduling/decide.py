@@ -4,10 +4,10 @@ check the GPU ledger under the sharing policy.
 A pod with DRA claims (spec.resourceClaims) is refused until its claims are supported: binding
 it would start it without the devices its claims ask for.
 
-The devices the pod gets are the ones its containers were given at creation
-(placement.container_devices), never the placement annotation, which anyone who
-may edit the pod can change: a pod whose containers' devices are not its map
-line's is refused, since nothing can change them.
+The devices the pod gets are its map line's: the Binding writes them in the pod's devices
+annotation, which containers read through the downward API (placement.environment). A pod
+is refused, since nothing can change a container's env, when a container has no entry (it
+would see every GPU), or a literal value that is not its map line's.
 
 Pure: the caller passes the pod (as kube.objects.trim_pending_pod leaves it) and
 the cache, acts on the Decision (assume, bind, events, retry).
@@ -19,7 +19,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..placement import CUDA_ENV, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
+from ..placement import CUDA_ENV, DEVICES_FIELD_PATH, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
 from .cache import ClusterCache
 from .filters import pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
@@ -40,7 +40,6 @@ class BindWarning:
 
 
 GPU_SHARED = "GPUShared"
-ENV_NOT_INJECTED = "CUDAEnvNotInjected"
 DYNAMIC_RESOURCES = "DynamicResources"
 
 
@@ -157,11 +156,21 @@ def _resource_claims(key: str, entry: MapEntry, claims: list) -> Decision:
     )
 
 
-def _not_injected(node: str, entry: MapEntry) -> BindWarning:
-    return BindWarning(
-        ENV_NOT_INJECTED,
-        f"no container of the pod has {CUDA_ENV}, so each sees every GPU of node {node} the container "
-        f"runtime gives it, not only the map's {entry.cuda_visible_devices}; is the gpu-scheduler webhook installed?",
+def _devices_not_given(key: str, entry: MapEntry, given: ContainerDevices) -> Decision:
+    # Fails closed: such a container would see every GPU of the node. Its env cannot change,
+    # so no retry helps.
+    missing = ", ".join(given.missing[:8]) + (f" and {len(given.missing) - 8} more" if len(given.missing) > 8 else "")
+    return Decision(
+        key,
+        entry,
+        None,
+        code=Code.UNRESOLVABLE,
+        reason=(
+            f"container(s) {missing} of the pod have no {CUDA_ENV} entry, so they would see every GPU of the "
+            f"node, not only the map's {entry.cuda_visible_devices}; give every container and init container "
+            f"the entry `{{name: {CUDA_ENV}, valueFrom: {{fieldRef: {{fieldPath: \"{DEVICES_FIELD_PATH}\"}}}}}}` "
+            "(the chart's admission adds it to pods created while it runs) and create the pod again"
+        ),
     )
 
 
@@ -216,6 +225,8 @@ def decide(
         return Decision(key, None, None, code=Code.UNRESOLVABLE, reason=str(err))
 
     given = container_devices(pod)
+    if given.missing:
+        return _devices_not_given(key, entry, given)
     if given.disagree:
         return _containers_disagree(key, entry, given)
     injected = given.agreed
@@ -259,16 +270,13 @@ def decide(
             waiting_on=failure.wait_keys,
         )
 
-    # Only when no container has the variable: a pod that set the map's own devices
-    # itself sees exactly them, with or without the webhook.
-    warnings = [_not_injected(node.name, entry)] if given.none_given else []
     taken = reserved_for_others(reserved, cache, node.name, entry.devices, gang) if reserved else []
     refusal, shared = _sharing(key, uid, entry, node.name, cache.ledger, policy, taken)
     if refusal is not None:
         return Decision(key, entry, node.name, code=Code.UNSCHEDULABLE, reason=refusal)
     if claims.delayed:
         return _provisioning(key, entry, node.name, claims, cache)
-    return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=(*warnings, *shared))
+    return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=tuple(shared))
 
 
 def _volume_checks(pod: Mapping, uid: str, node: str, cache: ClusterCache) -> tuple[tuple[str, ...], bool]:

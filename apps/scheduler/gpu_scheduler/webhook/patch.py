@@ -11,9 +11,7 @@ webhook (reinvocationPolicy: IfNeeded) must see.
 
 from __future__ import annotations
 
-import json
-
-from ..placement import CUDA_ENV, CUDA_ORDER, CUDA_ORDER_ENV, PLACEMENT_ANNOTATION, MapEntry
+from ..placement import CUDA_ENV, CUDA_ORDER, CUDA_ORDER_ENV, PLACEMENT_ANNOTATION, MapEntry, placement_annotation
 
 # Every list of containers in a pod spec. Ephemeral containers only ever
 # appear through the pods/ephemeralcontainers subresource (see
@@ -24,18 +22,6 @@ CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 def pointer_token(key: str) -> str:
     """A key as one JSON Pointer (RFC 6901) reference token."""
     return key.replace("~", "~0").replace("/", "~1")
-
-
-def placement_annotation(entry: MapEntry) -> str:
-    """The annotation value: compact JSON a pod can read through the downward API."""
-    return json.dumps(
-        {
-            "index": entry.index,
-            "node": entry.node,
-            "cudaVisibleDevices": entry.cuda_visible_devices,
-        },
-        separators=(",", ":"),
-    )
 
 
 def env_with(env: list[dict], name: str, value: str) -> list[dict]:
