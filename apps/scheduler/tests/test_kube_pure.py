@@ -33,7 +33,7 @@ def test_binding_names_the_pod_its_uid_and_the_node():
 
 
 def test_binding_carries_the_map_lines_devices_as_annotations():
-    entry = parse_map("3=node4:0,GPU-8a2b4c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d\n")[3]
+    entry = parse_map("3=node4:0,2\n")[3]
     body = binding_body("ml", "a-3", "u1", "node4", bind_annotations(entry))
     assert body["metadata"]["annotations"] == {
         "gpu-scheduler/cuda-visible-devices": "0,2",
