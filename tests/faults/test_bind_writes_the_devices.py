@@ -73,9 +73,7 @@ def seen(pod: dict) -> dict[str, str | None]:
 def test_every_container_sees_the_devices_its_binding_wrote_and_a_pod_missing_the_entry_stays_unbound(
     api_client, ns, scheduler_name, start_scheduler
 ):
-    scheduler = start_scheduler(
-        "bind-mode", scheduler_name=scheduler_name, extra_env=BROKEN_BUILD if BROKEN else None
-    )
+    scheduler = start_scheduler("bind-mode", scheduler_name=scheduler_name, extra_env=BROKEN_BUILD if BROKEN else None)
     core = client.CoreV1Api(api_client)
     for name in EXPECTED:
         core.create_namespaced_pod(ns, pod(name, scheduler_name))

@@ -6,8 +6,8 @@ import pytest
 from gpu_scheduler.kube.binder import BindOutcome, binding_body, classify
 from gpu_scheduler.kube.client import TokenBucket
 from gpu_scheduler.kube.objects import assigned_pod, is_terminal, node_info, pod_requests, trim_pending_pod
-from gpu_scheduler.scheduling import AssignedPod, Taint
 from gpu_scheduler.placement import bind_annotations, parse_map
+from gpu_scheduler.scheduling import AssignedPod, Taint
 
 
 def test_token_bucket_allows_the_burst_then_spaces_requests_at_the_qps():

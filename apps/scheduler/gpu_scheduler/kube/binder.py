@@ -43,9 +43,7 @@ class BindResult:
         return self.status == 0 or self.status >= 500 or self.status == 409
 
 
-def binding_body(
-    namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None
-) -> dict:
+def binding_body(namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None) -> dict:
     """A v1 Binding; the uid makes the apiserver refuse a same-named newer pod. The apiserver
     stores the Binding's annotations on the pod in the same write that sets its node
     (BindingREST), so a pod is never on a node without them."""

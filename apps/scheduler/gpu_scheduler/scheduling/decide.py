@@ -19,7 +19,16 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..placement import CUDA_ENV, DEVICES_FIELD_PATH, ContainerDevices, MapEntry, PlacementError, container_devices, placement_for, pod_key
+from ..placement import (
+    CUDA_ENV,
+    DEVICES_FIELD_PATH,
+    ContainerDevices,
+    MapEntry,
+    PlacementError,
+    container_devices,
+    placement_for,
+    pod_key,
+)
 from .cache import ClusterCache
 from .filters import pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
@@ -168,7 +177,7 @@ def _devices_not_given(key: str, entry: MapEntry, given: ContainerDevices) -> De
         reason=(
             f"container(s) {missing} of the pod have no {CUDA_ENV} entry, so they would see every GPU of the "
             f"node, not only the map's {entry.cuda_visible_devices}; give every container and init container "
-            f"the entry `{{name: {CUDA_ENV}, valueFrom: {{fieldRef: {{fieldPath: \"{DEVICES_FIELD_PATH}\"}}}}}}` "
+            f'the entry `{{name: {CUDA_ENV}, valueFrom: {{fieldRef: {{fieldPath: "{DEVICES_FIELD_PATH}"}}}}}}` '
             "(the chart's admission adds it to pods created while it runs) and create the pod again"
         ),
     )
