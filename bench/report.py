@@ -19,6 +19,7 @@ from .contenders import (
     OUR_BURST,
     OUR_QPS,
     OURS,
+    OURS_BIND,
     OURS_POLICY,
     RATIO_LABELS,
     RATIOS,
@@ -78,6 +79,11 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "ValidatingAdmissionPolicy with their bindings, rendered by `helm template` for that schedulerName and "
         "bound to the bench namespace): kube-apiserver evaluates their CEL itself, so these pods make no webhook "
         "call and what the placement costs is in the control plane's CPU.",
+        f'"{LABELS[OURS_BIND]}" is the same gpu-scheduler under its own schedulerName and Lease, which no webhook '
+        "or policy of the bench matches (checked with a dry-run create before each of its runs): its pods carry, in "
+        "every container, CUDA_VISIBLE_DEVICES read through a downward-API fieldRef from the annotation the "
+        "scheduler writes in the Binding, and CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are created with no admission "
+        "call at all.",
         f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
         f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
         f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
@@ -250,6 +256,24 @@ def _settle(s: dict) -> str:
     return num(s.get("settle_s"), 1, " s") + note
 
 
+def events_cell(s: dict) -> str:
+    """Scheduled Events per pod sent inside the window, and the share of pods that got one."""
+    per_pod, share = s.get("scheduled_events_per_pod"), s.get("scheduled_event_share")
+    if per_pod is None or (isinstance(per_pod, float) and math.isnan(per_pod)):
+        return "—"
+    return f"{num(per_pod, 2)} ({num(None if share is None else share * 100, 0)}% of pods)"
+
+
+def admission_cell(s: dict) -> str:
+    """Webhook calls / admission policy evaluations per pod, from the apiserver's counters."""
+    counted = s.get("admission_per_pod") or {}
+    return " / ".join(num(counted.get(what), 2) for what in ("webhook_calls", "policy_checks"))
+
+
+EVENTS_HEADER = "Scheduled Events per pod, sent inside the window"
+ADMISSION_HEADER = "admission per pod: webhook calls / policy evaluations"
+
+
 def _runs(s: dict) -> str:
     return str(s["runs"]) + (f" (+{len(s['incomplete'])} incomplete)" if s.get("incomplete") else "")
 
@@ -311,6 +335,8 @@ def burst_table(summary: dict) -> list[str]:
             str(s["create_retries"]),
             cpu_cell(s),
             _cpu_total(s),
+            events_cell(s),
+            admission_cell(s),
             num(s["peak_rss_mib"], 0, " MiB"),
             _idle(s),
             _settle(s),
@@ -329,6 +355,8 @@ def burst_table(summary: dict) -> list[str]:
             "creates retried",
             CPU_HEADER,
             "CPU ms per pod, all",
+            EVENTS_HEADER,
+            ADMISSION_HEADER,
             "peak RSS",
             "idle cores subtracted: scheduler / webhook / control plane",
             "settled after the last bind",
@@ -403,13 +431,23 @@ def throughput_lines(tp: dict) -> list[str]:
                 num(s["launch_to_first_bind_s"], 2, " s"),
                 num(s["attempt_ms"], 1, " ms") if key in GPU_SCHEDULER_RUNNERS else "—",
                 cpu_cell(s),
+                events_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]
             for key, label in LABELS.items()
             if (s := drain["summary"].get(key))
         ]
         lines += table(
-            ["runner", "rounds", "pods/s", "start → first bind", "mean attempt (its /metrics)", CPU_HEADER, "peak RSS"],
+            [
+                "runner",
+                "rounds",
+                "pods/s",
+                "start → first bind",
+                "mean attempt (its /metrics)",
+                CPU_HEADER,
+                EVENTS_HEADER,
+                "peak RSS",
+            ],
             rows,
         )
         lines += ["", *ratio_lines(drain)]
@@ -452,20 +490,18 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
         ],
     ]
     header = ["gpu-scheduler", bare[0] if bare else "bare pods", f"StatefulSet, {sts['replicas']}-line map"]
-    policy = sts.get(OURS_POLICY)
-    if policy:  # the same StatefulSet, its pods placed by the admission policies
-        header = [
-            LABELS[OURS],
-            bare[0] if bare else "bare pods",
-            f"StatefulSet, {sts['replicas']}-line map",
-            f"StatefulSet, {sts['replicas']}-line map, {LABELS[OURS_POLICY].removeprefix('gpu-scheduler, ')}",
-        ]
+    others = [key for key in (OURS_BIND, OURS_POLICY) if sts.get(key)]
+    if others:  # the same StatefulSet, its pods in bind mode or placed by the admission policies
+        header = [LABELS[OURS], *header[1:]]
+    for key in others:
+        other = sts[key]
+        header.append(f"StatefulSet, {sts['replicas']}-line map, {LABELS[key].removeprefix('gpu-scheduler, ')}")
         cells = [
-            num(policy["pods_per_second"]),
-            f"{num(policy['created_per_second'])} (kube-controller-manager)",
-            ms(policy["seen_to_bound_p50_s"]),
-            ms(policy["seen_to_bound_p99_s"]),
-            num(policy["attempt_ms"], 2, " ms"),
+            num(other["pods_per_second"]),
+            f"{num(other['created_per_second'])} (kube-controller-manager)",
+            ms(other["seen_to_bound_p50_s"]),
+            ms(other["seen_to_bound_p99_s"]),
+            num(other["attempt_ms"], 2, " ms"),
         ]
         rows = [[*row, cell] for row, cell in zip(rows, cells, strict=True)]
     return [
