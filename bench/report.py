@@ -97,7 +97,10 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
         "connections with bodies serialised in advance.",
         "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
-        "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
+        "control plane's CPU. Before the first measured round one run counts nowhere (a warm-up, so that no "
+        "measured run is the first after the setup); then the control plane's rate at rest (its baseline, the "
+        "lowest of five 2 s windows) is measured, and before each run the bench waits (up to 20 s) until the "
+        "control plane is back within 0.05 cores of it.",
     ]
 
 
@@ -404,7 +407,10 @@ def throughput_lines(tp: dict) -> list[str]:
             "rate, measured over the 2 s before, times that window (the rates subtracted are in the "
             "table); in milliseconds per pod bound, i.e. CPU seconds per 1,000 pods (control plane: etcd, "
             "kube-apiserver, kube-controller-manager, kwok); the webhook's is its CPU per admission, as "
-            "each pod is admitted once.",
+            "each pod is admitted once. Scheduled Events per pod are those about the run's pods whose time "
+            "falls inside that window (listed from the API as it closes; in brackets, the share of the pods "
+            "bound that got one); webhook calls and admission policy evaluations per pod are kube-apiserver's "
+            "own counters over the same window.",
             "",
             *burst_table(burst["summary"]),
             "",
