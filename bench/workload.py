@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 
-from gpu_scheduler.placement import CUDA_ORDER, CUDA_ORDER_ENV, bind_env_entry
-
 MAP_ANNOTATION = "gpu-scheduling-map"
 GPUS_PER_NODE = 8
 PODS_PER_NODE = 1000
@@ -124,6 +122,9 @@ def bind_env() -> list[dict]:
     """What every container of a bind-mode pod carries: CUDA_VISIBLE_DEVICES read through the
     downward API from the annotation the scheduler's Binding writes, and CUDA_DEVICE_ORDER as a
     plain value (what the README's snippet has users put in their templates)."""
+    # Imported here: the bare binders import this module and must not pay for gpu_scheduler's import.
+    from gpu_scheduler.placement import CUDA_ORDER, CUDA_ORDER_ENV, bind_env_entry
+
     return [bind_env_entry(), {"name": CUDA_ORDER_ENV, "value": CUDA_ORDER}]
 
 
