@@ -256,6 +256,9 @@ def _settle(s: dict) -> str:
     unsettled = s.get("unsettled") or 0
     plural = "s" if unsettled > 1 else ""
     note = f" ({unsettled} run{plural} not settled in {SETTLE_TIMEOUT_SECONDS:g} s)" if unsettled else ""
+    early = s.get("above_baseline_at_start") or 0
+    if early:
+        note += f" ({early} run{'s' if early > 1 else ''} started above the control plane's baseline)"
     return num(s.get("settle_s"), 1, " s") + note
 
 

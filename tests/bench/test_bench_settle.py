@@ -167,3 +167,16 @@ def test_a_failed_warm_up_still_learns_the_baseline_and_lets_the_rounds_run(tmp_
 def test_without_a_baseline_the_old_quiet_rule_still_applies(monkeypatch, rates):
     bench, _ = bench_with(monkeypatch, rates, baseline=None)
     assert bench.settle()["control_plane_cores_at_start"] == 0.3  # under settle.QUIET_CORES: no wait
+
+
+def test_a_run_that_started_above_the_baseline_is_counted_in_the_report():
+    from bench.report import burst_table
+    from bench.summary import summarize_throughput
+
+    runs = [
+        {**figures(FakeBench(), contenders.OURS, "ours burst"), "round": r, "at_baseline_at_start": r != 2}
+        for r in (1, 2, 3)
+    ]
+    summary = summarize_throughput(runs)["summary"]
+    assert summary[contenders.OURS]["above_baseline_at_start"] == 1
+    assert "(1 run started above the control plane's baseline)" in "\n".join(burst_table(summary))
