@@ -8,11 +8,11 @@ local cluster use little CPU.
 
 "Little" was a fixed 0.5 cores until 2026-12-07, about ten times the control
 plane's rate at rest here (0.02-0.07 cores): a control plane still busy at
-0.2-0.3 cores passed it at once. It did so in every run of record right after
-the setup (100 nodes created, the webhook registered), where the first runner
-of round 1, always gpu-scheduler, then measured an idle rate 2-5x the normal
-one and had 0.6-4.2 ms per pod too many subtracted from its control plane's
-CPU. Now the bench learns the control plane's **baseline** (its rate at rest,
+0.2-0.3 cores passed it at once. Right after the setup (100 nodes created, the
+webhook registered) the first runner of round 1, always gpu-scheduler, so
+measured an idle rate 2-5x the normal one and had 0.6-4.2 ms per pod too many
+subtracted from its control plane's CPU (issue 47's review of the kept runs of
+record). Now the bench learns the control plane's **baseline** (its rate at rest,
 the lowest of BASELINE_SAMPLES windows taken after a discarded warm-up run,
 measure.warm_up) and waits before each run until a window of the same length
 as the idle measurement (cpuwork.IDLE_SECONDS) is within BASELINE_MARGIN_CORES
