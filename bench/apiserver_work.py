@@ -1,8 +1,9 @@
 """What a burst asked of the apiserver, per pod bound, from the apiserver's own counters.
 
 The CPU figures say how hard the control plane worked for each contender; these say
-for what: the requests it served by verb and resource, the watch events it sent, and
-the operations it sent etcd. They are read from kube-apiserver's /metrics just before
+for what: the requests it served by verb and resource, the watch events it sent, the
+operations it sent etcd, and its admission work (webhook calls, admission policy
+evaluations, passes through the admission chain). They are read from kube-apiserver's /metrics just before
 the first pod is created and again once the burst has settled, the same window as
 the CPU, and come from the apiserver, not from the scheduler under test. The bench's
 own requests (the creates, the watch that sees binds) are in every contender's
@@ -30,11 +31,32 @@ def _request_name(labels: dict[str, str]) -> str:
     return f"{labels.get('verb', '')} {resource}" + (f"/{subresource}" if subresource else "")
 
 
+# What admission did, named so that admission_per_pod() can add them up.
+WEBHOOK_CALLS = "admission webhook call"
+POLICY_CHECKS = "admission policy check"
+ADMISSION_STEPS = "admission step"
+
 # counter -> how a sample's labels name what was counted
 _COUNTERS = {
     "apiserver_request_total": _request_name,
     "apiserver_watch_events_total": lambda labels: f"watch event {_resource(labels)}",
     "etcd_requests_total": lambda labels: f"etcd {labels.get('operation', '')} {_resource(labels)}",
+    # Admission, from the apiserver's own histograms and counters: each call to a webhook (by its name
+    # and type), each evaluation of a ValidatingAdmissionPolicy or MutatingAdmissionPolicy (by policy),
+    # and each pass of a request through the admission chain (by step type and operation; a
+    # pods/binding POST is a CREATE too).
+    "apiserver_admission_webhook_admission_duration_seconds_count": lambda labels: (
+        f"{WEBHOOK_CALLS} {labels.get('type', '')} {labels.get('name', '')}"
+    ),
+    "apiserver_validating_admission_policy_check_total": lambda labels: (
+        f"{POLICY_CHECKS} validating {labels.get('policy', '')}"
+    ),
+    "apiserver_mutating_admission_policy_check_total": lambda labels: (
+        f"{POLICY_CHECKS} mutating {labels.get('policy', '')}"
+    ),
+    "apiserver_admission_step_admission_duration_seconds_count": lambda labels: (
+        f"{ADMISSION_STEPS} {labels.get('type', '')} {labels.get('operation', '')}"
+    ),
 }
 
 
@@ -60,6 +82,15 @@ def per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dic
     return {what: value / pods for what, value in sorted(added.items()) if value}
 
 
+def admission_per_pod(counted: dict[str, float]) -> dict[str, float]:
+    """From one run's figures per pod (per_pod): the webhook calls and the admission policy
+    evaluations per pod, all webhooks and policies together."""
+    return {
+        "webhook_calls": sum(v for what, v in counted.items() if what.startswith(WEBHOOK_CALLS + " ")),
+        "policy_checks": sum(v for what, v in counted.items() if what.startswith(POLICY_CHECKS + " ")),
+    }
+
+
 def fetch(api) -> dict[str, float]:
     """The counters now, from the apiserver the bench's KubeApi reaches."""
     status, body = api.request("GET", "/metrics")
@@ -74,7 +105,15 @@ def shown_rows(per_runner: dict[str, dict[str, float]]) -> list[str]:
     names = {what for counts in per_runner.values() for what, value in counts.items() if value >= SHOWN_PER_POD}
 
     def order(what: str) -> tuple[int, str]:
-        kind = 2 if what.startswith("etcd ") else 1 if what.startswith("watch event ") else 0
+        kind = (
+            3
+            if what.startswith("admission ")
+            else 2
+            if what.startswith("etcd ")
+            else 1
+            if what.startswith("watch event ")
+            else 0
+        )
         return kind, what
 
     return sorted(names, key=order)

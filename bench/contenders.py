@@ -7,21 +7,20 @@ OURS = "ours"
 # a ValidatingAdmissionPolicy that kube-apiserver evaluates itself: bench/policies.py), not by the
 # webhook: the same scheduler under its own schedulerName, its pods created with no webhook call.
 OURS_POLICY = "ours_policy"
+# gpu-scheduler in bind mode: its pods carry, in every container, the env entry that reads
+# CUDA_VISIBLE_DEVICES through a downward-API fieldRef from the annotation the scheduler writes in the
+# Binding (gpu_scheduler.placement.bind_env_entry), so they are created with no admission call at all:
+# the same scheduler under its own schedulerName, which no webhook or policy of the bench matches.
+OURS_BIND = "ours_bind"
 KUBE_DEFAULTS = "kube_defaults"
 KUBE_MATCHED = "kube_matched"
 KUBE_PINNED = "kube_pinned"
 CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
-RUNNERS = (OURS, OURS_POLICY, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
-# gpu-scheduler under a schedulerName the bench's webhook registration does not match, so that its
-# pods are created without the admission call: what the scheduler costs apart from the webhook, and
-# what the admission costs the control plane (its CPU per pod against ours'). A diagnostic, run only
-# when --runners names it (not a target's runner).
-OURS_UNADMITTED = "ours_unadmitted"
-OPTIONAL_RUNNERS = (OURS_UNADMITTED,)
-ALL_RUNNERS = RUNNERS + OPTIONAL_RUNNERS
-# The runners that are gpu-scheduler (its /metrics, its profile), however their pods are admitted.
-GPU_SCHEDULER_RUNNERS = (OURS, OURS_POLICY, OURS_UNADMITTED)
+RUNNERS = (OURS, OURS_BIND, OURS_POLICY, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
+ALL_RUNNERS = RUNNERS
+# The runners that are gpu-scheduler (its /metrics, its profile), however its pods get their devices.
+GPU_SCHEDULER_RUNNERS = (OURS, OURS_BIND, OURS_POLICY)
 KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED)
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
@@ -39,25 +38,25 @@ CEILING_WORKERS = 32
 
 LABELS = {
     OURS: "gpu-scheduler, admission webhook",
+    OURS_BIND: "gpu-scheduler, bind mode (devices in the Binding; no admission call)",
     OURS_POLICY: "gpu-scheduler, admission policy (CEL)",
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST}, default profile)",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile)",
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
     CEILING: f"bare binder in Go ({CEILING_WORKERS} connections)",
     PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
-    OURS_UNADMITTED: "gpu-scheduler, its pods not sent to the webhook",
 }
 
 # For the plot's axis.
 SHORT_LABELS = {
     OURS: "gpu-scheduler\nwebhook",
+    OURS_BIND: "gpu-scheduler\nbind mode",
     OURS_POLICY: "gpu-scheduler\npolicy (CEL)",
     KUBE_DEFAULTS: "kube-scheduler\ndefaults",
     KUBE_MATCHED: "kube-scheduler\nmatched",
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
     CEILING: "Go\nbinder",
     PYTHON_BINDER: "Python\nbinder",
-    OURS_UNADMITTED: "gpu-scheduler\nno admission",
 }
 
 # Ratio name -> (numerator, denominators); each is taken per round, between runs made side by side.
@@ -74,7 +73,12 @@ RATIOS = {
     "policy_over_kube_pinned": (OURS_POLICY, (KUBE_PINNED,)),
     "policy_over_kube_matched": (OURS_POLICY, (KUBE_MATCHED,)),
     "policy_over_kube_defaults": (OURS_POLICY, (KUBE_DEFAULTS,)),
-    "unadmitted_over_kube_matched": (OURS_UNADMITTED, (KUBE_MATCHED,)),
+    "bind_over_kube_pinned": (OURS_BIND, (KUBE_PINNED,)),
+    "bind_over_kube_matched": (OURS_BIND, (KUBE_MATCHED,)),
+    "bind_over_kube_defaults": (OURS_BIND, (KUBE_DEFAULTS,)),
+    # The Go bare binder alone (not the round's faster binder): the control plane's own limit, which the
+    # bind mode's moonshot target reads.
+    "bind_over_ceiling": (OURS_BIND, (CEILING,)),
 }
 RATIO_LABELS = {
     "ours_over_kube_pinned": f"{LABELS[OURS]} / {LABELS[KUBE_PINNED]}",
@@ -86,16 +90,25 @@ RATIO_LABELS = {
     "policy_over_kube_pinned": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_PINNED]}",
     "policy_over_kube_matched": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_MATCHED]}",
     "policy_over_kube_defaults": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_DEFAULTS]}",
-    "unadmitted_over_kube_matched": f"{LABELS[OURS_UNADMITTED]} / {LABELS[KUBE_MATCHED]}",
+    "bind_over_kube_pinned": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_PINNED]}",
+    "bind_over_kube_matched": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_MATCHED]}",
+    "bind_over_kube_defaults": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_DEFAULTS]}",
+    "bind_over_ceiling": f"{LABELS[OURS_BIND]} / {LABELS[CEILING]} (the ceiling)",
 }
 
 # CPU per pod is compared with the kube-scheduler runs at our client settings: ratio name ->
-# (numerator, denominator). (At its defaults kube-scheduler is slower, not cheaper, per pod.)
+# (numerator, denominator). (At its defaults kube-scheduler is slower, not cheaper, per pod.) Bind
+# mode's is also taken against kube-scheduler at its defaults and against the Go bare binder, beside
+# its pods/s ratios of the same names.
 CPU_RATIOS = {
     "ours_over_kube_pinned": (OURS, KUBE_PINNED),
     "ours_over_kube_matched": (OURS, KUBE_MATCHED),
     "policy_over_kube_pinned": (OURS_POLICY, KUBE_PINNED),
     "policy_over_kube_matched": (OURS_POLICY, KUBE_MATCHED),
+    "bind_over_kube_pinned": (OURS_BIND, KUBE_PINNED),
+    "bind_over_kube_matched": (OURS_BIND, KUBE_MATCHED),
+    "bind_over_kube_defaults": (OURS_BIND, KUBE_DEFAULTS),
+    "bind_over_ceiling": (OURS_BIND, CEILING),
 }
 
 

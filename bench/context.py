@@ -10,13 +10,14 @@ from pathlib import Path
 from .cluster import BenchCluster
 from .kubeapi import KubeApi
 from .paths import LOCAL_CLUSTER_DIR
-from .settle import check_alive, wait_quiet
+from .settle import baseline_cores, check_alive, wait_baseline, wait_quiet
 from .webhook import Webhook
 
 NAMESPACE = "gpu-bench"
 OUR_SCHEDULER = "bench-gpu-scheduler"
-# Not the webhook's schedulerName: its matchConditions send these pods on uncalled.
-OUR_UNADMITTED_SCHEDULER = "bench-gpu-scheduler-unadmitted"
+# Not the webhook's schedulerName nor the policies': no admission of the bench touches these pods
+# (bind mode: they carry their own env entry; measure.make_runner checks with a dry run).
+OUR_BIND_SCHEDULER = OUR_SCHEDULER + "-bind"
 # Not the webhook's either: the chart's admission policies, rendered for this name (policies.py), place these pods.
 OUR_POLICY_SCHEDULER = OUR_SCHEDULER + "-policy"
 KUBE_SCHEDULER = "bench-kube-scheduler"
@@ -74,6 +75,8 @@ class Bench:
     webhook: Webhook
     started: float = field(default_factory=time.monotonic)
     control_plane_processes: dict[str, int] = field(default_factory=dict)  # name -> pid, of the local cluster
+    # The control plane's rate at rest, in cores (settle.baseline_cores), once learn_baseline() has run.
+    control_plane_baseline: float | None = None
 
     @property
     def control_plane(self) -> list[int]:
@@ -89,13 +92,34 @@ class Bench:
         return self.settings.out / "logs"
 
     def settle(self) -> dict:
-        """Checks that the control plane is whole and waits for it to be quiet (see settle.py);
-        what it found goes with the run."""
+        """Checks that the control plane is whole and waits for it to be back at its baseline once
+        that is known (learn_baseline), else under settle.QUIET_CORES (see settle.py); what it found
+        goes with the run."""
         check_alive(self.control_plane_processes, LOCAL_CLUSTER_DIR)
-        waited, cores = wait_quiet(self.control_plane)
-        if waited > 2:
-            self.phase(f"  waited {waited:.0f}s for the control plane to settle ({cores:.2f} cores busy)")
-        return {"settle_waited_s": round(waited, 1), "control_plane_cores_at_start": round(cores, 2)}
+        if self.control_plane_baseline is None:
+            waited, cores = wait_quiet(self.control_plane)
+            return {"settle_waited_s": round(waited, 1), "control_plane_cores_at_start": round(cores, 2)}
+        waited, cores, at_rest = wait_baseline(self.control_plane, self.control_plane_baseline)
+        if waited > 4:
+            self.phase(
+                f"  waited {waited:.0f}s for the control plane to come back to its baseline "
+                f"({cores:.2f} cores busy, baseline {self.control_plane_baseline:.2f})"
+            )
+        return {
+            "settle_waited_s": round(waited, 1),
+            "control_plane_cores_at_start": round(cores, 3),
+            "control_plane_baseline": round(self.control_plane_baseline, 3),
+            "at_baseline_at_start": at_rest,
+        }
+
+    def learn_baseline(self) -> float:
+        """The control plane's rate at rest (settle.baseline_cores), learnt once the cluster is in
+        the state it is in between runs (after measure.warm_up); every later settle() waits for it."""
+        check_alive(self.control_plane_processes, LOCAL_CLUSTER_DIR)
+        wait_quiet(self.control_plane)
+        self.control_plane_baseline = baseline_cores(self.control_plane) if self.control_plane else 0.0
+        self.phase(f"  the control plane's baseline at rest: {self.control_plane_baseline:.3f} cores")
+        return self.control_plane_baseline
 
     def phase(self, text: str) -> None:
         """A progress line with the time since the benchmark started."""

@@ -14,24 +14,23 @@ import time
 import urllib.request
 from datetime import UTC, datetime
 
-from . import apiserver_work, audit, contenders, runners
+from . import apiserver_work, audit, contenders, events, runners
 from .context import (
     CEILING_SCHEDULER,
     KUBE_SCHEDULER,
+    OUR_BIND_SCHEDULER,
     OUR_POLICY_SCHEDULER,
     OUR_SCHEDULER,
-    OUR_UNADMITTED_SCHEDULER,
     PYTHON_BINDER_SCHEDULER,
     Bench,
 )
 from .cpuwork import WorkMeter
 from .pods import BindWatcher, Creator, run_burst, wait_until_bound
-from .preadmitted import as_admitted
 from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
-from .webhook import dry_run_admitted
-from .workload import bench_pods
+from .webhook import dry_run_admitted, dry_run_untouched
+from .workload import bench_pods, in_bind_mode
 
 
 def make_runner(bench: Bench, key: str) -> Runner:
@@ -46,14 +45,16 @@ def make_runner(bench: Bench, key: str) -> Runner:
                 f"{contenders.LABELS[key]} would not be (dry-run answer {answer[:200]!r})"
             )
         return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_POLICY_SCHEDULER, key=key)
-    if key == contenders.OURS_UNADMITTED:
-        # Its figures say "without the admission" only while its pods are not sent to the webhook.
-        admitted, _ = dry_run_admitted(bench.api, bench.namespace, OUR_UNADMITTED_SCHEDULER)
-        if admitted:
+    if key == contenders.OURS_BIND:
+        # Its figures say "no admission call" only while no webhook or policy of the bench touches its pods.
+        probe = in_bind_mode(bench_pods(1, 1, 1, OUR_BIND_SCHEDULER, bench.namespace)[0])
+        untouched, answer = dry_run_untouched(bench.api, bench.namespace, probe)
+        if not untouched:
             raise RuntimeError(
-                f"the webhook admits pods of {OUR_UNADMITTED_SCHEDULER}: {contenders.LABELS[key]} would not be"
+                f"an admission of {bench.namespace} changes or refuses pods of {OUR_BIND_SCHEDULER}: "
+                f"{contenders.LABELS[key]} would not be (dry-run answer {answer[:200]!r})"
             )
-        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_UNADMITTED_SCHEDULER, key=key)
+        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_BIND_SCHEDULER, key=key)
     if key == contenders.CEILING:
         return runners.ceiling(bench.api, bench.logs, CEILING_SCHEDULER)
     if key == contenders.PYTHON_BINDER:
@@ -62,9 +63,9 @@ def make_runner(bench: Bench, key: str) -> Runner:
 
 
 def runner_pods(bench: Bench, runner: Runner, pods: int, nodes: int) -> list[dict]:
-    """The burst's pods for runner; ours_unadmitted's as the webhook would have admitted them."""
+    """The burst's pods for runner; ours_bind's carry the bind mode's env entries in every container."""
     bodies = bench_pods(pods, nodes, bench.settings.group, runner.scheduler_name, bench.namespace)
-    return [as_admitted(pod) for pod in bodies] if runner.key == contenders.OURS_UNADMITTED else bodies
+    return [in_bind_mode(pod) for pod in bodies] if runner.key == contenders.OURS_BIND else bodies
 
 
 def runner_metrics(runner: Runner) -> str:
@@ -195,6 +196,9 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         )
         figures = result.to_json()
         figures.update(work.finish())  # cpu_s: the burst's work, from before the first pod until settled
+        # Read first after the window: an Event sent after it closed is not counted (events.py).
+        names = [pod["metadata"]["name"] for pod in pod_bodies]
+        figures.update(events.figures(bench.api, bench.namespace, names, since.timestamp(), time.time()))
         if result.unbound:  # read after the window: it reads the audit log, and the run is a MISS anyway
             figures["diagnosis"] = unbound_diagnosis(bench, runner, list(result.unbound), since)
         figures.update(apiserver_figures(counted_before, apiserver_work.fetch(bench.api), figures.get("bound", 0)))
@@ -229,7 +233,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     try:
         work = WorkMeter()
         work.measure_idle(cpu_groups(bench, None))  # the runner is not running yet: nothing to take off
-        launched = time.monotonic()
+        launched, window_start = time.monotonic(), time.time()
         runner.launch()
         work.start(cpu_groups(bench, runner))  # from launch: startup is part of draining a backlog
         # Sampled from launch: on a backlog it binds before it is seen ready.
@@ -238,6 +242,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
         complete = wait_until_bound(watcher, names, settings.burst_timeout(pods), label)
         figures = {"peak_rss_mib": runner.peak_rss_mib(), "attempt_seconds": attempt_seconds(runner)}
         figures.update(work.finish())
+        figures.update(events.figures(bench.api, bench.namespace, names, window_start, time.time()))
         if not complete:
             unbound = [n for n in names if n not in watcher.bound_at]
             figures["diagnosis"] = unbound_diagnosis(bench, runner, unbound, since, watcher.first_seen)
@@ -265,3 +270,25 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     )
     figures["cleanup_seconds"] = bench.cluster.delete_pods()
     return figures
+
+
+def warm_up(bench: Bench, key: str, measure, pods: int, nodes: int) -> dict:
+    """One run of runner `key` whose figures count nowhere, before a phase's first measured round,
+    then the control plane's baseline (Bench.learn_baseline).
+
+    Right after the setup (nodes created, the webhook registered, the policies created) the
+    control plane is busier than between runs, and whichever runner led round 1 measured an
+    inflated idle rate and had too much subtracted (settle.py). After this run the first
+    measured runner starts from the state every later runner starts from: after another
+    runner's burst, its pods deleted, the control plane back at its baseline. What it measured
+    is kept under the phase's "warmup" for the curious, never in a median or a ratio."""
+    bench.phase(f"warm-up, not measured: {contenders.LABELS[key]}, {pods} pods on {nodes} nodes")
+    kept: dict = {"key": key}
+    try:
+        figures = measure(bench, key, pods, nodes, f"{key} warm-up")
+        kept.update({k: figures.get(k) for k in ("mode", "pods_per_second", "bound", "complete", "idle_cores")})
+    except Exception as err:  # noqa: BLE001 - a failed warm-up is no figure; the measured rounds still run
+        kept["error"] = f"{err.__class__.__name__}: {err}"
+        bench.cluster.delete_pods()
+    kept["control_plane_baseline"] = bench.learn_baseline()
+    return kept

@@ -19,6 +19,7 @@ from .contenders import (
     OUR_BURST,
     OUR_QPS,
     OURS,
+    OURS_BIND,
     OURS_POLICY,
     RATIO_LABELS,
     RATIOS,
@@ -78,6 +79,11 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "ValidatingAdmissionPolicy with their bindings, rendered by `helm template` for that schedulerName and "
         "bound to the bench namespace): kube-apiserver evaluates their CEL itself, so these pods make no webhook "
         "call and what the placement costs is in the control plane's CPU.",
+        f'"{LABELS[OURS_BIND]}" is the same gpu-scheduler under its own schedulerName and Lease, which no webhook '
+        "or policy of the bench matches (checked with a dry-run create before each of its runs): its pods carry, in "
+        "every container, CUDA_VISIBLE_DEVICES read through a downward-API fieldRef from the annotation the "
+        "scheduler writes in the Binding, and CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are created with no admission "
+        "call at all.",
         f"kube-scheduler ({machine.get('kube_scheduler')}), three ways: at its default client settings with its "
         f"default profile; at ours (qps {OUR_QPS}, burst {OUR_BURST}) with its default profile; and at ours "
         f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
@@ -91,7 +97,10 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
         "connections with bodies serialised in advance.",
         "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
-        "control plane's CPU. Before each run the bench waits (up to 20 s) for the control plane to go quiet.",
+        "control plane's CPU. Before the first measured round one run counts nowhere (a warm-up, so that no "
+        "measured run is the first after the setup); then the control plane's rate at rest (its baseline, the "
+        "lowest of five 2 s windows) is measured, and before each run the bench waits (up to 20 s) until the "
+        "control plane is back within 0.05 cores of it.",
     ]
 
 
@@ -247,7 +256,28 @@ def _settle(s: dict) -> str:
     unsettled = s.get("unsettled") or 0
     plural = "s" if unsettled > 1 else ""
     note = f" ({unsettled} run{plural} not settled in {SETTLE_TIMEOUT_SECONDS:g} s)" if unsettled else ""
+    early = s.get("above_baseline_at_start") or 0
+    if early:
+        note += f" ({early} run{'s' if early > 1 else ''} started above the control plane's baseline)"
     return num(s.get("settle_s"), 1, " s") + note
+
+
+def events_cell(s: dict) -> str:
+    """Scheduled Events per pod sent inside the window, and the share of pods that got one."""
+    per_pod, share = s.get("scheduled_events_per_pod"), s.get("scheduled_event_share")
+    if per_pod is None or (isinstance(per_pod, float) and math.isnan(per_pod)):
+        return "—"
+    return f"{num(per_pod, 2)} ({num(None if share is None else share * 100, 0)}% of pods)"
+
+
+def admission_cell(s: dict) -> str:
+    """Webhook calls / admission policy evaluations per pod, from the apiserver's counters."""
+    counted = s.get("admission_per_pod") or {}
+    return " / ".join(num(counted.get(what), 2) for what in ("webhook_calls", "policy_checks"))
+
+
+EVENTS_HEADER = "Scheduled Events per pod, sent inside the window"
+ADMISSION_HEADER = "admission per pod: webhook calls / policy evaluations"
 
 
 def _runs(s: dict) -> str:
@@ -311,6 +341,8 @@ def burst_table(summary: dict) -> list[str]:
             str(s["create_retries"]),
             cpu_cell(s),
             _cpu_total(s),
+            events_cell(s),
+            admission_cell(s),
             num(s["peak_rss_mib"], 0, " MiB"),
             _idle(s),
             _settle(s),
@@ -329,6 +361,8 @@ def burst_table(summary: dict) -> list[str]:
             "creates retried",
             CPU_HEADER,
             "CPU ms per pod, all",
+            EVENTS_HEADER,
+            ADMISSION_HEADER,
             "peak RSS",
             "idle cores subtracted: scheduler / webhook / control plane",
             "settled after the last bind",
@@ -376,7 +410,10 @@ def throughput_lines(tp: dict) -> list[str]:
             "rate, measured over the 2 s before, times that window (the rates subtracted are in the "
             "table); in milliseconds per pod bound, i.e. CPU seconds per 1,000 pods (control plane: etcd, "
             "kube-apiserver, kube-controller-manager, kwok); the webhook's is its CPU per admission, as "
-            "each pod is admitted once.",
+            "each pod is admitted once. Scheduled Events per pod are those about the run's pods whose time "
+            "falls inside that window (listed from the API as it closes; in brackets, the share of the pods "
+            "bound that got one); webhook calls and admission policy evaluations per pod are kube-apiserver's "
+            "own counters over the same window.",
             "",
             *burst_table(burst["summary"]),
             "",
@@ -403,13 +440,23 @@ def throughput_lines(tp: dict) -> list[str]:
                 num(s["launch_to_first_bind_s"], 2, " s"),
                 num(s["attempt_ms"], 1, " ms") if key in GPU_SCHEDULER_RUNNERS else "—",
                 cpu_cell(s),
+                events_cell(s),
                 num(s["peak_rss_mib"], 0, " MiB"),
             ]
             for key, label in LABELS.items()
             if (s := drain["summary"].get(key))
         ]
         lines += table(
-            ["runner", "rounds", "pods/s", "start → first bind", "mean attempt (its /metrics)", CPU_HEADER, "peak RSS"],
+            [
+                "runner",
+                "rounds",
+                "pods/s",
+                "start → first bind",
+                "mean attempt (its /metrics)",
+                CPU_HEADER,
+                EVENTS_HEADER,
+                "peak RSS",
+            ],
             rows,
         )
         lines += ["", *ratio_lines(drain)]
@@ -452,20 +499,18 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
         ],
     ]
     header = ["gpu-scheduler", bare[0] if bare else "bare pods", f"StatefulSet, {sts['replicas']}-line map"]
-    policy = sts.get(OURS_POLICY)
-    if policy:  # the same StatefulSet, its pods placed by the admission policies
-        header = [
-            LABELS[OURS],
-            bare[0] if bare else "bare pods",
-            f"StatefulSet, {sts['replicas']}-line map",
-            f"StatefulSet, {sts['replicas']}-line map, {LABELS[OURS_POLICY].removeprefix('gpu-scheduler, ')}",
-        ]
+    others = [key for key in (OURS_BIND, OURS_POLICY) if sts.get(key)]
+    if others:  # the same StatefulSet, its pods in bind mode or placed by the admission policies
+        header = [LABELS[OURS], *header[1:]]
+    for key in others:
+        other = sts[key]
+        header.append(f"StatefulSet, {sts['replicas']}-line map, {LABELS[key].removeprefix('gpu-scheduler, ')}")
         cells = [
-            num(policy["pods_per_second"]),
-            f"{num(policy['created_per_second'])} (kube-controller-manager)",
-            ms(policy["seen_to_bound_p50_s"]),
-            ms(policy["seen_to_bound_p99_s"]),
-            num(policy["attempt_ms"], 2, " ms"),
+            num(other["pods_per_second"]),
+            f"{num(other['created_per_second'])} (kube-controller-manager)",
+            ms(other["seen_to_bound_p50_s"]),
+            ms(other["seen_to_bound_p99_s"]),
+            num(other["attempt_ms"], 2, " ms"),
         ]
         rows = [[*row, cell] for row, cell in zip(rows, cells, strict=True)]
     return [

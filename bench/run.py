@@ -124,10 +124,9 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "--runners",
         default=os.environ.get("BENCH_RUNNERS", ",".join(contenders.RUNNERS)),
         help=f"comma-separated subset of {','.join(contenders.ALL_RUNNERS)} for the throughput and scale "
-        f"phases (env BENCH_RUNNERS; default: all but {','.join(contenders.OPTIONAL_RUNNERS)}, gpu-scheduler "
-        f"with its pods kept from the webhook, which tells the admission's cost apart); {contenders.OURS_POLICY} "
-        "(gpu-scheduler, its pods placed by the chart's admission policies) also runs in the statefulset phase; "
-        "a ratio needs both of its runners",
+        f"phases (env BENCH_RUNNERS; default: all); {contenders.OURS_BIND} (gpu-scheduler in bind mode, its pods "
+        f"created with no admission call) and {contenders.OURS_POLICY} (gpu-scheduler, its pods placed by the "
+        "chart's admission policies) also run in the statefulset phase; a ratio needs both of its runners",
     )
     add(
         "--modes",

@@ -120,9 +120,10 @@ def ours(
     client settings (given explicitly, so that the bench's labels and the Python binder's threads
     say the truth).
 
-    key OURS_POLICY or OURS_UNADMITTED: the same, on its own Lease, under a scheduler_name the
+    key OURS_POLICY or OURS_BIND: the same, on its own Lease, under a scheduler_name the
     webhook does not match, whose pods the chart's admission policies place
-    (contenders.OURS_POLICY, policies.py) or nothing does (contenders.OURS_UNADMITTED).
+    (contenders.OURS_POLICY, policies.py), or whose pods carry their own env entry and get their
+    devices from the Binding (contenders.OURS_BIND: no admission at all).
 
     --gpu-sharing=allow because the bench's maps share GPUs once there are
     more pods than nodes x 8 (see workload.placement), and sharing is not what

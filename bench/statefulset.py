@@ -9,9 +9,11 @@ the pod, then sees it bound), compared with the same figure for the bare pods,
 whose maps have `group` lines.
 
 gpu-scheduler runs it with its pods admitted by the webhook (ours) and, when
-the throughput runners include it, by the chart's admission policies
-(ours_policy, under its own schedulerName), in turn each round
-(contenders.round_order): the policy reads the whole map in CEL for every pod.
+the throughput runners include them, in bind mode (ours_bind: the template's
+containers carry the env entry, no admission call) and with the chart's
+admission policies (ours_policy), each under its own schedulerName, in turn
+each round (contenders.round_order): the policy reads the whole map in CEL for
+every pod.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
         bench.api.call(
             "POST",
             f"/apis/apps/v1/namespaces/{bench.namespace}/statefulsets",
-            statefulset(NAME, replicas, settings.nodes, runner.scheduler_name, bench.namespace),
+            statefulset(
+                NAME,
+                replicas,
+                settings.nodes,
+                runner.scheduler_name,
+                bench.namespace,
+                bind_mode=key == contenders.OURS_BIND,
+            ),
         )
         names = [f"{NAME}-{i}" for i in range(replicas)]
         complete = wait_until_bound(watcher, names, settings.burst_timeout(replicas), "statefulset")
@@ -69,17 +78,21 @@ def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
 
 
 def runner_keys(bench: Bench) -> list[str]:
-    """ours always; ours_policy beside it when the run's runners include it and the policy reads a
-    map of that many lines (admission.policyMaxLines: a longer one it refuses, and no pod is made)."""
+    """ours always; ours_bind beside it when the run's runners include it (its template carries the
+    env entries); ours_policy when the runners include it and the policy reads a map of that many
+    lines (admission.policyMaxLines: a longer one it refuses, and no pod is made)."""
+    keys = [contenders.OURS]
+    if contenders.OURS_BIND in bench.settings.runners:
+        keys.append(contenders.OURS_BIND)
     if contenders.OURS_POLICY not in bench.settings.runners:
-        return [contenders.OURS]
+        return keys
     if bench.settings.sts_replicas > policy_max_lines():
         bench.phase(
             f"statefulset: {contenders.LABELS[contenders.OURS_POLICY]} left out: the policy refuses maps of more "
             f"than {policy_max_lines()} lines (admission.policyMaxLines)"
         )
-        return [contenders.OURS]
-    return [contenders.OURS, contenders.OURS_POLICY]
+        return keys
+    return [*keys, contenders.OURS_POLICY]
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from .contenders import CPU_RATIOS, OURS, OURS_POLICY, RATIOS
+from .apiserver_work import admission_per_pod
+from .contenders import CPU_RATIOS, OURS, OURS_BIND, OURS_POLICY, RATIOS
 from .stats import median, paired_ratios
 
 # A webhook's run at one rate is saturated when it answers (HTTP 200) fewer than this share of the
@@ -26,9 +27,9 @@ SATURATED_P50_MS = 100.0
 CPU_GROUPS = ("runner", "webhook", "control_plane")
 # The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
 CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
-# The runners whose own figures (pods/s, CPU per pod, latency) the targets read: gpu-scheduler with
-# its pods admitted by the webhook, and by the admission policies.
-HEADLINE_RUNNERS = (OURS, OURS_POLICY)
+# The runners whose own figures (pods/s, CPU per pod, latency, Scheduled Events) the targets read:
+# gpu-scheduler with its pods admitted by the webhook, in bind mode, and by the admission policies.
+HEADLINE_RUNNERS = (OURS, OURS_BIND, OURS_POLICY)
 
 
 def _nan(value: float | None) -> float:
@@ -59,6 +60,22 @@ def cpu_ms_per_pod(run: dict) -> dict[str, float]:
     per_pod = {g: (_nan(cpu.get(g)) * 1000 / bound if bound else math.nan) for g in CPU_GROUPS}
     per_pod["total"] = sum(per_pod.values())
     return per_pod
+
+
+def scheduled_events(run: dict) -> dict[str, float]:
+    """A run's Scheduled Events sent inside its window (events.py), per pod bound, and the share
+    of its bound pods that got one; NaN when they were not counted (runs before 2026-12-07)."""
+    bound = run.get("bound") or 0
+    if "scheduled_events" not in run or not bound:
+        return {"per_pod": math.nan, "share": math.nan}
+    return {"per_pod": run["scheduled_events"] / bound, "share": run["pods_with_scheduled_event"] / bound}
+
+
+def admission_counts(complete: list[dict]) -> dict[str, float]:
+    """Webhook calls and admission policy evaluations per pod (apiserver_work.admission_per_pod),
+    medians over the rounds whose apiserver counters were read."""
+    counted = [admission_per_pod(r["apiserver_per_pod"]) for r in complete if r.get("apiserver_per_pod")]
+    return {what: median([c[what] for c in counted]) for what in ("webhook_calls", "policy_checks")}
 
 
 def apiserver_per_pod(complete: list[dict]) -> dict[str, float]:
@@ -112,10 +129,15 @@ def summarize_runner(runs: list[dict]) -> dict:
         "launch_to_first_bind_s": med("launch_to_first_bind_s"),
         "cpu_ms_per_pod": {g: median([c[g] for c in cpu]) for g in (*CPU_GROUPS, "total")},
         "apiserver_per_pod": apiserver_per_pod(complete),
+        "admission_per_pod": admission_counts(complete),
+        "scheduled_events_per_pod": median([scheduled_events(r)["per_pod"] for r in complete]),
+        "scheduled_event_share": median([scheduled_events(r)["share"] for r in complete]),
         # What cpuwork.WorkMeter took off (idle rate, in cores) and how long the cluster took to settle.
         "idle_cores": {g: med("idle_cores", g) for g in CPU_GROUPS},
         "settle_s": med("settle_s"),
         "unsettled": sum(1 for r in complete if r.get("settled") is False),
+        # Runs that started before the control plane was back at its baseline (the settle wait's timeout).
+        "above_baseline_at_start": sum(1 for r in complete if r.get("at_baseline_at_start") is False),
         "cpu_ms_per_pod_total_min": min(totals, default=math.nan),
         "cpu_ms_per_pod_total_max": max(totals, default=math.nan),
         "create_errors": sum(r.get("create_errors", 0) for r in runs),
@@ -188,6 +210,17 @@ def incomplete_rounds(summary: dict, keys: tuple[str, ...]) -> str | None:
     return "; ".join(parts) or None
 
 
+def unsettled_windows(summary: dict, keys: tuple[str, ...]) -> str | None:
+    """Why a CPU figure of these runners' runs cannot pass where every window must settle (the
+    scale run: issue 47): each one's complete runs whose CPU window did not settle, or None."""
+    parts = [
+        f"{runner['label']}: {runner['unsettled']} CPU window{'s' if runner['unsettled'] > 1 else ''} not settled"
+        for key in keys
+        if (runner := summary.get(key) or {}).get("unsettled")
+    ]
+    return "; ".join(parts) or None
+
+
 def _metric(value: float | None, scale: str, reason: str | None = None) -> dict:
     """A headline figure; with a reason, the figure cannot pass its target (see targets.evaluate)."""
     return {"value": value, "scale": scale, **({"reason": reason} if reason else {})}
@@ -201,7 +234,10 @@ def _runner_metrics(metrics: dict, figures: dict, prefix: str, scale: str) -> No
         reason = incomplete_rounds(summary, (numerator, *denominators))
         metrics[f"{prefix}ratio.{name}"] = _metric(ratio["median"], scale, reason)
     for name, groups in (figures.get("cpu_ratios") or {}).items():
-        reason = incomplete_rounds(summary, CPU_RATIOS[name])
+        reasons = [incomplete_rounds(summary, CPU_RATIOS[name])]
+        if prefix == "scale.":
+            reasons.append(unsettled_windows(summary, CPU_RATIOS[name]))
+        reason = "; ".join(r for r in reasons if r) or None
         for group, ratio in groups.items():
             metrics[f"{prefix}cpu_ratio.{group}.{name}"] = _metric(ratio["median"], scale, reason)
 
@@ -228,6 +264,7 @@ def headline_metrics(results: dict) -> dict[str, dict]:
                 metrics[f"{prefix}{key}.cpu_ms_per_pod.{group}"] = _metric(value, scale, reason)
             if mode == "burst":
                 metrics[f"{key}.latency_p99_s"] = _metric(ours["latency_p99_s"], scale, reason)
+                metrics[f"{key}.scheduled_event_share"] = _metric(ours.get("scheduled_event_share"), scale, reason)
     admission = results.get("admission") or {}
     for workload in admission.get("workloads", []):
         for row in workload["rates"]:

@@ -66,13 +66,93 @@ POLICY_TARGETS = (
     },
 )
 
+# gpu-scheduler in bind mode (contenders.OURS_BIND: devices in the Binding, no admission call), issue 47's
+# targets: against kube-scheduler matched with its default profile and at its defaults, the Go bare
+# binder (the moonshot: the control plane's own limit), and every pod's Scheduled Event sent inside
+# the measured window; at scheduler_perf's scale, in the same run, throughput and CPU per pod.
+BIND_AT = POLICY_AT
+BIND_SCALE_AT = "10000 pods, 5000 nodes"
+BIND_TARGETS = (
+    {
+        "metric": "cpu_ratio.total.bind_over_kube_matched",
+        "description": "CPU per pod of a burst, bind mode: scheduler + control plane (no webhook), "
+        "vs kube-scheduler matched (default profile)",
+        "op": "<=",
+        "threshold": 1.0,
+        "unit": "x",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "ratio.bind_over_kube_matched",
+        "description": "burst throughput, bind mode, vs kube-scheduler matched (default profile)",
+        "op": ">=",
+        "threshold": 1.0,
+        "unit": "x",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "ratio.bind_over_kube_defaults",
+        "description": "burst throughput, bind mode, vs kube-scheduler at its default client settings "
+        "(qps 50, burst 100)",
+        "op": ">=",
+        "threshold": 2.0,
+        "unit": "x",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "ratio.bind_over_ceiling",
+        "description": "burst throughput, bind mode, vs the bare binder in Go, the control plane's own limit "
+        "(moonshot)",
+        "op": ">=",
+        "threshold": 0.9,
+        "unit": "x",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "ours_bind.latency_p99_s",
+        "description": "create-to-bound latency p99 of the pod burst, bind mode",
+        "op": "<",
+        "threshold": 1.0,
+        "unit": "s",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "ours_bind.scheduled_event_share",
+        "description": "pods of the burst whose Scheduled Event was sent inside the measured window, bind mode",
+        "op": ">=",
+        "threshold": 1.0,
+        "unit": "x",
+        "at": BIND_AT,
+    },
+    {
+        "metric": "scale.ratio.bind_over_kube_matched",
+        "description": "burst throughput at scheduler_perf's scale, bind mode, vs kube-scheduler matched "
+        "(default profile)",
+        "op": ">=",
+        "threshold": 1.2,
+        "unit": "x",
+        "at": BIND_SCALE_AT,
+        "run": "scale",
+    },
+    {
+        "metric": "scale.cpu_ratio.total.bind_over_kube_matched",
+        "description": "CPU per pod at scheduler_perf's scale, bind mode: scheduler + control plane, vs "
+        "kube-scheduler matched (default profile), every window settled",
+        "op": "<=",
+        "threshold": 1.0,
+        "unit": "x",
+        "at": BIND_SCALE_AT,
+        "run": "scale",
+    },
+)
+
 
 def load(path: Path = CONFIG, run: str | None = None) -> list[dict]:
-    """The targets (of one run kind, when given), POLICY_TARGETS among them; a malformed entry is an
-    error naming it."""
+    """The targets (of one run kind, when given), BIND_TARGETS and POLICY_TARGETS among them; a
+    malformed entry is an error naming it."""
     targets = yaml.safe_load(path.read_text())["targets"]
     named = {t.get("metric") for t in targets}
-    targets += [dict(t) for t in POLICY_TARGETS if t["metric"] not in named]
+    targets += [dict(t) for t in (*BIND_TARGETS, *POLICY_TARGETS) if t["metric"] not in named]
     for position, target in enumerate(targets):
         missing = [f for f in FIELDS if f not in target]
         if missing:

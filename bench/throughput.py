@@ -5,13 +5,15 @@ Each round runs every runner in burst mode, then every runner in drain mode
 order changes each round (contenders.round_order, a Williams design): each
 leads a round in turn and follows each other one equally often, so that none
 always runs first, right after the settle wait, or after the same runner.
+Before round 1, one run that counts nowhere (measure.warm_up), after which
+the control plane's baseline is learnt and every run waits for it.
 """
 
 from __future__ import annotations
 
 from . import contenders
 from .context import Bench
-from .measure import measure_burst, measure_drain
+from .measure import measure_burst, measure_drain, warm_up
 from .summary import incomplete_reason, summarize_throughput
 
 MODES = {"burst": measure_burst, "drain": measure_drain}
@@ -22,6 +24,10 @@ def run(bench: Bench) -> dict:
     # Interleaved, so that each round's runs are made side by side on a shared, noisy machine.
     order = [key for key in contenders.ALL_RUNNERS if key in settings.runners]
     runs: dict[str, list[dict]] = {mode: [] for mode in settings.modes}
+    # Not measured: the first measured run must not be the first after the setup (measure.warm_up). By
+    # the runner that ends round 1, so that round 1's first one follows another runner, as every run does.
+    last = contenders.round_order(order, 1)[-1]
+    warmup = warm_up(bench, last, MODES[settings.modes[0]], settings.pods, settings.nodes)
     for round_no in range(1, settings.runs + 1):
         for mode in settings.modes:
             for key in contenders.round_order(order, round_no):
@@ -50,5 +56,6 @@ def run(bench: Bench) -> dict:
         "pods": settings.pods,
         "nodes": settings.nodes,
         "group": settings.group,
+        "warmup": warmup,
         **{mode: {"runs": mode_runs, **summarize_throughput(mode_runs)} for mode, mode_runs in runs.items()},
     }

@@ -94,6 +94,39 @@ def dry_run_admitted(api: KubeApi, namespace: str, scheduler_name: str) -> tuple
     return {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env, answer
 
 
+def dry_run_untouched(api: KubeApi, namespace: str, pod: dict) -> tuple[bool, bytes]:
+    """Whether the apiserver creates pod in namespace as it was sent: a server-side dry run of it
+    comes back (201) with every container's env and the annotations it was sent with, i.e. no
+    webhook or admission policy of the bench mutated it (nor refused it). Also the answer."""
+    probe = {**pod, "metadata": {**pod["metadata"], "name": "bind-probe-0", "namespace": namespace}}
+    status, answer = api.request("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", json.dumps(probe).encode())
+    if status != 201:
+        return False, answer
+    stored = json.loads(answer)
+
+    def seen(obj: dict) -> tuple:
+        spec = obj.get("spec") or {}
+        env = tuple(
+            tuple(json.dumps(e, sort_keys=True) for e in c.get("env") or ())
+            for field in ("initContainers", "containers")
+            for c in spec.get(field) or ()
+        )
+        return env, (obj.get("metadata") or {}).get("annotations") or {}
+
+    # The apiserver defaults a fieldRef's apiVersion to "v1": the entry it stores says so.
+    def defaulted(obj: dict) -> dict:
+        obj = json.loads(json.dumps(obj))
+        for field in ("initContainers", "containers"):
+            for c in obj.get("spec", {}).get(field) or ():
+                for e in c.get("env") or ():
+                    ref = (e.get("valueFrom") or {}).get("fieldRef")
+                    if ref is not None:
+                        ref.setdefault("apiVersion", "v1")
+        return obj
+
+    return seen(defaulted(probe)) == seen(stored), answer
+
+
 def wait_until_called(api: KubeApi, namespace: str, scheduler_name: str) -> None:
     """Waits until the apiserver sends the namespace's pods of scheduler_name through the webhook."""
     deadline = time.monotonic() + REGISTRATION_TIMEOUT

@@ -1,6 +1,7 @@
 """What the benchmark creates: KWOK nodes bn-<j>, pods p-<i>, a StatefulSet. Pure data, no I/O.
 
-Every pod is the same for every runner but for spec.schedulerName: it carries
+Every pod is the same for every runner but for spec.schedulerName (and, for
+gpu-scheduler's bind mode, the env entries of in_bind_mode()): it carries
 the map annotation that places it (read by gpu-scheduler and its webhook) and
 the equivalent required node affinity (read by kube-scheduler and by the
 ceiling binder), so each runner places the same pods on the same nodes.
@@ -13,6 +14,8 @@ the scheduler and the webhook as a real workload would.
 """
 
 from __future__ import annotations
+
+import copy
 
 MAP_ANNOTATION = "gpu-scheduling-map"
 GPUS_PER_NODE = 8
@@ -115,6 +118,26 @@ def pod_spec(scheduler_name: str, node: str | None) -> dict:
     return spec
 
 
+def bind_env() -> list[dict]:
+    """What every container of a bind-mode pod carries: CUDA_VISIBLE_DEVICES read through the
+    downward API from the annotation the scheduler's Binding writes, and CUDA_DEVICE_ORDER as a
+    plain value (what the README's snippet has users put in their templates)."""
+    # Imported here: the bare binders import this module and must not pay for gpu_scheduler's import.
+    from gpu_scheduler.placement import CUDA_ORDER, CUDA_ORDER_ENV, bind_env_entry
+
+    return [bind_env_entry(), {"name": CUDA_ORDER_ENV, "value": CUDA_ORDER}]
+
+
+def in_bind_mode(pod_or_template: dict) -> dict:
+    """A copy of a pod (or a pod template) whose every container and init container carries
+    bind_env(): created so, it needs no admission call. The object given is left as it was."""
+    made = copy.deepcopy(pod_or_template)
+    for field in ("initContainers", "containers"):
+        for container in made["spec"].get(field) or ():
+            container["env"] = [*(container.get("env") or ()), *bind_env()]
+    return made
+
+
 def bench_pod(index: int, text: str, group: int, nodes: int, scheduler_name: str, namespace: str) -> dict:
     """Pod p-<index> of group `group`, whose map text (shared by its group) is `text`."""
     return {
@@ -147,9 +170,16 @@ def group_leader(group: int, group_size: int, nodes: int, scheduler_name: str, n
     return bench_pod(start, map_text(range(start, start + group_size), nodes), group, nodes, scheduler_name, namespace)
 
 
-def statefulset(name: str, replicas: int, nodes: int, scheduler_name: str, namespace: str) -> dict:
-    """A Parallel StatefulSet whose one map has a line per replica."""
+def statefulset(
+    name: str, replicas: int, nodes: int, scheduler_name: str, namespace: str, bind_mode: bool = False
+) -> dict:
+    """A Parallel StatefulSet whose one map has a line per replica; with bind_mode, its template's
+    containers carry bind_env() (its pods are then created with no admission call)."""
     labels = {BENCH_LABEL: "true", "app": name}
+    template = {
+        "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: map_text(range(replicas), nodes)}},
+        "spec": pod_spec(scheduler_name, None),
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -159,10 +189,7 @@ def statefulset(name: str, replicas: int, nodes: int, scheduler_name: str, names
             "serviceName": name,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {MAP_ANNOTATION: map_text(range(replicas), nodes)}},
-                "spec": pod_spec(scheduler_name, None),
-            },
+            "template": in_bind_mode(template) if bind_mode else template,
         },
     }
 

@@ -81,3 +81,70 @@ def test_the_report_shows_per_pod_rows_for_each_runner_and_leaves_out_the_noise(
     assert "| PATCH events.events.k8s.io | 0.00 | 0.50 |" in rows
     assert not any("leases" in row for row in rows)
     assert report.apiserver_work_lines({"ours": {"apiserver_per_pod": {}}}) == []
+
+
+# kube-apiserver's admission metrics (k8s.io/apiserver/pkg/admission/metrics and the admission policy
+# plugins' own): histograms whose _count is one per call or evaluation.
+ADMISSION_BEFORE = "\n".join(
+    [
+        "# TYPE apiserver_admission_webhook_admission_duration_seconds histogram",
+        'apiserver_admission_webhook_admission_duration_seconds_bucket{name="mutate.gpu-scheduler.io",operation="CREATE",'
+        'rejected="false",type="admit",le="0.005"} 90',
+        'apiserver_admission_webhook_admission_duration_seconds_sum{name="mutate.gpu-scheduler.io",operation="CREATE",'
+        'rejected="false",type="admit"} 0.4',
+        'apiserver_admission_webhook_admission_duration_seconds_count{name="mutate.gpu-scheduler.io",operation="CREATE",'
+        'rejected="false",type="admit"} 100',
+        'apiserver_validating_admission_policy_check_total{enforcement_action="allow",error_type="no_error",'
+        'policy="gpu-scheduler-map",policy_binding="b"} 10',
+        'apiserver_mutating_admission_policy_check_total{error_type="no_error",policy="gpu-scheduler-devices",'
+        'policy_binding="b"} 10',
+        'apiserver_admission_step_admission_duration_seconds_count{operation="CREATE",rejected="false",type="admit"}'
+        " 500",
+        'apiserver_admission_step_admission_duration_seconds_count{operation="CREATE",rejected="false",type="validate"}'
+        " 500",
+    ]
+)
+
+
+def test_webhook_calls_and_policy_evaluations_per_pod_are_read_from_the_apiservers_counters():
+    before = apiserver_work.read_counters(ADMISSION_BEFORE)
+    after_text = ADMISSION_BEFORE.replace('type="admit"} 100', 'type="admit"} 1100')
+    after_text = after_text.replace('policy_binding="b"} 10', 'policy_binding="b"} 1010')
+    after_text = after_text.replace('type="admit"} 500', 'type="admit"} 2500')
+    counted = apiserver_work.per_pod(before, apiserver_work.read_counters(after_text), 1000)
+    assert counted["admission webhook call admit mutate.gpu-scheduler.io"] == 1.0
+    assert counted["admission policy check validating gpu-scheduler-map"] == 1.0
+    assert counted["admission policy check mutating gpu-scheduler-devices"] == 1.0
+    assert counted["admission step admit CREATE"] == 2.0  # the pod's CREATE and its binding's
+    assert apiserver_work.admission_per_pod(counted) == {"webhook_calls": 1.0, "policy_checks": 2.0}
+
+
+def test_admission_per_pod_is_in_the_summary_and_the_burst_table():
+    def run(key: str, webhook: float, policy: float) -> dict:
+        return {
+            "key": key,
+            "label": key,
+            "round": 1,
+            "pods_per_second": 100.0,
+            "latency_s": {"p50": 0.1, "p99": 0.2},
+            "pods": 10,
+            "created": 10,
+            "bound": 10,
+            "complete": True,
+            "cpu_s": {"runner": 0.1, "webhook": 0.0, "control_plane": 0.2},
+            "apiserver_per_pod": {
+                "POST pods": 1.0,
+                **({"admission webhook call admit mutate.gpu-scheduler.io": webhook} if webhook else {}),
+                **({"admission policy check mutating gpu-scheduler-devices": policy} if policy else {}),
+            },
+        }
+
+    runs = [run("ours", 1.0, 0.0), run("ours_bind", 0.0, 0.0), run("ours_policy", 0.0, 2.0)]
+    burst = summary.summarize_throughput(runs)["summary"]
+    assert burst["ours"]["admission_per_pod"] == {"webhook_calls": 1.0, "policy_checks": 0.0}
+    assert burst["ours_bind"]["admission_per_pod"] == {"webhook_calls": 0.0, "policy_checks": 0.0}
+    assert burst["ours_policy"]["admission_per_pod"] == {"webhook_calls": 0.0, "policy_checks": 2.0}
+    lines = report.burst_table(burst)
+    assert "admission per pod: webhook calls / policy evaluations" in lines[0]
+    row = next(line for line in lines if line.startswith(f"| {report.LABELS['ours_policy']} |"))
+    assert "| 0.00 / 2.00 |" in row

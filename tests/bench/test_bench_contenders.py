@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpu_scheduler.placement import FROM_BIND, bind_env_entry, given_value
 
 from bench import bare_binder, contenders, context, measure, runners, scale, throughput
 from bench.contenders import (
@@ -15,8 +16,8 @@ from bench.contenders import (
     KUBE_MATCHED,
     KUBE_PINNED,
     OURS,
+    OURS_BIND,
     OURS_POLICY,
-    OURS_UNADMITTED,
     RUNNERS,
     round_order,
 )
@@ -75,8 +76,8 @@ def test_gpu_scheduler_no_longer_always_follows_the_same_runner():
         assert len(before) >= 3
 
 
-def test_the_runners_of_every_run_ours_policy_among_them_make_a_williams_design():
-    assert OURS_POLICY in RUNNERS and RUNNERS.index(OURS_POLICY) == RUNNERS.index(OURS) + 1
+def test_the_runners_of_every_run_ours_bind_and_ours_policy_among_them_make_a_williams_design():
+    assert RUNNERS[:3] == (OURS, OURS_BIND, OURS_POLICY)
     n = len(RUNNERS)
     leads, pairs = Counter(), Counter()
     for round_no in range(1, 2 * n + 1):
@@ -108,6 +109,9 @@ class FakeBench:
     def phase(self, text: str) -> None:
         pass
 
+    def learn_baseline(self) -> float:
+        return 0.05
+
 
 def fake_figures(bench: FakeBench, key: str, label: str) -> dict:
     bench.ran.append((key, label))
@@ -131,7 +135,8 @@ def test_the_throughput_phase_rotates_the_runners_from_round_to_round(monkeypatc
         throughput.MODES, "burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label)
     )
     throughput.run(bench)
-    firsts = [bench.ran[i][0] for i in range(0, 9, 3)]
+    assert bench.ran[0][1].endswith("warm-up")  # not measured (test_bench_settle.py)
+    firsts = [bench.ran[1:][i][0] for i in range(0, 9, 3)]
     assert firsts == [OURS, KUBE_MATCHED, KUBE_PINNED]  # ours no longer always first
 
 
@@ -140,7 +145,7 @@ def test_the_scale_phase_rotates_the_runners_too(monkeypatch):
     bench.cluster = type("Cluster", (), {"ensure_nodes": lambda self, n: None})()
     monkeypatch.setattr(scale, "measure_burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label))
     scale.run(bench)
-    assert [bench.ran[i][0] for i in range(0, 9, 3)] == [OURS, KUBE_MATCHED, KUBE_PINNED]
+    assert [bench.ran[1:][i][0] for i in range(0, 9, 3)] == [OURS, KUBE_MATCHED, KUBE_PINNED]
 
 
 def test_every_scheduler_elects_a_leader_with_the_same_lease_timing(tmp_path: Path):
@@ -211,11 +216,22 @@ def test_the_python_binder_lists_every_namespace_and_binds_in_the_pods_own():
     assert api.requests == [("POST", "/api/v1/namespaces/team-a/pods/p-0/binding")]
 
 
-def test_gpu_scheduler_without_admission_runs_only_when_named(monkeypatch):
+def test_gpu_scheduler_in_bind_mode_runs_by_default_every_round_and_the_diagnostic_without_admission_is_gone(
+    monkeypatch,
+):
     monkeypatch.delenv("BENCH_RUNNERS", raising=False)
-    assert OURS_UNADMITTED not in parse_settings([]).runners
-    named = parse_settings(["--runners", "ours,ours_unadmitted,kube_matched"]).runners
-    assert set(named) == {OURS, OURS_UNADMITTED, KUBE_MATCHED}
+    assert OURS_BIND in parse_settings([]).runners
+    assert not hasattr(contenders, "OURS_UNADMITTED") and contenders.ALL_RUNNERS == RUNNERS
+    with pytest.raises(SystemExit):
+        parse_settings(["--runners", "ours,ours_unadmitted"])
+    assert OURS_BIND in scale.RUNNERS
+    bench = FakeBench(FakeSettings(runners=(OURS, OURS_BIND, KUBE_MATCHED)))
+    monkeypatch.setitem(
+        throughput.MODES, "burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label)
+    )
+    throughput.run(bench)
+    for round_no in range(3):
+        assert {k for k, _ in bench.ran[1 + 3 * round_no : 4 + 3 * round_no]} == {OURS, OURS_BIND, KUBE_MATCHED}
 
 
 @dataclass
@@ -232,29 +248,100 @@ def probe_answer(env: list[dict]) -> tuple[int, bytes]:
     return 201, json.dumps({"spec": {"containers": [{"name": "probe", "env": env}]}}).encode()
 
 
-def test_gpu_scheduler_without_admission_is_ours_under_a_name_the_webhook_does_not_call(tmp_path: Path):
-    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
-    bench = ProbedBench(FakeApi({probe: probe_answer([])}), tmp_path)
-    runner = measure.make_runner(bench, OURS_UNADMITTED)
+class EchoApi(FakeApi):
+    """An apiserver whose dry-run create answers with the pod it was sent, as when no admission touches it;
+    change(pod) stands for an admission that does."""
+
+    def __init__(self, change=None, status: int = 201) -> None:
+        super().__init__()
+        self.change, self.status, self.sent = change, status, []
+
+    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "") -> tuple[int, bytes]:
+        self.requests.append((method, path))
+        if path.endswith("?dryRun=All"):
+            pod = json.loads(body)
+            self.sent.append(json.loads(body))
+            for container in pod["spec"]["containers"]:  # the apiserver defaults a fieldRef's apiVersion
+                for entry in container.get("env") or ():
+                    if "valueFrom" in entry:
+                        entry["valueFrom"]["fieldRef"]["apiVersion"] = "v1"
+            if self.change:
+                self.change(pod)
+            return self.status, json.dumps(pod).encode()
+        return 201, b"{}"
+
+
+def test_gpu_scheduler_in_bind_mode_is_ours_under_its_own_name_and_lease(tmp_path: Path):
+    api = EchoApi()
+    bench = ProbedBench(api, tmp_path)
+    runner = measure.make_runner(bench, OURS_BIND)
     ours = measure.make_runner(bench, OURS)
-    assert runner.key == OURS_UNADMITTED
-    assert runner.scheduler_name != ours.scheduler_name == context.OUR_SCHEDULER
+    assert runner.key == OURS_BIND and runner.label == contenders.LABELS[OURS_BIND]
+    assert runner.label == "gpu-scheduler, bind mode (devices in the Binding; no admission call)"
+    assert runner.scheduler_name == context.OUR_BIND_SCHEDULER
+    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_POLICY_SCHEDULER}) == 3
     flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
-    assert flags["--scheduler-name"] == runner.scheduler_name
-    lease = flags["--leader-elect-resource-name"]
-    assert lease == contenders.lease_name(OURS_UNADMITTED) != contenders.lease_name(OURS)
+    assert flags["--scheduler-name"] == context.OUR_BIND_SCHEDULER
+    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_BIND) != contenders.lease_name(OURS)
     # Otherwise the same process as ours: every other flag alike.
     ours_flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
     different = {k for k in flags if flags[k] != ours_flags.get(k)}
     assert different == {"--scheduler-name", "--leader-elect-resource-name", "--metrics-port"}
+    assert runner.process.log_path != ours.process.log_path and runner.metrics_url
+    # What was checked: one of its own pods, in bind mode, under its schedulerName, as a dry run.
+    (probe,) = api.sent
+    assert probe["spec"]["schedulerName"] == context.OUR_BIND_SCHEDULER
+    assert bind_env_entry() in probe["spec"]["containers"][0]["env"]
 
 
-def test_gpu_scheduler_without_admission_refuses_to_run_when_the_webhook_admits_its_pods(tmp_path: Path):
-    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
-    admitted = probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])
-    bench = ProbedBench(FakeApi({probe: admitted}), tmp_path)
-    with pytest.raises(RuntimeError, match="the webhook admits pods of bench-gpu-scheduler-unadmitted"):
-        measure.make_runner(bench, OURS_UNADMITTED)
+def inject_devices(pod: dict) -> None:
+    pod["spec"]["containers"][0]["env"].append({"name": "CUDA_VISIBLE_DEVICES", "value": "0"})
+
+
+def annotate(pod: dict) -> None:
+    pod["metadata"]["annotations"]["gpu-scheduler/placement"] = "{}"
+
+
+@pytest.mark.parametrize(
+    "api",
+    [EchoApi(change=inject_devices), EchoApi(change=annotate), EchoApi(status=403)],
+    ids=["a webhook adds env", "an admission annotates", "an admission refuses"],
+)
+def test_gpu_scheduler_in_bind_mode_refuses_to_run_when_an_admission_touches_its_pods(tmp_path: Path, api):
+    with pytest.raises(RuntimeError, match="changes or refuses pods of bench-gpu-scheduler-bind"):
+        measure.make_runner(ProbedBench(api, tmp_path), OURS_BIND)
+
+
+def test_bind_mode_pods_carry_the_fieldref_and_the_device_order_in_every_container_and_nothing_else_differs(
+    tmp_path: Path,
+):
+    from bench.measure import runner_pods
+
+    bench = ProbedBench(EchoApi(), tmp_path)
+    bench.settings = type("S", (), {"group": 2, "profile": "", "out": tmp_path})()
+    bound = runner_pods(bench, measure.make_runner(bench, OURS_BIND), 4, 2)
+    plain = runner_pods(bench, measure.make_runner(bench, OURS), 4, 2)
+    for pod, other in zip(bound, plain, strict=True):
+        for container in pod["spec"]["containers"]:
+            assert container["env"] == [bind_env_entry(), {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
+            assert given_value(container) is FROM_BIND  # what the scheduler reads: devices from the bind
+        pod["spec"]["containers"][0].pop("env")
+        pod["spec"]["schedulerName"] = other["spec"]["schedulerName"]
+        assert pod == other
+    assert not any(c.get("env") for p in plain for c in p["spec"]["containers"])
+
+
+def test_the_bind_runner_has_its_ratios_against_kube_scheduler_and_the_go_binder():
+    for name, denominator in (
+        ("bind_over_kube_matched", KUBE_MATCHED),
+        ("bind_over_kube_pinned", KUBE_PINNED),
+        ("bind_over_kube_defaults", KUBE_DEFAULTS),
+        ("bind_over_ceiling", contenders.CEILING),
+    ):
+        assert contenders.RATIOS[name] == (OURS_BIND, (denominator,))
+        assert contenders.CPU_RATIOS[name] == (OURS_BIND, denominator)
+        assert contenders.RATIO_LABELS[name].startswith(contenders.LABELS[OURS_BIND] + " / ")
+    assert OURS_BIND in contenders.GPU_SCHEDULER_RUNNERS
 
 
 def test_gpu_scheduler_with_the_admission_policy_runs_by_default_and_its_policies_only_where_it_runs(monkeypatch):
@@ -277,7 +364,7 @@ def test_the_throughput_phase_runs_the_policy_runner_every_round_beside_ours(mon
     )
     throughput.run(bench)
     for round_no in range(3):
-        assert {key for key, _ in bench.ran[3 * round_no : 3 * round_no + 3]} == {OURS, OURS_POLICY, KUBE_MATCHED}
+        assert {key for key, _ in bench.ran[1 + 3 * round_no : 4 + 3 * round_no]} == {OURS, OURS_POLICY, KUBE_MATCHED}
     assert (OURS_POLICY, "ours_policy burst") in bench.ran
 
 
@@ -302,7 +389,7 @@ def test_gpu_scheduler_with_the_admission_policy_is_ours_under_its_own_name_and_
     ours = measure.make_runner(bench, OURS)
     assert runner.key == OURS_POLICY and runner.label == contenders.LABELS[OURS_POLICY]
     assert runner.scheduler_name == context.OUR_POLICY_SCHEDULER
-    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_UNADMITTED_SCHEDULER}) == 3
+    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_BIND_SCHEDULER}) == 3
     flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
     assert flags["--scheduler-name"] == context.OUR_POLICY_SCHEDULER
     assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_POLICY) != contenders.lease_name(OURS)
@@ -350,17 +437,18 @@ def test_the_statefulset_phase_runs_the_policy_runner_beside_ours_when_its_map_f
     def settings(runners, replicas):
         return type("S", (), {"runners": runners, "sts_replicas": replicas})()
 
-    assert statefulset.runner_keys(StsBench(settings(RUNNERS, 500))) == [OURS, OURS_POLICY]
+    assert statefulset.runner_keys(StsBench(settings(RUNNERS, 500))) == [OURS, OURS_BIND, OURS_POLICY]
+    assert statefulset.runner_keys(StsBench(settings((OURS, OURS_POLICY), 500))) == [OURS, OURS_POLICY]
     assert statefulset.runner_keys(StsBench(settings((OURS, KUBE_MATCHED), 500))) == [OURS]
     too_long = StsBench(settings(RUNNERS, policy_max_lines() + 1))
-    assert statefulset.runner_keys(too_long) == [OURS]
+    assert statefulset.runner_keys(too_long) == [OURS, OURS_BIND]
     assert "left out" in too_long.notes[0]
 
 
 def test_the_statefulset_phase_keeps_ours_figures_on_top_and_the_policy_runners_under_its_key(monkeypatch):
     from bench import statefulset
 
-    bench = StsBench(type("S", (), {"runners": RUNNERS, "sts_replicas": 10, "runs": 2})())
+    bench = StsBench(type("S", (), {"runners": (OURS, OURS_POLICY), "sts_replicas": 10, "runs": 2})())
     ran = []
 
     def once(bench, key):
@@ -379,3 +467,15 @@ def test_the_statefulset_phase_keeps_ours_figures_on_top_and_the_policy_runners_
     assert sorted(ran) == [OURS, OURS, OURS_POLICY, OURS_POLICY] and ran[0] != ran[2]  # the order turns
     assert figures["pods_per_second"] == 100.0 and len(figures["runs"]) == 2
     assert figures[OURS_POLICY]["pods_per_second"] == 80.0 and len(figures[OURS_POLICY]["runs"]) == 2
+
+
+def test_the_statefulset_phase_runs_bind_mode_with_the_entries_in_its_template():
+    from bench.workload import statefulset
+
+    plain = statefulset("ss", 3, 2, "s", "gpu-bench")
+    bound = statefulset("ss", 3, 2, "s", "gpu-bench", bind_mode=True)
+    (container,) = bound["spec"]["template"]["spec"]["containers"]
+    assert given_value(container) is FROM_BIND
+    assert "env" not in plain["spec"]["template"]["spec"]["containers"][0]
+    container.pop("env")
+    assert bound == plain

@@ -181,3 +181,20 @@ def test_the_readme_rows_say_how_gpu_schedulers_pods_were_admitted(tmp_path: Pat
         "| burst throughput, admission policy (CEL), vs kube-scheduler matched (default profile) | >= 1 x | 1.800 x |"
     ) in full
     assert "vs kube-scheduler matched (default profile) | <= 1 x | 1.312 x | **MISS** (31% over) |" in full
+
+
+def test_the_readme_gives_bind_mode_its_own_row_and_its_targets(tmp_path: Path):
+    data = results()
+    burst = data["throughput"]["burst"]["runs"]
+    burst.append(burst_run("ours_bind", "x", 210.0, {"runner": 1.5, "webhook": 0.0, "control_plane": 6.0}))
+    data["throughput"]["burst"] = {"runs": burst, **summarize_throughput(burst)}
+    data["targets"] = evaluate(load(), headline_metrics(data))
+    path = tmp_path / "2026-01-01-0000-bench.json"
+    path.write_text(json.dumps(json_safe(data)))
+    headline = readme.render_headlines([path])
+    assert (
+        "| gpu-scheduler, bind mode (devices in the Binding; no admission call) | 210.0 | 500 ms | 1.50 / 0.00 / 6.00 |"
+    ) in headline
+    full = readme.render([path])
+    assert "| burst throughput, bind mode, vs kube-scheduler matched (default profile) | >= 1 x | 2.100 x |" in full
+    assert "CPU per pod of a burst, bind mode: scheduler + control plane (no webhook)" in full

@@ -566,3 +566,53 @@ def test_the_profile_of_each_gpu_scheduler_runner_is_shown_under_its_label():
     text = "\n".join(profile_lines(tp))
     assert "burst, gpu-scheduler, admission webhook, round 1" in text
     assert "burst, gpu-scheduler, admission policy (CEL), round 1" in text
+
+
+def test_bind_modes_targets_are_issue_47s_and_read_its_own_figures():
+    checked = {t["metric"]: t for t in load()}
+    wanted = {
+        "cpu_ratio.total.bind_over_kube_matched": ("<=", 1.0),
+        "ratio.bind_over_kube_matched": (">=", 1.0),
+        "ratio.bind_over_kube_defaults": (">=", 2.0),
+        "ratio.bind_over_ceiling": (">=", 0.9),
+        "ours_bind.latency_p99_s": ("<", 1.0),
+        "ours_bind.scheduled_event_share": (">=", 1.0),
+    }
+    for metric, (op, threshold) in wanted.items():
+        assert (checked[metric]["op"], checked[metric]["threshold"], checked[metric]["run"]) == (op, threshold, "bench")
+    scale_targets = {t["metric"]: t for t in load(run="scale")}
+    assert scale_targets["scale.ratio.bind_over_kube_matched"]["threshold"] == 1.2
+    assert scale_targets["scale.cpu_ratio.total.bind_over_kube_matched"]["threshold"] == 1.0
+
+
+def test_a_scale_cpu_ratio_whose_windows_did_not_settle_cannot_pass():
+    def scale_run(key, round_no, settled):
+        figures = run("ours" if key == "ours_bind" else key, round_no, 200.0)
+        return {**figures, "key": key, "label": key, "settled": settled}
+
+    runs = [scale_run("ours_bind", 1, False), scale_run("kube_matched", 1, True)]
+    results = {"scale": {"pods": 10000, "nodes": 5000, "runs": runs, **summarize_throughput(runs)}}
+    metrics = headline_metrics(results)
+    assert "1 CPU window not settled" in metrics["scale.cpu_ratio.total.bind_over_kube_matched"]["reason"]
+    assert "reason" not in metrics["scale.ratio.bind_over_kube_matched"]
+    checked = {t["metric"]: t for t in evaluate(load(run="scale"), metrics)}
+    assert checked["scale.cpu_ratio.total.bind_over_kube_matched"]["status"] == MISS
+
+
+def test_the_statefulset_table_gains_a_column_for_bind_mode():
+    from bench.report import statefulset_lines
+
+    sts = {
+        "replicas": 500,
+        "pods_per_second": 90.0,
+        "created_per_second": 95.0,
+        "seen_to_bound_p50_s": 0.05,
+        "seen_to_bound_p99_s": 0.2,
+        "attempt_ms": 4.0,
+    }
+    lines = statefulset_lines(dict(sts, ours_bind=dict(sts, pods_per_second=95.0)), None)
+    assert (
+        "| gpu-scheduler, admission webhook | bare pods | StatefulSet, 500-line map | "
+        "StatefulSet, 500-line map, bind mode (devices in the Binding; no admission call) |"
+    ) in lines
+    assert "| pods/s bound | — | 90.0 | 95.0 |" in lines
