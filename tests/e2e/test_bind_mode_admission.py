@@ -1,0 +1,309 @@
+"""admission.mode bind against the real kube-apiserver: the chart's CEL, evaluated where it runs.
+
+The chart's objects are installed as `helm template` renders them for a 1.36+ API server
+(templates/bind-policies.yaml, templates/device-annotations-guard.yaml), renamed for this run
+and bound to one namespace, for a schedulerName of this run only: no scheduler of another
+suite sharing the cluster binds these pods, and no other suite's pods meet these policies.
+
+  (a) The MutatingAdmissionPolicy gives every init container and container that lacks it the
+      entry that reads the bind's devices annotation (and CUDA_DEVICE_ORDER), and leaves a pod
+      whose containers all have it, a pod without a map and another scheduler's pod untouched.
+  (b) After a Binding that carries the device annotations (POSTed here, as the scheduler does),
+      the ValidatingAdmissionPolicy refuses changing or removing them, saying to delete the pod
+      instead; other annotations, labels and finalizers still change, and the pod is deleted.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from gpu_scheduler.placement import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, PLACEMENT_ANNOTATION
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from .charts import SCHEDULER_CHART, helm_template
+from .cluster import Kubectl, get_pod, ignoring_not_found, status_message
+from .isolation import RUN_ID, create_namespace, delete_namespace
+from .waiting import NotYet, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SCHEDULER = f"bind-mode-{RUN_ID}"
+RELEASE = f"bind-{RUN_ID}"
+MUTATING_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+TEMPLATES = ("templates/bind-policies.yaml", "templates/device-annotations-guard.yaml")
+PLURALS = {
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
+MAP = "0=node1:0,1\n1=node2:2\n"
+ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
+# As the API server stores the entry: it defaults fieldRef.apiVersion.
+BIND_ENTRY = {
+    "name": "CUDA_VISIBLE_DEVICES",
+    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}},
+}
+ACTIVE_TIMEOUT = 30.0
+
+
+def pod(name: str, containers: list[dict], init_containers=(), scheduler: str = SCHEDULER, map_text=MAP) -> dict:
+    spec = {"schedulerName": scheduler, "automountServiceAccountToken": False, "containers": containers}
+    if init_containers:
+        spec["initContainers"] = list(init_containers)
+    annotations = {"gpu-scheduling-map": map_text} if map_text is not None else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+def container(name: str, env=None) -> dict:
+    found = {"name": name, "image": "busybox"}
+    if env is not None:
+        found["env"] = copy.deepcopy(env)
+    return found
+
+
+def env_of(created: dict) -> dict[str, list]:
+    spec = created["spec"]
+    return {c["name"]: c.get("env") for c in spec.get("initContainers", []) + spec["containers"]}
+
+
+@pytest.fixture(scope="module")
+def served(api_client) -> set[str]:
+    groups = client.ApisApi(api_client).get_api_versions()
+    versions = {v.group_version for g in groups.groups if g.name == "admissionregistration.k8s.io" for v in g.versions}
+    resources = client.AdmissionregistrationV1Api(api_client).get_api_resources().resources
+    return versions | {f"v1/{r.kind}" for r in resources}
+
+
+@pytest.fixture(scope="module")
+def bind_namespace(api_client):
+    name = create_namespace(api_client, "bind-mode", labelled=False)
+    yield name
+    delete_namespace(api_client, name)
+
+
+def render(namespace: str, with_mutating_policy: bool) -> list[dict]:
+    """The chart's bind-mode objects for this run, bound to `namespace` only."""
+    args = ["--set-string", f"schedulerName={SCHEDULER}"]
+    if with_mutating_policy:
+        args += ["--api-versions", MUTATING_POLICY_API]
+    shown = [argument for template in TEMPLATES for argument in ("--show-only", template)]
+    if not with_mutating_policy:
+        shown = ["--show-only", TEMPLATES[1]]
+    documents = helm_template(RELEASE, SCHEDULER_CHART, "gpu-scheduler", *shown, *args)
+    for doc in documents:
+        if doc["kind"].endswith("Binding"):
+            doc["spec"]["matchResources"] = {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            }
+    return documents
+
+
+@pytest.fixture(scope="module")
+def installed(api_client, bind_namespace, served):
+    """The chart's bind-mode objects, created (the MutatingAdmissionPolicy where it is served)."""
+    custom = client.CustomObjectsApi(api_client)
+    documents = render(bind_namespace, MUTATING_POLICY_API.removeprefix("admissionregistration.k8s.io/") in served)
+    kinds = sorted(doc["kind"] for doc in documents)
+    try:
+        for doc in documents:
+            custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], doc)
+        yield kinds
+    finally:
+        for doc in documents:
+            ignoring_not_found(
+                custom.delete_cluster_custom_object,
+                "admissionregistration.k8s.io",
+                "v1",
+                PLURALS[doc["kind"]],
+                doc["metadata"]["name"],
+            )
+
+
+def dry_run_create(api_client, namespace: str, body: dict) -> dict:
+    response = client.CoreV1Api(api_client).create_namespaced_pod(
+        namespace, body, dry_run="All", _preload_content=False
+    )
+    return json.loads(response.data)
+
+
+@pytest.fixture(scope="module")
+def mutating(api_client, bind_namespace, installed):
+    if "MutatingAdmissionPolicy" not in installed:
+        pytest.skip("this API server serves no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.35)")
+
+    def acting() -> None:
+        created = dry_run_create(api_client, bind_namespace, pod("probe-0", [container("main")]))
+        if env_of(created)["main"] != [BIND_ENTRY, ORDER]:
+            raise NotYet(f"not mutated yet: {env_of(created)}")
+
+    wait_for("the MutatingAdmissionPolicy to act on this namespace's pods", acting, ACTIVE_TIMEOUT)
+
+
+def test_a_pod_without_entries_gets_them_from_the_policy_and_one_with_them_is_untouched(
+    api_client, bind_namespace, mutating
+):
+    core = client.CoreV1Api(api_client)
+    lacking = pod(
+        "lacking-0",
+        [container("main"), container("sidecar", [{"name": "CUDA_DEVICE_ORDER", "value": "FASTEST_FIRST"}])],
+        init_containers=[
+            container("fetch", [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "3"}])
+        ],
+    )
+    core.create_namespaced_pod(bind_namespace, lacking)
+    assert env_of(get_pod(api_client, bind_namespace, "lacking-0")) == {
+        "fetch": [{"name": "A", "value": "1"}, BIND_ENTRY, ORDER],
+        "main": [BIND_ENTRY, ORDER],
+        # A container that orders its GPUs itself keeps its choice.
+        "sidecar": [{"name": "CUDA_DEVICE_ORDER", "value": "FASTEST_FIRST"}, BIND_ENTRY],
+    }
+
+    written = [BIND_ENTRY, {"name": "EPOCHS", "value": "10"}]
+    complete = pod("complete-1", [container("main", written)], init_containers=[container("fetch", [BIND_ENTRY])])
+    core.create_namespaced_pod(bind_namespace, complete)
+    assert env_of(get_pod(api_client, bind_namespace, "complete-1")) == {"fetch": [BIND_ENTRY], "main": written}
+
+
+@pytest.mark.parametrize(
+    "untouched",
+    [
+        pod("no-map-0", [container("main")], map_text=None),
+        pod("other-0", [container("main")], scheduler="default-scheduler"),
+    ],
+    ids=["ours-without-a-map", "another-schedulers"],
+)
+def test_pods_that_are_not_ours_with_a_map_are_not_mutated(api_client, bind_namespace, mutating, untouched):
+    assert env_of(dry_run_create(api_client, bind_namespace, untouched)) == {"main": None}
+
+
+def bind(api_client, namespace: str, name: str, node: str, devices: str, index: int) -> None:
+    """What the scheduler's Binding does: the node and the device annotations in one write."""
+    placement = json.dumps({"index": index, "node": node, "cudaVisibleDevices": devices}, separators=(",", ":"))
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "annotations": {DEVICES_ANNOTATION: devices, PLACEMENT_ANNOTATION: placement}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    # Not read back: the API server answers a Status, which the client cannot read as a Binding.
+    client.CoreV1Api(api_client).create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+
+
+@pytest.fixture
+def bound(api_client, bind_namespace, installed, kubeconfig):
+    """A pod of ours bound to node1 with devices 0,1 by a Binding, and the guard seen acting on it."""
+    name = "bound-0"
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [BIND_ENTRY, ORDER])]))
+    bind(api_client, bind_namespace, name, "node1", "0,1", 0)
+    kubectl = Kubectl(kubeconfig)
+
+    def guarding() -> None:
+        tried = kubectl.kubectl(
+            "-n",
+            bind_namespace,
+            "annotate",
+            "--overwrite",
+            "--dry-run=server",
+            f"pod/{name}",
+            f"{DEVICES_ANNOTATION}=9",
+        )
+        if tried.returncode == 0:
+            raise NotYet("a dry-run change of the devices annotation was admitted")
+
+    wait_for("the device annotations' guard to act on this namespace's pods", guarding, ACTIVE_TIMEOUT)
+    yield name, kubectl
+    ignoring_not_found(core.delete_namespaced_pod, name, bind_namespace, grace_period_seconds=0)
+
+
+def test_the_binding_writes_the_node_and_the_device_annotations_in_one_write(api_client, bind_namespace, bound):
+    name, _ = bound
+    stored = get_pod(api_client, bind_namespace, name)
+    assert stored["spec"]["nodeName"] == "node1"
+    assert stored["metadata"]["annotations"][DEVICES_ANNOTATION] == "0,1"
+    assert json.loads(stored["metadata"]["annotations"][PLACEMENT_ANNOTATION]) == {
+        "index": 0,
+        "node": "node1",
+        "cudaVisibleDevices": "0,1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "change", "was", "now"),
+    [
+        (DEVICES_ANNOTATION, [f"{DEVICES_ANNOTATION}=2", "--overwrite"], "0,1", "2"),
+        (DEVICES_ANNOTATION, [f"{DEVICES_ANNOTATION}-"], "0,1", "removed"),
+        (PLACEMENT_ANNOTATION, [f"{PLACEMENT_ANNOTATION}={{}}", "--overwrite"], '{"index":0', "{}"),
+        (PLACEMENT_ANNOTATION, [f"{PLACEMENT_ANNOTATION}-"], '{"index":0', "removed"),
+    ],
+    ids=["devices-overwritten", "devices-removed", "placement-overwritten", "placement-removed"],
+)
+def test_a_device_annotation_once_bound_cannot_change_and_the_refusal_says_to_delete_the_pod(
+    api_client, bind_namespace, bound, key, change, was, now
+):
+    name, kubectl = bound
+    refused = kubectl.kubectl("-n", bind_namespace, "annotate", f"pod/{name}", *change)
+
+    assert refused.returncode != 0, refused.stdout
+    message = refused.stderr
+    assert f"pod {bind_namespace}/{name}: the annotation {key} was written when the pod was bound" in message
+    assert f"(was {was}" in message and f"now {now})" in message
+    assert "delete it and create it again" in message
+    assert get_pod(api_client, bind_namespace, name)["metadata"]["annotations"][DEVICES_ANNOTATION] == "0,1"
+
+
+def test_other_edits_of_a_bound_pod_pass_and_it_is_deleted(api_client, bind_namespace, bound):
+    name, kubectl = bound
+    kubectl.ok("-n", bind_namespace, "annotate", f"pod/{name}", "example.com/owner=team-a")
+    kubectl.ok("-n", bind_namespace, "annotate", "--overwrite", f"pod/{name}", "gpu-scheduling-map=0=node1:0,1")
+    kubectl.ok("-n", bind_namespace, "label", f"pod/{name}", "team=a")
+    add = json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})
+    kubectl.ok("-n", bind_namespace, "patch", f"pod/{name}", "--type=merge", "-p", add)
+    # The devices annotation written again with its own value is no change.
+    kubectl.ok("-n", bind_namespace, "annotate", "--overwrite", f"pod/{name}", f"{DEVICES_ANNOTATION}=0,1")
+
+    stored = get_pod(api_client, bind_namespace, name)
+    assert stored["metadata"]["labels"] == {"team": "a"}
+    assert stored["metadata"]["annotations"]["example.com/owner"] == "team-a"
+
+    kubectl.ok("-n", bind_namespace, "delete", f"pod/{name}", "--wait=false")
+    # Held by the finalizer: marked for deletion, then released by an UPDATE the guard passes.
+    assert get_pod(api_client, bind_namespace, name)["metadata"].get("deletionTimestamp")
+    kubectl.ok(
+        "-n",
+        bind_namespace,
+        "patch",
+        f"pod/{name}",
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/metadata/finalizers"}]',
+    )
+
+    def gone() -> None:
+        try:
+            client.CoreV1Api(api_client).read_namespaced_pod(name, bind_namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        raise NotYet("the pod is still there")
+
+    wait_for(f"pod {name} to be deleted", gone, 60)
+
+
+def test_nothing_guards_a_pod_before_its_bind(api_client, bind_namespace, installed, kubeconfig):
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(bind_namespace, pod("pending-1", [container("main", [BIND_ENTRY, ORDER])]))
+    try:
+        Kubectl(kubeconfig).ok("-n", bind_namespace, "annotate", "pod/pending-1", "example.com/owner=team-a")
+        # A pod bound after an edit of that kind gets the Binding's annotations.
+        bind(api_client, bind_namespace, "pending-1", "node2", "2", 1)
+        assert get_pod(api_client, bind_namespace, "pending-1")["metadata"]["annotations"][DEVICES_ANNOTATION] == "2"
+    except ApiException as err:
+        raise AssertionError(status_message(err.body)) from None
+    finally:
+        ignoring_not_found(core.delete_namespaced_pod, "pending-1", bind_namespace, grace_period_seconds=0)
