@@ -11,20 +11,27 @@ suite sharing the cluster binds these pods, and no other suite's pods meet these
   (b) After a Binding that carries the device annotations (POSTed here, as the scheduler does),
       the ValidatingAdmissionPolicy refuses changing or removing them, saying to delete the pod
       instead; other annotations, labels and finalizers still change, and the pod is deleted.
+  (c) Below 1.36, `gpu-scheduler webhook --devices-from bind` with the chart's configurations:
+      a pod lacking the entry gets it (and no annotation), one with it never calls the webhook,
+      a pod created on a node gets its devices annotation, and a `kubectl debug` container of a
+      bound pod reads the pod's devices.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import uuid
 
 import pytest
 from gpu_scheduler.placement import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, PLACEMENT_ANNOTATION
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from . import webhook_registration
 from .charts import SCHEDULER_CHART, helm_template
 from .cluster import Kubectl, get_pod, ignoring_not_found, status_message
+from .components import WebhookProcess, make_certs
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
@@ -196,7 +203,8 @@ def bind(api_client, namespace: str, name: str, node: str, devices: str, index: 
 @pytest.fixture
 def bound(api_client, bind_namespace, installed, kubeconfig):
     """A pod of ours bound to node1 with devices 0,1 by a Binding, and the guard seen acting on it."""
-    name = "bound-0"
+    # A name of its own each time: a pod deleted a moment ago may still be on its way out.
+    name = f"bound-{uuid.uuid4().hex[:6]}-0"
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [BIND_ENTRY, ORDER])]))
     bind(api_client, bind_namespace, name, "node1", "0,1", 0)
@@ -307,3 +315,116 @@ def test_nothing_guards_a_pod_before_its_bind(api_client, bind_namespace, instal
         raise AssertionError(status_message(err.body)) from None
     finally:
         ignoring_not_found(core.delete_namespaced_pod, "pending-1", bind_namespace, grace_period_seconds=0)
+
+
+# -- (c) below 1.36: the webhook in bind mode, registered as the chart registers it ----------------
+
+
+@pytest.fixture(scope="module")
+def webhook_namespace(api_client):
+    name = create_namespace(api_client, "bind-webhook", labelled=False)
+    yield name
+    delete_namespace(api_client, name)
+
+
+@pytest.fixture(scope="module")
+def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
+    """`gpu-scheduler webhook --devices-from bind` for this run's schedulerName, registered with
+    the chart's bind-mode configurations as a 1.35 API server gets them (no
+    MutatingAdmissionPolicy: the webhook gives the entry), for `webhook_namespace` only."""
+    directory = tmp_path_factory.mktemp("bind-webhook")
+    certs = make_certs(directory / "certs")
+    process = WebhookProcess(certs, directory / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
+    process.argv += ["--devices-from", "bind"]
+    name = f"bind-webhook-{RUN_ID}"
+    try:
+        process.start_and_wait()
+        configurations = webhook_registration.render(
+            name,
+            process.base_url,
+            certs.ca_bundle,
+            namespace_label=("kubernetes.io/metadata.name", webhook_namespace),
+            scheduler_name=SCHEDULER,
+            values=("admission.mode=bind",),
+        )
+        (mutating_webhook,) = [
+            w for c in configurations if c["kind"] == "MutatingWebhookConfiguration" for w in c["webhooks"]
+        ]
+        assert "needs-the-webhook" in {c["name"] for c in mutating_webhook["matchConditions"]}
+        webhook_registration.apply(api_client, configurations)
+
+        def called() -> None:
+            created = dry_run_create(api_client, webhook_namespace, pod("probe-0", [container("main")]))
+            if env_of(created)["main"] != [BIND_ENTRY, ORDER]:
+                raise NotYet(f"not mutated yet: {env_of(created)}")
+
+        wait_for("the API server to call the bind-mode webhook", called, ACTIVE_TIMEOUT)
+        yield process
+    finally:
+        webhook_registration.delete(api_client, name)
+        process.stop()
+
+
+def calls_for(process: WebhookProcess, pod_name: str) -> list[str]:
+    """The webhook's log lines of its decisions on `pod_name`."""
+    return [line for line in process.log_path.read_text().splitlines() if f"/{pod_name} " in line]
+
+
+def wait_for_call(process: WebhookProcess, pod_name: str) -> None:
+    """Until the webhook logged its decision on `pod_name` (its workers write after answering)."""
+
+    def logged() -> None:
+        if not calls_for(process, pod_name):
+            raise NotYet(f"no line for {pod_name} in {process.log_path}")
+
+    wait_for(f"the webhook's log line for {pod_name}", logged, 10)
+
+
+def test_the_webhook_gives_the_entry_to_a_pod_lacking_it_and_never_sees_one_that_has_it(
+    api_client, webhook_namespace, bind_webhook
+):
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(
+        webhook_namespace, pod("lacking-0", [container("main")], init_containers=[container("fetch")])
+    )
+    stored = get_pod(api_client, webhook_namespace, "lacking-0")
+    assert env_of(stored) == {"fetch": [BIND_ENTRY, ORDER], "main": [BIND_ENTRY, ORDER]}
+    # The scheduler's Binding writes the annotations, not the webhook.
+    assert DEVICES_ANNOTATION not in stored["metadata"]["annotations"]
+    assert PLACEMENT_ANNOTATION not in stored["metadata"]["annotations"]
+    wait_for_call(bind_webhook, "lacking-0")
+
+    core.create_namespaced_pod(webhook_namespace, pod("complete-1", [container("main", [BIND_ENTRY, ORDER])]))
+    assert env_of(get_pod(api_client, webhook_namespace, "complete-1")) == {"main": [BIND_ENTRY, ORDER]}
+    # A pod created after it that does call the webhook, logged: the first would be by now.
+    core.create_namespaced_pod(webhook_namespace, pod("marker-2", [container("main")]))
+    wait_for_call(bind_webhook, "marker-2")
+    assert calls_for(bind_webhook, "complete-1") == [], "a pod with the entry in every container called the webhook"
+
+
+def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
+    api_client, webhook_namespace, bind_webhook
+):
+    on_node = pod("on-node-1", [container("main", [BIND_ENTRY, ORDER])])
+    on_node["spec"]["nodeName"] = "node2"
+    client.CoreV1Api(api_client).create_namespaced_pod(webhook_namespace, on_node)
+
+    annotations = get_pod(api_client, webhook_namespace, "on-node-1")["metadata"]["annotations"]
+    assert annotations[DEVICES_ANNOTATION] == "2"
+    assert json.loads(annotations[PLACEMENT_ANNOTATION]) == {"index": 1, "node": "node2", "cudaVisibleDevices": "2"}
+
+
+def test_a_debug_container_of_a_bound_pod_reads_the_pods_devices(
+    api_client, webhook_namespace, bind_webhook, kubeconfig
+):
+    client.CoreV1Api(api_client).create_namespaced_pod(
+        webhook_namespace, pod("debugged-0", [container("main", [BIND_ENTRY, ORDER])])
+    )
+    bind(api_client, webhook_namespace, "debugged-0", "node1", "0,1", 0)
+    Kubectl(kubeconfig).ok(
+        "-n", webhook_namespace, "debug", "pod/debugged-0", "--image=busybox", "--container=debugger", "--", "true"
+    )
+
+    (debugger,) = get_pod(api_client, webhook_namespace, "debugged-0")["spec"]["ephemeralContainers"]
+    assert debugger["name"] == "debugger"
+    assert debugger["env"] == [BIND_ENTRY, ORDER]
