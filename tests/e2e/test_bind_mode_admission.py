@@ -35,6 +35,7 @@ from .components import WebhookProcess, make_certs
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
+# The MutatingAdmissionPolicy's tests skip below 1.36; the rest also run on 1.35 (compat).
 pytestmark = pytest.mark.cluster
 
 SCHEDULER = f"bind-mode-{RUN_ID}"
@@ -228,6 +229,7 @@ def bound(api_client, bind_namespace, installed, kubeconfig):
     ignoring_not_found(core.delete_namespaced_pod, name, bind_namespace, grace_period_seconds=0)
 
 
+@pytest.mark.compat
 def test_the_binding_writes_the_node_and_the_device_annotations_in_one_write(api_client, bind_namespace, bound):
     name, _ = bound
     stored = get_pod(api_client, bind_namespace, name)
@@ -240,6 +242,7 @@ def test_the_binding_writes_the_node_and_the_device_annotations_in_one_write(api
     }
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize(
     ("key", "change", "was", "now"),
     [
@@ -264,6 +267,7 @@ def test_a_device_annotation_once_bound_cannot_change_and_the_refusal_says_to_de
     assert get_pod(api_client, bind_namespace, name)["metadata"]["annotations"][DEVICES_ANNOTATION] == "0,1"
 
 
+@pytest.mark.compat
 def test_other_edits_of_a_bound_pod_pass_and_it_is_deleted(api_client, bind_namespace, bound):
     name, kubectl = bound
     kubectl.ok("-n", bind_namespace, "annotate", f"pod/{name}", "example.com/owner=team-a")
@@ -303,6 +307,7 @@ def test_other_edits_of_a_bound_pod_pass_and_it_is_deleted(api_client, bind_name
     wait_for(f"pod {name} to be deleted", gone, 60)
 
 
+@pytest.mark.compat
 def test_nothing_guards_a_pod_before_its_bind(api_client, bind_namespace, installed, kubeconfig):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(bind_namespace, pod("pending-1", [container("main", [BIND_ENTRY, ORDER])]))
@@ -380,6 +385,7 @@ def wait_for_call(process: WebhookProcess, pod_name: str) -> None:
     wait_for(f"the webhook's log line for {pod_name}", logged, 10)
 
 
+@pytest.mark.compat
 def test_the_webhook_gives_the_entry_to_a_pod_lacking_it_and_never_sees_one_that_has_it(
     api_client, webhook_namespace, bind_webhook
 ):
@@ -402,6 +408,7 @@ def test_the_webhook_gives_the_entry_to_a_pod_lacking_it_and_never_sees_one_that
     assert calls_for(bind_webhook, "complete-1") == [], "a pod with the entry in every container called the webhook"
 
 
+@pytest.mark.compat
 def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
     api_client, webhook_namespace, bind_webhook
 ):
@@ -414,6 +421,7 @@ def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
     assert json.loads(annotations[PLACEMENT_ANNOTATION]) == {"index": 1, "node": "node2", "cudaVisibleDevices": "2"}
 
 
+@pytest.mark.compat
 def test_a_debug_container_of_a_bound_pod_reads_the_pods_devices(
     api_client, webhook_namespace, bind_webhook, kubeconfig
 ):
