@@ -420,6 +420,13 @@ def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
     assert annotations[DEVICES_ANNOTATION] == "2"
     assert json.loads(annotations[PLACEMENT_ANNOTATION]) == {"index": 1, "node": "node2", "cudaVisibleDevices": "2"}
 
+    # Without a map no line says its devices: refused, as no scheduler will ever check it.
+    unmapped = pod("unmapped-0", [container("main", [BIND_ENTRY, ORDER])], map_text=None)
+    unmapped["spec"]["nodeName"] = "node1"
+    with pytest.raises(ApiException) as refused:
+        dry_run_create(api_client, webhook_namespace, unmapped)
+    assert "has no gpu-scheduling-map annotation" in status_message(refused.value.body)
+
 
 @pytest.mark.compat
 def test_a_debug_container_of_a_bound_pod_reads_the_pods_devices(

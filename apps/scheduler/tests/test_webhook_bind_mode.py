@@ -99,6 +99,15 @@ def test_a_pod_created_on_a_node_is_still_judged_by_its_map():
     assert "line 1" in decision.review["response"]["status"]["message"]
 
 
+def test_a_pod_created_on_a_node_without_a_map_is_refused():
+    # No scheduler will ever check it: admitted, its containers would see every GPU of the node.
+    bare = pod(2, annotations={})
+    bare["spec"]["nodeName"] = "node3"
+    decision = bind_mutate(review(bare))
+    assert decision.result == DENIED
+    assert "has no gpu-scheduling-map annotation" in decision.review["response"]["status"]["message"]
+
+
 def test_annotations_that_would_overflow_on_a_pod_created_on_a_node_name_both_of_ours():
     filler = "# " + "x" * (TOTAL_ANNOTATION_BYTES - 100) + "\n"
     big = pod(0, annotations={"gpu-scheduling-map": filler + "0=node1:0\n"})
