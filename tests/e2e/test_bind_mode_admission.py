@@ -308,18 +308,32 @@ def test_other_edits_of_a_bound_pod_pass_and_it_is_deleted(api_client, bind_name
 
 
 @pytest.mark.compat
-def test_nothing_guards_a_pod_before_its_bind(api_client, bind_namespace, installed, kubeconfig):
+def test_devices_written_on_a_pod_before_its_bind_are_replaced_by_the_binding(
+    api_client, bind_namespace, installed, kubeconfig
+):
+    """Before the bind nothing guards the annotation (its old object has none), and once set
+    by hand the guard keeps hands off it; but the Binding, a CREATE of pods/binding, writes the
+    scheduler's devices over it: a pod cannot choose its own GPUs."""
+    name = f"pending-{uuid.uuid4().hex[:6]}-1"
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_pod(bind_namespace, pod("pending-1", [container("main", [BIND_ENTRY, ORDER])]))
+    kubectl = Kubectl(kubeconfig)
+    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [BIND_ENTRY, ORDER])]))
     try:
-        Kubectl(kubeconfig).ok("-n", bind_namespace, "annotate", "pod/pending-1", "example.com/owner=team-a")
-        # A pod bound after an edit of that kind gets the Binding's annotations.
-        bind(api_client, bind_namespace, "pending-1", "node2", "2", 1)
-        assert get_pod(api_client, bind_namespace, "pending-1")["metadata"]["annotations"][DEVICES_ANNOTATION] == "2"
+        kubectl.ok("-n", bind_namespace, "annotate", f"pod/{name}", f"{DEVICES_ANNOTATION}=0,1,2,3")
+        refused = kubectl.kubectl(
+            "-n", bind_namespace, "annotate", "--overwrite", f"pod/{name}", f"{DEVICES_ANNOTATION}=3"
+        )
+        assert refused.returncode != 0 and "cannot change" in refused.stderr, refused.stderr
+
+        bind(api_client, bind_namespace, name, "node2", "2", 1)
+
+        annotations = get_pod(api_client, bind_namespace, name)["metadata"]["annotations"]
+        assert annotations[DEVICES_ANNOTATION] == "2"
+        assert json.loads(annotations[PLACEMENT_ANNOTATION])["cudaVisibleDevices"] == "2"
     except ApiException as err:
         raise AssertionError(status_message(err.body)) from None
     finally:
-        ignoring_not_found(core.delete_namespaced_pod, "pending-1", bind_namespace, grace_period_seconds=0)
+        ignoring_not_found(core.delete_namespaced_pod, name, bind_namespace, grace_period_seconds=0)
 
 
 # -- (c) below 1.36: the webhook in bind mode, registered as the chart registers it ----------------
