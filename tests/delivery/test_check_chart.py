@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from commands import run
 from e2e.charts import KUBE_VERSION_ARGS
-from gpu_scheduler.placement import MAP_ANNOTATION, PLACEMENT_ANNOTATION, parse_map
+from gpu_scheduler.placement import (
+    DEVICES_ANNOTATION,
+    FROM_BIND,
+    MAP_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    bind_env_entry,
+    container_devices,
+    parse_map,
+)
 
 from .conftest import CHECK_CHART, HELM, REGISTRY_SET, container_args, flag, pod_spec, refused_render
 
@@ -90,16 +98,32 @@ def test_check_logs_every_ten_seconds(render):
     assert flag(args, "interval") == "10"
 
 
-def test_node_pod_and_expected_placement_come_from_the_downward_api(render):
+def test_devices_node_pod_and_expected_placement_come_from_the_downward_api(render):
     (container,) = pod_spec(statefulset(render(CHECK_CHART)))["containers"]
 
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
 
     assert env == {
+        "CUDA_VISIBLE_DEVICES": f"metadata.annotations['{DEVICES_ANNOTATION}']",
         "NODE_NAME": "spec.nodeName",
         "POD_NAME": "metadata.name",
         "EXPECTED_PLACEMENT": f"metadata.annotations['{PLACEMENT_ANNOTATION}']",
     }
+
+
+@pytest.mark.parametrize("extra", [(), ("podAnnotations.team=a", "extraEnv[0].name=X", "extraEnv[0].value=1")])
+def test_every_container_reads_its_devices_from_the_bind_so_its_pods_need_no_admission(render, extra):
+    """admission.mode bind: a pod whose every init container and container has the entry that
+    reads the bind's annotation matches no webhook or policy of ours at creation; the
+    scheduler refuses one that lacks it (fails closed)."""
+    spec = pod_spec(statefulset(render(CHECK_CHART, *extra)))
+    containers = spec.get("initContainers", []) + spec["containers"]
+
+    devices = container_devices({"spec": spec})
+    assert devices.missing == () and all(value is FROM_BIND for _, value in devices.values)
+    for container in containers:
+        assert bind_env_entry() in container["env"], container["name"]
+        assert {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"} in container["env"], container["name"]
 
 
 def test_values_set_map_replicas_scheduler_and_interval(render):

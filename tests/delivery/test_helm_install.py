@@ -5,9 +5,11 @@ make test-compat) with RBAC:
   - every object of the gpu-scheduler release is accepted and stored, the
     webhook configurations' CEL matchConditions included (the API server
     compiles them on create);
-  - the webhook's blast radius: with no webhook answering and failurePolicy
-    Fail, the API server refuses pods and workloads of our scheduler only;
-    other schedulers' objects, kube-system and the release namespace pass;
+  - the webhook's blast radius: with no webhook answering (admission.mode bind,
+    the default), workloads and pods carrying the bind entry are created; only
+    pods of our scheduler that need the webhook (created on a node; below 1.36,
+    lacking the entry) are refused; other schedulers' objects, kube-system and
+    the release namespace pass;
   - the certificate hook Jobs' code path: `gpu-scheduler certs` runs with
     exactly the arguments the chart's Jobs carry, authenticated as the Jobs'
     ServiceAccount (a token of it, RBAC from the chart's hook objects), and
@@ -15,7 +17,7 @@ make test-compat) with RBAC:
     same identity cannot list Secrets or touch other objects; in provided
     mode it copies the user's CA and can never write the user's Secret;
   - the check chart's objects are stored as its values say, and while our
-    webhook is down its StatefulSet is refused (hence the Argo CD order).
+    webhook is down its StatefulSet is still created (bind mode).
 What it does not prove: KWOK runs no containers, so neither the images nor
 Helm's hook execution (the release is installed with --no-hooks; the hooks'
 commands are run from this host instead), and the webhook pods never serve.
@@ -38,6 +40,7 @@ import yaml
 from cryptography import x509
 from e2e.cluster import service_account_kubeconfig
 from e2e.workloads import controller
+from gpu_scheduler.placement import bind_env_entry
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -108,7 +111,7 @@ def release(kubeconfig, helm, kubectl):
 @pytest.mark.compat
 def test_every_object_of_the_release_is_stored(release, helm, kubectl, render, api_client):
     # What the local API server serves, so the chart is rendered as helm install did: the agent's
-    # policy (1.35 and 1.37), admission.mode policy's (1.37 only).
+    # policy (1.35 and 1.37), bind mode's MutatingAdmissionPolicy (1.37 only).
     served = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
     if serves_mutating_policies(api_client):
         served.append("admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
@@ -161,7 +164,7 @@ def deployment(name: str, scheduler_name: str) -> dict:
 
 def serves_mutating_policies(api_client) -> bool:
     """Whether the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.36+):
-    then `helm install` picks admission.mode policy (the chart's default)."""
+    then bind mode (the chart's default) installs its MutatingAdmissionPolicy."""
     resources = client.AdmissionregistrationV1Api(api_client).get_api_resources().resources
     return any(resource.kind == "MutatingAdmissionPolicy" for resource in resources)
 
@@ -185,40 +188,49 @@ def admission_error(create) -> str | None:
 
 
 @pytest.mark.compat
-def test_webhook_outage_refuses_our_pods_and_workloads_only(release, api_client, namespace):
+def test_webhook_outage_stops_no_workload_and_refuses_only_our_pods_that_need_the_webhook(
+    release, api_client, namespace
+):
+    """admission.mode bind (the default), no webhook answering: workloads and pods whose
+    containers carry the bind entry are created; a pod created on a node (the webhook writes
+    its devices) is refused, and so, below 1.36, is a pod lacking the entry (the webhook adds
+    it; on 1.36+ the MutatingAdmissionPolicy does). Other schedulers' objects, kube-system and
+    the release namespace never wait for it."""
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     ours = release.scheduler_name
 
-    def pod_in(ns: str, scheduler: str):
-        return lambda: core.create_namespaced_pod(ns, pod("probe-0", scheduler), dry_run="All")
+    def pod_in(ns: str, scheduler: str, body: dict | None = None):
+        body = body or pod("probe-0", scheduler)
+        return lambda: core.create_namespaced_pod(ns, body, dry_run="All")
 
     def deployment_in(ns: str, scheduler: str):
         body = deployment("probe", scheduler)
         return lambda: apps.create_namespaced_deployment(ns, body, dry_run="All")
 
+    on_node = pod("probe-0", ours)
+    on_node["spec"]["nodeName"] = "node1"
     # The API server picks new webhook configurations and policies up from a watch.
     deadline = time.monotonic() + 30
-    while (workload_refused := admission_error(deployment_in(namespace, ours))) is None:
+    while (refused := admission_error(pod_in(namespace, ours, on_node))) is None:
         assert time.monotonic() < deadline, "the API server never called the webhook"
         time.sleep(0.2)
-    assert "workloads.validate.gpu-scheduler" in workload_refused
+    assert "pods.mutate.gpu-scheduler" in refused
 
+    assert admission_error(deployment_in(namespace, ours)) is None
+    with_entry = pod("probe-0", ours)
+    with_entry["spec"]["containers"][0]["env"] = [bind_env_entry()]
+    assert admission_error(pod_in(namespace, ours, with_entry)) is None
     if serves_mutating_policies(api_client):
-        # admission.mode policy: kube-apiserver places our pods itself, so the outage stops none
-        # of them; only a pod created on a node still needs the webhook (its node's alias and GPUs).
         while not placed(pod_in(namespace, ours)):
-            assert time.monotonic() < deadline, "the admission policies never placed a pod"
+            assert time.monotonic() < deadline, "the MutatingAdmissionPolicy never gave a pod the entry"
             time.sleep(0.2)
-        on_node = pod("probe-0", ours)
-        on_node["spec"]["nodeName"] = "node1"
-        refused = admission_error(lambda: core.create_namespaced_pod(namespace, on_node, dry_run="All"))
     else:
-        refused = admission_error(pod_in(namespace, ours))
-    assert refused and "pods.mutate.gpu-scheduler" in refused
+        lacking = admission_error(pod_in(namespace, ours))
+        assert lacking and "pods.mutate.gpu-scheduler" in lacking
     assert admission_error(pod_in(namespace, "default-scheduler")) is None
     assert admission_error(deployment_in(namespace, "default-scheduler")) is None
-    assert admission_error(pod_in(release.namespace, ours)) is None
-    assert admission_error(pod_in("kube-system", ours)) is None
+    assert admission_error(pod_in(release.namespace, ours, on_node)) is None
+    assert admission_error(pod_in("kube-system", ours, on_node)) is None
 
 
 def apply_hook_rbac(release: Release, render, kubectl, directory: Path) -> dict:
@@ -379,12 +391,14 @@ def install_check_chart(helm, release: Release, namespace: str, scheduler_name: 
     )
 
 
-def test_check_chart_is_refused_while_its_schedulers_webhook_is_down(release, helm, namespace):
-    # Why the ApplicationSet syncs gpu-scheduler first and waits for it to be Healthy.
+def test_check_chart_installs_while_its_schedulers_webhook_is_down(release, helm, api_client, namespace):
+    # admission.mode bind: the validating webhooks fail open and the check's pods carry the
+    # bind entry, so nothing of the check waits for our webhook.
     result = install_check_chart(helm, release, namespace, release.scheduler_name)
 
-    assert result.returncode != 0
-    assert "workloads.validate.gpu-scheduler" in result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+    sts = client.AppsV1Api(api_client).read_namespaced_stateful_set("gpu-scheduler-check", namespace)
+    assert sts.spec.template.spec.scheduler_name == release.scheduler_name
 
 
 def test_check_chart_objects_are_stored_as_the_values_say(release, helm, api_client, namespace):

@@ -236,7 +236,9 @@ def test_validating_webhooks_only_see_updates_that_change_the_map(render):
     for webhook in webhooks(rendered):
         names = [c["name"] for c in webhook["matchConditions"]]
         if webhook["name"] not in templates:
-            assert names == ["scheduled-by-us"], webhook["name"]  # mutating: CREATE, and debug containers
+            # mutating: CREATE, and debug containers; in bind mode (the default) only pods with a
+            # map that need it (test_chart_bind_mode.py)
+            assert names == ["scheduled-by-us", "needs-the-webhook"], webhook["name"]
             continue
         assert names == ["scheduled-by-us", "map-changed-on-update"], webhook["name"]
         expression = " ".join(webhook["matchConditions"][1]["expression"].split())
@@ -288,6 +290,7 @@ def test_namespaces_and_objects_labelled_disabled_are_never_sent_to_the_webhook(
 def test_failure_policy_and_timeout_come_from_values(render, policy, timeout):
     rendered = render(
         SCHEDULER_CHART,
+        "admission.mode=webhook",
         f"webhook.failurePolicy={policy}",
         f"webhook.timeoutSeconds={timeout}",
     )
@@ -297,10 +300,18 @@ def test_failure_policy_and_timeout_come_from_values(render, policy, timeout):
     assert found == {(policy, timeout)}
 
 
-def test_webhook_defaults_fail_closed_within_five_seconds(render):
-    found = {(w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(render(SCHEDULER_CHART))}
+def test_webhook_defaults_fail_closed_within_five_seconds_and_validate_failing_open(render):
+    """Bind mode (the default): the mutating webhook, which only pods that need it reach,
+    fails closed; the validating ones (maps at `kubectl apply`) let everything through while
+    no webhook answers: the scheduler refuses a broken map anyway."""
+    found = {w["name"]: (w["failurePolicy"], w["timeoutSeconds"]) for w in webhooks(render(SCHEDULER_CHART))}
 
-    assert found == {("Fail", 5)}
+    assert found == {
+        "pods.mutate.gpu-scheduler": ("Fail", 5),
+        "pods.validate.gpu-scheduler": ("Ignore", 5),
+        "workloads.validate.gpu-scheduler": ("Ignore", 5),
+        "cronjobs.validate.gpu-scheduler": ("Ignore", 5),
+    }
 
 
 def test_mutating_webhook_handles_pod_creation_and_debug_containers_on_mutate(render):

@@ -78,16 +78,20 @@ def test_helm3_and_helm4_render_the_same_objects(helm, helm3, chart, api_version
     assert by_identity(rendered["helm 4"]) == by_identity(rendered["helm 3"])
 
 
-def test_helm4_template_without_a_cluster_renders_the_webhook_mode(helm):
+def test_helm4_template_without_a_cluster_renders_bind_mode_through_the_webhook(helm):
     # No --kube-version: Helm 4.1+ renders for its own client's Kubernetes (4.3: 1.37), which the
     # charts accept. No cluster: .Capabilities.APIVersions lists group/versions only, never a
-    # kind, so MutatingAdmissionPolicy is not known to be served and the chart takes the webhook
-    # mode, which works on every Kubernetes the chart accepts (1.35+).
+    # kind, so MutatingAdmissionPolicy is not known to be served and bind mode (the default)
+    # gives pods lacking the entry through the webhook, which works on every Kubernetes the
+    # chart accepts (1.35+).
     result = run([helm, "template", "gpu-scheduler", SCHEDULER_CHART, "--set", REGISTRY_SET])
     assert result.returncode == 0, result.stderr
-    kinds = {doc["kind"] for doc in documents(result.stdout)}
+    docs = documents(result.stdout)
+    kinds = {doc["kind"] for doc in docs}
     assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
     assert "MutatingAdmissionPolicy" not in kinds
+    (webhook,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-webhook")]
+    assert "--devices-from=bind" in webhook["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_helm4_template_without_a_cluster_refuses_policy_mode_saying_how(helm):

@@ -1,6 +1,7 @@
 """Golden AdmissionReviews: testdata/admission/<case>.input.json -> <case>.output.json.
 
-Case names start with the operation (mutate-..., validate-...). In the output
+Case names start with the operation (mutate-..., validate-...); mutate-bind-...
+cases run as `--devices-from bind` (admission.mode bind) does. In the output
 files the response's base64 `patch` is stored decoded, as the JSON Patch it
 carries, so a reviewer can read it. Regenerate after an intended change with
 UPDATE_GOLDEN=1 and review the diff.
@@ -20,15 +21,22 @@ TESTDATA = Path(__file__).parent / "testdata" / "admission"
 CASES = sorted(TESTDATA.glob("*.input.json"))
 
 
+def devices_from(case: Path) -> str:
+    return admission.BIND if case.name.startswith("mutate-bind-") else admission.LITERAL
+
+
 def decide(case: Path, review: dict) -> admission.Answer:
     operation = case.name.split("-", 1)[0]
-    return {"mutate": admission.mutate, "validate": admission.validate}[operation](review, SCHEDULER)
+    if operation == "mutate":
+        return admission.mutate(review, SCHEDULER, devices_from=devices_from(case))
+    return admission.validate(review, SCHEDULER)
 
 
 def test_there_are_golden_cases_for_both_operations():
     names = [case.name for case in CASES]
     assert sum(name.startswith("mutate-") for name in names) >= 5
     assert sum(name.startswith("validate-") for name in names) >= 5
+    assert sum(name.startswith("mutate-bind-") for name in names) >= 5
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name.removesuffix(".input.json"))
@@ -48,7 +56,7 @@ def test_response_matches_golden_output(case):
 )
 def test_mutated_pod_needs_no_second_patch_and_the_patch_is_idempotent(case):
     review = json.loads(case.read_text())
-    decision = admission.mutate(review, SCHEDULER)
+    decision = decide(case, review)
     if decision.result != admission.PATCHED:
         assert "patch" not in decision.review["response"]
         return
@@ -56,6 +64,6 @@ def test_mutated_pod_needs_no_second_patch_and_the_patch_is_idempotent(case):
     once = patch.apply(review["request"]["object"])
     assert patch.apply(once) == once
     review["request"]["object"] = once
-    again = admission.mutate(review, SCHEDULER)
+    again = decide(case, review)
     assert again.result == admission.ALLOWED
     assert "patch" not in again.review["response"]

@@ -368,19 +368,47 @@ template:
 {{- end -}}
 
 {{/*
-How a new pod of ours gets its placement (values: admission.mode):
-"policy" (a MutatingAdmissionPolicy, evaluated by kube-apiserver) where the
-API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
-(Kubernetes 1.36+), else "webhook". A mode the cluster cannot serve fails
-the render, saying why.
+How a new pod of ours gets its devices (values: admission.mode):
+"bind" (the default, "" too): the scheduler writes them in the Binding and
+  every container reads them through a fieldRef; pods that arrive without
+  that entry get it from a MutatingAdmissionPolicy where the API server
+  serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+  (Kubernetes 1.36+), else from the webhook (gpu-scheduler.bindByPolicy).
+"webhook", "policy": the legacy modes, which write the map line's devices
+  into every pod at CREATE. A mode the cluster cannot serve fails the
+  render, saying why.
 */}}
 {{- define "gpu-scheduler.admissionMode" -}}
-{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
-{{- $mode := .Values.admission.mode | default (ternary "policy" "webhook" $served) -}}
+{{- $served := include "gpu-scheduler.mutatingPolicyServed" . -}}
+{{- $mode := .Values.admission.mode | default "bind" -}}
 {{- if and (eq $mode "policy") (not $served) -}}
-{{- fail (printf "admission.mode=policy needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), which this API server (%s) does not serve: leave admission.mode empty or set webhook (helm template: --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy)" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "admission.mode=policy needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), which this API server (%s) does not serve: leave admission.mode at bind (the default) or set webhook (helm template: --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy)" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 {{- $mode -}}
+{{- end -}}
+{{/* "true" where the API server serves MutatingAdmissionPolicy v1, else "". */}}
+{{- define "gpu-scheduler.mutatingPolicyServed" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
+{{- end -}}
+{{/* "true" in bind mode on 1.36+: the MutatingAdmissionPolicy, not the webhook, gives a pod the entry it lacks. */}}
+{{- define "gpu-scheduler.bindByPolicy" -}}
+{{- if and (eq (include "gpu-scheduler.admissionMode" .) "bind") (include "gpu-scheduler.mutatingPolicyServed" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+CEL, bind mode: the env entry whose value is the bind's devices annotation
+(placement/environment.py: bind_env_entry, reads_bind_annotation), and
+whether container c's CUDA_VISIBLE_DEVICES reads it (every entry of that
+name does, and there is one: with the name twice the kubelet takes the last).
+*/}}
+{{- define "gpu-scheduler.cel.bindFieldPath" -}}"metadata.annotations['gpu-scheduler/cuda-visible-devices']"{{- end -}}
+{{- define "gpu-scheduler.cel.readsBind" -}}
+(c.?env.orValue([]).exists(e, e.name == 'CUDA_VISIBLE_DEVICES') && c.env.all(e, e.name != 'CUDA_VISIBLE_DEVICES' || e.?valueFrom.?fieldRef.?fieldPath.orValue('') == {{ include "gpu-scheduler.cel.bindFieldPath" . }}))
+{{- end -}}
+{{/* Some init container or container of the pod at .path lacks the bind entry. */}}
+{{- define "gpu-scheduler.cel.lacksBindEntry" -}}
+({{ .path }}.spec.?initContainers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}) ||
+{{ .path }}.spec.?containers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}))
 {{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
 

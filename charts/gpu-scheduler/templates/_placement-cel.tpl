@@ -77,16 +77,21 @@ any valueFrom are dropped) or is appended, and CUDA_DEVICE_ORDER=PCI_BUS_ID
 follows it unless the container sets that itself. Entries are edited in
 place (replace, remove from the last, add): a patch value can only hold
 entries built here, not the pod's own. None for a container that has it.
+.bind (bind mode): the entry is the constant one that reads the bind's
+devices annotation (gpu-scheduler.cel.readsBind), not variables.devices.
 */}}
 {{- define "gpu-scheduler.cel.envPatches" -}}
 {{- $type := printf "Object.spec.%s.env" .field -}}
 {{- $path := printf "'/spec/%s/' + string(i) + '/env'" .field -}}
 {{- $cuda := printf "%s{name: 'CUDA_VISIBLE_DEVICES', value: variables.devices}" $type -}}
+{{- $has := "c.?env.orValue([]).filter(e, e.name == 'CUDA_VISIBLE_DEVICES').size() == 1 &&\n    c.env.exists(e, e.name == 'CUDA_VISIBLE_DEVICES' && e.?value.orValue('') == variables.devices && !has(e.valueFrom)) &&\n    c.env.exists(e, e.name == 'CUDA_DEVICE_ORDER')" -}}
+{{- if .bind -}}
+{{- $cuda = printf "%s{name: 'CUDA_VISIBLE_DEVICES', valueFrom: %s.valueFrom{fieldRef: %s.valueFrom.fieldRef{fieldPath: %s}}}" $type $type $type (include "gpu-scheduler.cel.bindFieldPath" .) -}}
+{{- $has = include "gpu-scheduler.cel.readsBind" . -}}
+{{- end -}}
 {{- $order := printf "%s{name: 'CUDA_DEVICE_ORDER', value: 'PCI_BUS_ID'}" $type -}}
 object.spec.?{{ .field }}.orValue([]).transformList(i, c,
-  !(c.?env.orValue([]).filter(e, e.name == 'CUDA_VISIBLE_DEVICES').size() == 1 &&
-    c.env.exists(e, e.name == 'CUDA_VISIBLE_DEVICES' && e.?value.orValue('') == variables.devices && !has(e.valueFrom)) &&
-    c.env.exists(e, e.name == 'CUDA_DEVICE_ORDER')),
+  !({{ $has }}),
   c.?env.orValue([]).size() == 0 ?
     [JSONPatch{op: 'add', path: {{ $path }}, value: [{{ $cuda }}, {{ $order }}]}] :
   !c.env.exists(e, e.name == 'CUDA_VISIBLE_DEVICES') ?

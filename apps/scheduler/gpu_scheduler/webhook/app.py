@@ -73,11 +73,16 @@ def parse_body(data: bytes) -> object:
 
 
 def create_app(
-    scheduler_name: str, metrics: WebhookMetrics, ready: Callable[[], object], nodes: NodeReader | None = None
+    scheduler_name: str,
+    metrics: WebhookMetrics,
+    ready: Callable[[], object],
+    nodes: NodeReader | None = None,
+    devices_from: str = admission.LITERAL,
 ) -> Flask:
     """The WSGI app. `ready()` tells /readyz whether a good serving certificate is loaded
     (truthy) and, as text, until when it is valid; `nodes`, when given, reads the
-    node a pod is created on (admission.mutate)."""
+    node a pod is created on; `devices_from` says what the env entries it writes read
+    (admission.mutate)."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
@@ -132,7 +137,7 @@ def create_app(
 
     @app.post("/mutate")
     def mutate() -> Response:
-        return admit("mutate", functools.partial(admission.mutate, nodes=nodes))
+        return admit("mutate", functools.partial(admission.mutate, nodes=nodes, devices_from=devices_from))
 
     @app.post("/validate")
     def validate() -> Response:

@@ -7,11 +7,28 @@ there or not, and applying it a second time changes nothing. Building the
 patch from the pod's current state also means a pod that already carries the
 right env and annotation gets no operation at all, which is what a reinvoked
 webhook (reinvocationPolicy: IfNeeded) must see.
+
+In bind mode (`--devices-from bind`) the entry is not the map line's value but
+the one that reads the devices annotation the scheduler's Binding writes
+(placement.bind_env_entry); a container that has it is left alone.
 """
 
 from __future__ import annotations
 
-from ..placement import CUDA_ENV, CUDA_ORDER, CUDA_ORDER_ENV, PLACEMENT_ANNOTATION, MapEntry, placement_annotation
+from collections.abc import Mapping
+
+from ..placement import (
+    CUDA_ENV,
+    CUDA_ORDER,
+    CUDA_ORDER_ENV,
+    FROM_BIND,
+    GIVEN_CONTAINER_LISTS,
+    PLACEMENT_ANNOTATION,
+    MapEntry,
+    bind_env_entry,
+    given_value,
+    placement_annotation,
+)
 
 # Every list of containers in a pod spec. Ephemeral containers only ever
 # appear through the pods/ephemeralcontainers subresource (see
@@ -32,16 +49,22 @@ def env_with(env: list[dict], name: str, value: str) -> list[dict]:
     duplicates and any valueFrom are dropped, and every other entry keeps its
     order. A missing entry is appended.
     """
+    return _env_with_entry(env, {"name": name, "value": value})
+
+
+def _env_with_entry(env: list[dict], wanted: dict) -> list[dict]:
+    """env_with for a whole entry (a literal value or a valueFrom)."""
+    name = wanted["name"]
     result: list[dict] = []
     placed = False
     for item in env:
         if item.get("name") != name:
             result.append(item)
         elif not placed:
-            result.append({"name": name, "value": value})
+            result.append(dict(wanted))
             placed = True
     if not placed:
-        result.append({"name": name, "value": value})
+        result.append(dict(wanted))
     return result
 
 
@@ -50,7 +73,15 @@ def placement_env(env: list[dict], devices: str) -> list[dict]:
     CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA numbers the GPUs as nvidia-smi and the
     map do. A container that sets CUDA_DEVICE_ORDER itself (value or valueFrom)
     keeps its own entry: it chose how its ordinals are read."""
-    result = env_with(env, CUDA_ENV, devices)
+    return _with_device_order(env, env_with(env, CUDA_ENV, devices))
+
+
+def bind_env(env: list[dict]) -> list[dict]:
+    """placement_env with the entry that reads the bind's devices annotation."""
+    return _with_device_order(env, _env_with_entry(env, bind_env_entry()))
+
+
+def _with_device_order(env: list[dict], result: list[dict]) -> list[dict]:
     if any(item.get("name") == CUDA_ORDER_ENV for item in env):
         return result
     after = next(i for i, item in enumerate(result) if item.get("name") == CUDA_ENV) + 1
@@ -74,47 +105,55 @@ def placement_patch(pod: dict, entry: MapEntry) -> list[dict]:
     for field in CONTAINER_LISTS:
         for position, container in enumerate(spec.get(field) or []):
             operations.extend(_env_operation(field, position, container, entry.cuda_visible_devices))
-    operations.extend(_annotation_operations(pod, placement_annotation(entry)))
+    operations.extend(_annotation_operations(pod, {PLACEMENT_ANNOTATION: placement_annotation(entry)}))
     return operations
 
 
-def new_ephemeral_containers_patch(pod: dict, old_pod: dict, devices: str) -> list[dict]:
+def bind_patch(pod: dict, annotations: Mapping[str, str] | None = None) -> list[dict]:
+    """Bind mode: the operations that give every init container and container of a new
+    `pod` that lacks it the entry reading the bind's devices annotation (what the
+    scheduler's fail-closed check reads: placement.given_value), and set `annotations`
+    (a pod created on a node, which no Binding will annotate); empty when it has all."""
+    operations = []
+    spec = pod.get("spec") or {}
+    for field in GIVEN_CONTAINER_LISTS:
+        for position, container in enumerate(spec.get(field) or []):
+            if given_value(container) is not FROM_BIND:
+                wanted = bind_env(container.get("env") or [])
+                operations.append({"op": "add", "path": f"/spec/{field}/{position}/env", "value": wanted})
+    if annotations:
+        operations.extend(_annotation_operations(pod, annotations))
+    return operations
+
+
+def new_ephemeral_containers_patch(pod: dict, old_pod: dict, devices: str | None) -> list[dict]:
     """The operations that give the ephemeral containers `pod` has and `old_pod`
-    had not (by name, unique in a pod) the placement env. Existing ones are never
+    had not (by name, unique in a pod) the placement env: `devices` as a literal, or
+    None for the entry that reads the bind's annotation. Existing ones are never
     touched: the API server refuses any change to an ephemeral container."""
     existing = {c.get("name") for c in (old_pod.get("spec") or {}).get("ephemeralContainers") or []}
     operations = []
     for position, container in enumerate((pod.get("spec") or {}).get("ephemeralContainers") or []):
-        if container.get("name") not in existing:
+        if container.get("name") in existing:
+            continue
+        if devices is not None:
             operations.extend(_env_operation("ephemeralContainers", position, container, devices))
+        elif given_value(container) is not FROM_BIND:
+            wanted = bind_env(container.get("env") or [])
+            operations.append({"op": "add", "path": f"/spec/ephemeralContainers/{position}/env", "value": wanted})
     return operations
 
 
-def _annotation_operations(pod: dict, value: str) -> list[dict]:
+def _annotation_operations(pod: dict, wanted: Mapping[str, str]) -> list[dict]:
+    """The operations that set each annotation of `wanted` on `pod`; none for those it has."""
     metadata = pod.get("metadata")
     if metadata is None:
-        return [
-            {
-                "op": "add",
-                "path": "/metadata",
-                "value": {"annotations": {PLACEMENT_ANNOTATION: value}},
-            }
-        ]
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(wanted)}}]
     annotations = metadata.get("annotations")
     if annotations is None:
-        return [
-            {
-                "op": "add",
-                "path": "/metadata/annotations",
-                "value": {PLACEMENT_ANNOTATION: value},
-            }
-        ]
-    if annotations.get(PLACEMENT_ANNOTATION) == value:
-        return []
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
     return [
-        {
-            "op": "add",
-            "path": f"/metadata/annotations/{pointer_token(PLACEMENT_ANNOTATION)}",
-            "value": value,
-        }
+        {"op": "add", "path": f"/metadata/annotations/{pointer_token(key)}", "value": value}
+        for key, value in wanted.items()
+        if annotations.get(key) != value
     ]
