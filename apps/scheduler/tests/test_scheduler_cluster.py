@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from e2e import waiting
-from e2e.cluster import delete_fake_node
+from e2e.cluster import container_env, delete_fake_node, get_pod, with_bind_entries
 from e2e.processes import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -140,10 +140,15 @@ def make_pod(
     labels: dict | None = None,
     annotations: dict | None = None,
     requests: dict | None = None,
+    bind_entries: bool = True,
 ) -> None:
+    """Creates a pod of `scheduler_name`. Its containers without a CUDA_VISIBLE_DEVICES entry get
+    the one the README gives (the bind's devices through the downward API), unless
+    `bind_entries` is False: the scheduler binds no pod with a map whose containers lack it."""
     container = {"name": "main", "image": "busybox"}
     if requests:
         container["resources"] = {"requests": requests}
+    pod_spec = {"schedulerName": scheduler_name, "containers": [container], **(spec or {})}
     core.create_namespaced_pod(
         namespace,
         {
@@ -152,7 +157,7 @@ def make_pod(
                 "labels": labels or {},
                 "annotations": {"gpu-scheduling-map": map_text, **(annotations or {})},
             },
-            "spec": {"schedulerName": scheduler_name, "containers": [container], **(spec or {})},
+            "spec": with_bind_entries(pod_spec) if bind_entries else pod_spec,
         },
     )
 
@@ -226,6 +231,9 @@ def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(start_sche
     for name, node in EXPECTED_NODES.items():
         wait_until(lambda name=name: node_of(core, namespace, name), 10, f"{name} to be bound")
         assert node_of(core, namespace, name) == node
+        # What the container sees: its entry reads the devices the bind wrote on the pod.
+        stored = get_pod(api_client, namespace, name)
+        assert container_env(stored) == {"main": EXPECTED_GPUS[name]}, stored["metadata"].get("annotations")
     for name, node in EXPECTED_NODES.items():
         events = wait_until(
             lambda name=name: events_of(api_client, namespace, name, "Scheduled"), 10, f"the Scheduled event of {name}"
