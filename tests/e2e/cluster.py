@@ -30,7 +30,8 @@ CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 # API. Spelt here, not imported from gpu_scheduler, so that the tests hold the product to
 # the entry users write.
 DEVICES_ANNOTATION = "gpu-scheduler/cuda-visible-devices"
-BIND_ENTRY = {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{DEVICES_ANNOTATION}']"}}}
+DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
+BIND_ENTRY = {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"fieldPath": DEVICES_FIELD_PATH}}}
 # The scheduler's --alias-label: a map may name a node by this label's value.
 ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -230,7 +231,7 @@ def devices_entry(container: dict) -> str | None:
         if entry.get("name") != CUDA_ENV:
             continue
         field_ref = (entry.get("valueFrom") or {}).get("fieldRef") or {}
-        if field_ref.get("fieldPath") == BIND_ENTRY["valueFrom"]["fieldRef"]["fieldPath"]:
+        if field_ref.get("fieldPath") == DEVICES_FIELD_PATH:
             given = FROM_BIND
         else:
             given = env_seen({}, {"env": [entry]})[CUDA_ENV]
