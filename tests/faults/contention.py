@@ -12,8 +12,8 @@ test that places pods also runs a GpuContention beside its own workload:
   contender for the same GPU, so the GPUs change hands throughout the fault and the watch of
   pods on nodes stays busy;
 - an oracle thread lists the live bound pods of the scheduler every ORACLE_INTERVAL and keeps
-  every (node, device) it saw named by two of them (their containers' CUDA_VISIBLE_DEVICES, as
-  the webhook injected it);
+  every (node, device) it saw named by two of them (the CUDA_VISIBLE_DEVICES their containers
+  see: gpu_oracle.py; here the value the webhook wrote);
 - verify() stops the churn, fails on any double grant seen, and waits until every contended
   GPU has a holder again: no GPU stays free while a pod that wants it waits.
 
