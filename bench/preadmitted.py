@@ -1,9 +1,10 @@
 """Pods created as the webhook would have left them, for gpu-scheduler without admission.
 
 ours_unadmitted's pods are not sent to the webhook (contenders.OURS_UNADMITTED).
-Created bare, they would each make gpu-scheduler post a second Event (its
-EnvNotInjected warning: no container has CUDA_VISIBLE_DEVICES) and be smaller
-objects than ours' admitted pods, for every write and watch event after. So
+Created bare, they would be refused (gpu-scheduler binds no pod with a map whose
+containers lack a CUDA_VISIBLE_DEVICES entry: each would see every GPU), and
+they would be smaller objects than ours' admitted pods, for every write and
+watch event after. So
 they are created already carrying what the webhook adds, computed by the
 webhook's own code (placement_for, placement_patch) and applied as the
 apiserver applies its JSON Patch: the same objects, the same requests, and only
