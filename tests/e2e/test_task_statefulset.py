@@ -53,6 +53,7 @@ def test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_ev
         assert sorted(row.cuda_by_container) == ["check", "init:setup", "sidecar"], row
 
 
+@pytest.mark.compat
 @pytest.mark.local_only
 def test_the_check_statefulset_with_the_readmes_entry_and_no_admission_sees_the_devices_the_bind_wrote(
     api_client, product, new_namespace
