@@ -11,9 +11,10 @@ cannot be read, the report says so and the exit status is 1. Only on a KWOK
 fake node (annotation kwok.x-k8s.io/node=fake, the local control plane's
 nodes), which runs no container, does the report run `gpu-scheduler-check
 --once` on this host with the environment the API server's copy of the pod
-gives its `check` container (CUDA_VISIBLE_DEVICES as the webhook injected it,
-and the downward-API references NODE_NAME, POD_NAME, EXPECTED_PLACEMENT
-resolved from the pod), and it says so in the report.
+gives its `check` container (as the kubelet would: CUDA_VISIBLE_DEVICES as a
+literal, or the devices the bind wrote through its fieldRef, and the other
+downward-API references NODE_NAME, POD_NAME, EXPECTED_PLACEMENT resolved from
+the pod), and it says so in the report.
 
 Usage: scripts/report.py [--namespace gpu-demo] [--out .cache/report/report.md]
 (KUBECONFIG names the cluster; the local cluster's when unset.) `make report`
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 # once tests/ is on the path, hence the imports below the insert.
 sys.path.insert(0, str(REPO / "tests"))
 
-from e2e.cluster import kwok_fake_nodes, list_pods, node_aliases  # noqa: E402
+from e2e.cluster import env_seen, kwok_fake_nodes, list_pods, node_aliases  # noqa: E402
 from e2e.placement_check import statefulset_placements, table  # noqa: E402
 from e2e.workloads import TASK_EXPECTED  # noqa: E402
 
@@ -51,8 +51,6 @@ CHECK_PODS = "app.kubernetes.io/name=gpu-scheduler-check"
 CHECK_CONTAINER = "check"
 LOG_NODES = ("node3", "node4")
 LOG_LINES = 20
-# metadata.annotations['key'] / metadata.labels['key'], as the downward API writes them.
-_KEYED_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.+)'\]$")
 
 
 SOURCE_REAL = "kubectl logs"
@@ -75,35 +73,10 @@ def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def field_value(pod: dict, path: str) -> str | None:
-    """A downward-API fieldRef resolved against the stored pod, as the kubelet would."""
-    simple = {
-        "metadata.name": pod["metadata"]["name"],
-        "metadata.namespace": pod["metadata"]["namespace"],
-        "metadata.uid": pod["metadata"].get("uid"),
-        "spec.nodeName": pod["spec"].get("nodeName"),
-        "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
-    }
-    if path in simple:
-        return simple[path]
-    keyed = _KEYED_FIELD.match(path)
-    if keyed:
-        return (pod["metadata"].get(keyed.group(1)) or {}).get(keyed.group(2))
-    return None
-
-
 def container_environment(pod: dict, container_name: str) -> dict[str, str]:
-    """The env the pod spec gives one container: plain values and resolvable fieldRefs."""
-    container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
-    environment = {}
-    for entry in container.get("env") or []:
-        if "value" in entry:
-            environment[entry["name"]] = entry["value"]
-        elif "fieldRef" in (entry.get("valueFrom") or {}):
-            value = field_value(pod, entry["valueFrom"]["fieldRef"]["fieldPath"])
-            if value is not None:
-                environment[entry["name"]] = value
-    return environment
+    """The env the stored pod gives one container, as the kubelet resolves it (e2e.cluster.env_seen:
+    literal values and fieldRefs, the bind's devices annotation among them; "" for a key the pod lacks)."""
+    return env_seen(pod, next(c for c in pod["spec"]["containers"] if c["name"] == container_name))
 
 
 def real_logs(kubeconfig: str, pod: dict) -> tuple[str, str]:

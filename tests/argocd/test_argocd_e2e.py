@@ -23,6 +23,7 @@ import time
 
 import pytest
 import yaml
+from e2e.cluster import env_seen
 
 from .conftest import (
     APPS,
@@ -123,7 +124,8 @@ def logged_placement(kube: Kube, pod: str) -> dict[str, str] | None:
 
 
 def placement_problems(kube: Kube, expected: dict[str, tuple[str, str]]) -> list[str]:
-    """Every way the running check pods differ from the map: node, env in the spec, the container's report."""
+    """Every way the running check pods differ from the map: node, what the spec's env gives each
+    container (a literal, or the bind's annotation through a fieldRef), the container's report."""
     pods = check_pods(kube)
     problems = [f"{name}: missing" for name in expected if name not in pods]
     for name, (node, devices) in expected.items():
@@ -136,9 +138,10 @@ def placement_problems(kube: Kube, expected: dict[str, tuple[str, str]]) -> list
         if pod["spec"].get("nodeName") != node:
             problems.append(f"{name}: on {pod['spec'].get('nodeName')}, the map says {node}")
         for container in pod["spec"]["containers"]:
-            env = {e["name"]: e.get("value") for e in container.get("env", [])}
-            if env.get("CUDA_VISIBLE_DEVICES") != devices:
-                problems.append(f"{name}/{container['name']}: CUDA_VISIBLE_DEVICES {env.get('CUDA_VISIBLE_DEVICES')}")
+            # What the container sees: a literal, or the devices the bind wrote for its fieldRef.
+            seen = env_seen(pod, container).get("CUDA_VISIBLE_DEVICES")
+            if seen != devices:
+                problems.append(f"{name}/{container['name']}: CUDA_VISIBLE_DEVICES {seen!r}")
         report = logged_placement(kube, name)
         wanted = {"node": node, "CUDA_VISIBLE_DEVICES": devices, "match": "true"}
         if report is None or {key: report.get(key) for key in wanted} != wanted:

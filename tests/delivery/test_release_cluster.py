@@ -29,7 +29,7 @@ import uuid
 import pytest
 import yaml
 from e2e import webhook_registration
-from e2e.cluster import delete_cluster_rbac, pod_events, service_account_kubeconfig
+from e2e.cluster import delete_cluster_rbac, env_seen, pod_events, service_account_kubeconfig
 from e2e.components import SchedulerProcess, WebhookProcess, make_certs
 from e2e.isolation import delete_namespace
 from e2e.waiting import NotYet, wait_for
@@ -244,12 +244,15 @@ def test_the_helm_test_hook_passes_on_a_working_release_with_only_its_own_rbac(
         assert result.returncode == 0, result.stderr
         seen.wait_deleted()
 
-    # The cluster's record of the probe, not the hook's word: one pod, admitted with its map
-    # line's devices in every container, bound to the node that line names, then deleted.
+    # The cluster's record of the probe, not the hook's word: one pod, whose every container
+    # sees its map line's devices once it is bound (a literal given at admission, or the bind's
+    # annotation through a fieldRef), bound to the node that line names, then deleted.
     ((name, versions),) = seen.versions.items()
     node, devices = map_line(versions[0])
-    for container in versions[0]["spec"]["containers"]:
-        env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    bound = next((v for v in versions if v["spec"].get("nodeName")), None)
+    assert bound is not None, f"the watch never saw {name} bound"
+    for container in bound["spec"]["containers"]:
+        env = env_seen(bound, container)
         assert (env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER")) == (devices, "PCI_BUS_ID"), container
     assert {v["spec"].get("nodeName") for v in versions} - {None} == {node}
     assert probe_pods(api_client, probe_namespace) == []

@@ -6,6 +6,7 @@ then look at exactly what `kubectl get -o json` shows.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import socket
@@ -23,6 +24,14 @@ from .charts import KUBECTL
 from .waiting import NotYet, wait_for
 
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+# What the scheduler's Binding writes on the pod with its node: the map line's devices, as
+# CUDA_VISIBLE_DEVICES spells them. A container whose entry is BIND_ENTRY (what the README
+# and the check chart write, and admission adds in bind mode) reads it through the downward
+# API. Spelt here, not imported from gpu_scheduler, so that the tests hold the product to
+# the entry users write.
+DEVICES_ANNOTATION = "gpu-scheduler/cuda-visible-devices"
+DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
+BIND_ENTRY = {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"fieldPath": DEVICES_FIELD_PATH}}}
 # The scheduler's --alias-label: a map may name a node by this label's value.
 ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -141,15 +150,92 @@ def create(api_client, namespace: str, objects: list[dict]) -> None:
         utils.create_from_dict(api_client, obj, namespace=namespace)
 
 
+_MAP_FIELD = re.compile(r"^metadata\.(annotations|labels)\['(.*)'\]$")
+_PLAIN_FIELDS = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "metadata.uid": ("metadata", "uid"),
+    "spec.nodeName": ("spec", "nodeName"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName"),
+    "status.hostIP": ("status", "hostIP"),
+    "status.podIP": ("status", "podIP"),
+}
+
+
+def field_value(pod: dict, field_path: str) -> str:
+    """What the kubelet gives an env entry whose valueFrom.fieldRef is `field_path`, read from
+    the pod as stored: an annotation or label it lacks (the devices annotation before the bind,
+    say) is the empty string. A path the downward API serves but this does not read is
+    "<fieldRef PATH>", which never equals a device list."""
+    match = _MAP_FIELD.match(field_path)
+    if match:
+        return str(((pod.get("metadata") or {}).get(match.group(1)) or {}).get(match.group(2)) or "")
+    if field_path in _PLAIN_FIELDS:
+        part, key = _PLAIN_FIELDS[field_path]
+        return str((pod.get(part) or {}).get(key) or "")
+    return f"<fieldRef {field_path}>"
+
+
+def env_seen(pod: dict, container: dict) -> dict[str, str]:
+    """A container's environment from its env entries as the kubelet resolves them against the
+    stored `pod`: a literal value (an entry without one is ""), a fieldRef through the downward
+    API (field_value); with a name twice the last entry wins. Values from elsewhere (a ConfigMap,
+    a Secret, resources) are "<from KIND>"; envFrom and $(VAR) references are not read (nothing
+    of ours writes them)."""
+    seen: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        value_from = entry.get("valueFrom")
+        if value_from is None:
+            seen[entry["name"]] = entry.get("value") or ""
+        elif (value_from.get("fieldRef") or {}).get("fieldPath"):
+            seen[entry["name"]] = field_value(pod, value_from["fieldRef"]["fieldPath"])
+        else:
+            seen[entry["name"]] = f"<from {', '.join(sorted(value_from))}>"
+    return seen
+
+
 def container_env(pod: dict, name: str = CUDA_ENV) -> dict[str, str | None]:
-    """`name` in every init and app container: {"init:setup": "0,1", "check": "0,1"}; None where unset."""
+    """What `name` is in every init and app container, as each SEES it (env_seen: a literal, or a
+    fieldRef such as BIND_ENTRY read from the stored pod, "" before the bind):
+    {"init:setup": "0,1", "check": "0,1"}; None where the container has no entry."""
     values = {}
     spec = pod.get("spec") or {}
     for field in CONTAINER_LISTS:
         for container in spec.get(field) or []:
             key = ("init:" if field == "initContainers" else "") + container["name"]
-            values[key] = next((e.get("value") for e in container.get("env") or [] if e.get("name") == name), None)
+            values[key] = env_seen(pod, container).get(name)
     return values
+
+
+def with_bind_entries(pod_spec: dict) -> dict:
+    """`pod_spec` (a pod's or a pod template's spec) with BIND_ENTRY in every init and app
+    container that has no CUDA_VISIBLE_DEVICES entry: what a user following the README writes.
+    Changes `pod_spec` in place and returns it."""
+    for field in CONTAINER_LISTS:
+        for container in pod_spec.get(field) or []:
+            if not any(entry.get("name") == CUDA_ENV for entry in container.get("env") or []):
+                container["env"] = [*(container.get("env") or []), copy.deepcopy(BIND_ENTRY)]
+    return pod_spec
+
+
+FROM_BIND = "<from the bind>"
+
+
+def devices_entry(container: dict) -> str | None:
+    """How a container was given CUDA_VISIBLE_DEVICES, for a pod not bound yet (a dry run's
+    answer, say), as API JSON: its literal value, FROM_BIND for BIND_ENTRY (any fieldRef
+    apiVersion: the API server stores "v1" where the pod left it out), what env_seen says for
+    an entry from elsewhere, None without an entry. The last entry wins."""
+    given = None
+    for entry in container.get("env") or []:
+        if entry.get("name") != CUDA_ENV:
+            continue
+        field_ref = (entry.get("valueFrom") or {}).get("fieldRef") or {}
+        if field_ref.get("fieldPath") == DEVICES_FIELD_PATH:
+            given = FROM_BIND
+        else:
+            given = env_seen({}, {"env": [entry]})[CUDA_ENV]
+    return given
 
 
 def pod_events(api_client, namespace: str, pod_name: str) -> list[dict]:

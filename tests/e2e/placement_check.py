@@ -12,6 +12,13 @@ STATEFULSET_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 WANTED_PHASE = "Running"
 
 
+def shown(value: str | None) -> str:
+    """A value for the table: <unset> without an entry, "" for an empty one (a fieldRef before the bind)."""
+    if value is None:
+        return "<unset>"
+    return value or '""'
+
+
 @dataclass(frozen=True)
 class PodPlacement:
     pod: str
@@ -20,15 +27,17 @@ class PodPlacement:
     node: str  # spec.nodeName
     map_node: str  # the name a map uses for that node (its gpu-node-name label)
     phase: str
+    # What each container sees (cluster.container_env): its literal, or the devices the bind
+    # wrote for its fieldRef ("" before the bind); None without an entry.
     cuda_by_container: dict[str, str | None]
 
     @property
     def cuda(self) -> str:
-        """The one CUDA_VISIBLE_DEVICES all containers share, or what each has when they differ."""
+        """The one CUDA_VISIBLE_DEVICES all containers see, or what each sees when they differ."""
         values = set(self.cuda_by_container.values())
         if len(values) == 1:
-            return str(next(iter(values)) or "<unset>")
-        return ", ".join(f"{name}={value or '<unset>'}" for name, value in self.cuda_by_container.items())
+            return shown(next(iter(values)))
+        return ", ".join(f"{name}={shown(value)}" for name, value in self.cuda_by_container.items())
 
     @property
     def node_shown(self) -> str:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .cluster import ALIAS_LABEL, create, get_pod, kwok_node
+from .cluster import ALIAS_LABEL, create, env_seen, get_pod, kwok_node
 from .workloads import bare_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.local_only]
@@ -41,8 +41,9 @@ def test_a_pod_created_on_a_node_is_admitted_only_when_its_map_line_names_that_n
     create(api_client, ns, [pinned("by-alias-0", node, alias)])
     admitted = get_pod(api_client, ns, "by-alias-0")
     assert admitted["spec"]["nodeName"] == node
-    env = {e["name"]: e.get("value") for e in admitted["spec"]["containers"][0]["env"]}
-    assert env["CUDA_VISIBLE_DEVICES"] == "1,2"
+    # What its container sees: no Binding is ever sent for it, so a fieldRef on the bind's
+    # annotation would see nothing; admission must have given it the devices themselves.
+    assert env_seen(admitted, admitted["spec"]["containers"][0]).get("CUDA_VISIBLE_DEVICES") == "1,2"
 
     # The line names node2, which is not this node's alias: refused, naming both and the label.
     body = refusal(api_client, ns, pinned("other-0", node, "node2"))

@@ -90,7 +90,7 @@ def test_only_the_lease_holder_sends_bindings_one_per_pod_and_the_standby_takes_
     leader, standby = start_replicas(api_client, start_scheduler, scheduler_name, election, extra_env=broken)
 
     first = [f"ha-{i}" for i in range(8)]
-    create(api_client, ns, [bare_pod(name, MAP, scheduler_name=scheduler_name) for name in first])
+    create(api_client, ns, [bare_pod(name, MAP, scheduler_name=scheduler_name, bind_entries=True) for name in first])
     wait_for_pods(api_client, ns, 8, timeout=30, phases=None)
     assert_scheduled_once(api_client, ns, first)
     bindings = audited(audit_log, ns, first)
@@ -108,7 +108,7 @@ def test_only_the_lease_holder_sends_bindings_one_per_pod_and_the_standby_takes_
     print(f"\n{standby.name} holds the Lease {time.monotonic() - killed:.1f}s after {leader.name} was killed")
 
     second = [f"ha-{i}" for i in range(8, 12)]
-    create(api_client, ns, [bare_pod(name, MAP, scheduler_name=scheduler_name) for name in second])
+    create(api_client, ns, [bare_pod(name, MAP, scheduler_name=scheduler_name, bind_entries=True) for name in second])
     pods = wait_for_pods(api_client, ns, 12, timeout=30, phases=None)
     assert_scheduled_once(api_client, ns, second)
     bindings = audited(audit_log, ns, first + second)

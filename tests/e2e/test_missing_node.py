@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from .cluster import create, get_pod, kwok_node, wait_for_event, wait_for_node_ready
+from .cluster import create, env_seen, get_pod, kwok_node, wait_for_event, wait_for_node_ready
 from .waiting import NotYet, wait_for
 from .workloads import bare_pod
 
@@ -43,7 +43,7 @@ def test_pod_for_a_missing_node_waits_with_a_failed_scheduling_event_and_is_boun
     pod = wait_for(f"waiting-0 to be bound after node {node} became Ready", bound, BIND_AFTER_NODE_SECONDS)
     print(f"\nbound {time.monotonic() - ready:.1f}s after the node became Ready")
     assert pod["spec"]["nodeName"] == node
-    assert {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]} == {
+    assert env_seen(pod, pod["spec"]["containers"][0]) == {
         "CUDA_VISIBLE_DEVICES": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }

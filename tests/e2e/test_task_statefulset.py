@@ -6,7 +6,18 @@ import json
 
 import pytest
 
-from .cluster import create, get_json, node_aliases, pod_events, pod_log, wait_for_event, wait_for_pods
+from .cluster import (
+    FROM_BIND,
+    create,
+    devices_entry,
+    get_json,
+    node_aliases,
+    pod_events,
+    pod_log,
+    wait_for_event,
+    wait_for_pods,
+    with_bind_entries,
+)
 from .placement_check import statefulset_placements, table
 from .waiting import NotYet, wait_for
 from .workloads import PLACEMENT_ANNOTATION, TASK_EXPECTED, check_chart, container, only
@@ -40,6 +51,31 @@ def test_check_statefulset_pods_run_on_the_mapped_nodes_with_their_devices_in_ev
     assert {row.pod: row.problems() for row in rows} == {row.pod: [] for row in rows}, table(rows)
     for row in rows:
         assert sorted(row.cuda_by_container) == ["check", "init:setup", "sidecar"], row
+
+
+@pytest.mark.compat
+@pytest.mark.local_only
+def test_the_check_statefulset_with_the_readmes_entry_and_no_admission_sees_the_devices_the_bind_wrote(
+    api_client, product, new_namespace
+):
+    """The same StatefulSet, every container given the README's entry, in a namespace no webhook
+    of ours reaches: nothing writes devices at creation, the scheduler's binding writes them, and
+    every container (the init container too) sees its line's devices through the downward API."""
+    ns = new_namespace("e2e-bind", labelled=False)
+    objects = check_statefulset_with_every_kind_of_container(ns)
+    with_bind_entries(only(objects, "StatefulSet")["spec"]["template"]["spec"])
+    create(api_client, ns, objects)
+
+    pods = wait_for_pods(api_client, ns, 5, timeout=90, label_selector=CHECK_PODS)
+
+    rows = statefulset_placements(pods, TASK_EXPECTED, node_aliases(api_client))
+    print("\n" + table(rows))
+    assert {row.pod: row.problems() for row in rows} == {f"gpu-scheduler-check-{i}": [] for i in range(5)}, table(rows)
+    for pod in pods:
+        spec = pod["spec"]
+        given = {c["name"]: devices_entry(c) for c in spec["initContainers"] + spec["containers"]}
+        # No literal anywhere: no admission touched them, what they see is the bind's.
+        assert given == {"setup": FROM_BIND, "check": FROM_BIND, "sidecar": FROM_BIND}, given
 
 
 def test_check_pods_record_their_placement_and_get_scheduled_and_gpu_sharing_events(api_client, product, ns):

@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
 from .charts import KUBECTL
-from .cluster import create, get_pod, ignoring_not_found
+from .cluster import create, env_seen, get_pod, ignoring_not_found, wait_for_pods
 from .components import make_certs
 from .isolation import RUN_ID, bring_under_webhook
 from .processes import free_port
@@ -42,10 +42,6 @@ BROKEN_MAP = "0=node1\n"  # line 1 has no ":<devices>"
 JOB_FINALIZER = "batch.kubernetes.io/job-tracking"
 HOLD = "gpu-scheduler-e2e/hold"
 ORDER = ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-
-
-def env_of(container_spec: dict) -> dict[str, str | None]:
-    return {e["name"]: e.get("value") for e in container_spec.get("env") or []}
 
 
 def refused(call) -> ApiException:
@@ -180,8 +176,10 @@ def kubectl_debug(kubeconfig: str, namespace: str, pod: str, container_name: str
 
 def test_kubectl_debug_gives_each_new_debug_container_the_pods_devices(kubeconfig, api_client, product, ns):
     create(api_client, ns, [bare_pod("debugged-2", "2=node3:0,1\n")])
-    pod = get_pod(api_client, ns, "debugged-2")
-    assert env_of(pod["spec"]["containers"][0])["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # Bound first: what a container sees through a fieldRef on the bind's annotation is there
+    # only once the pod is bound (a literal is there from creation).
+    (pod,) = wait_for_pods(api_client, ns, 1, timeout=30)
+    assert env_seen(pod, pod["spec"]["containers"][0])["CUDA_VISIBLE_DEVICES"] == "0,1"
 
     first = kubectl_debug(kubeconfig, ns, "debugged-2", "debugger-1")
     assert first.returncode == 0, first.stderr
@@ -191,7 +189,7 @@ def test_kubectl_debug_gives_each_new_debug_container_the_pods_devices(kubeconfi
     assert second.returncode == 0, second.stderr
 
     pod = get_pod(api_client, ns, "debugged-2")
-    debuggers = {c["name"]: env_of(c) for c in pod["spec"]["ephemeralContainers"]}
+    debuggers = {c["name"]: env_seen(pod, c) for c in pod["spec"]["ephemeralContainers"]}
     expected = {"CUDA_VISIBLE_DEVICES": "0,1", ORDER[0]: ORDER[1]}
     assert debuggers == {"debugger-1": expected, "debugger-2": expected}
     assert PLACEMENT_ANNOTATION in pod["metadata"]["annotations"]

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from .charts import CHECK_CHART, helm_template
+from .cluster import with_bind_entries
 
 MAP_ANNOTATION = "gpu-scheduling-map"
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
@@ -68,13 +69,22 @@ def container(name: str, command: list[str] | None = None) -> dict:
 
 
 def bare_pod(
-    name: str, scheduling_map: str, scheduler_name: str | None = SCHEDULER_NAME, labels: dict | None = None
+    name: str,
+    scheduling_map: str,
+    scheduler_name: str | None = SCHEDULER_NAME,
+    labels: dict | None = None,
+    bind_entries: bool = False,
 ) -> dict:
-    """A pod without a controller; its index is the number its name ends with."""
+    """A pod without a controller; its index is the number its name ends with. Its container has
+    no CUDA_VISIBLE_DEVICES entry (admission gives it one) unless `bind_entries`: then it has the
+    README's entry, the devices the bind writes, as a user who runs no admission of ours writes it
+    (without one the scheduler refuses the pod)."""
     metadata = {"name": name, "labels": labels or {"app": "e2e"}, "annotations": {MAP_ANNOTATION: scheduling_map}}
     spec: dict = {"containers": [container("main")], "terminationGracePeriodSeconds": 0}
     if scheduler_name is not None:
         spec["schedulerName"] = scheduler_name
+    if bind_entries:
+        with_bind_entries(spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

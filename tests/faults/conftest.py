@@ -143,15 +143,18 @@ def webhook_serving(api_client, certs, tmp_path, request):
 
 @pytest.fixture
 def gpu_contention(kubeconfig, api_client, webhook_serving):
-    """gpu_contention(scheduler_name, nodes=NODES) -> a started GpuContention (contention.py):
-    pods of that scheduler competing for one GPU of each node, and the GPU oracle reading the
-    cluster meanwhile. The webhook serves that scheduler first (webhook_serving), so the
-    contenders and the test's own pods in `ns` get CUDA_VISIBLE_DEVICES. Stopped after the test."""
+    """gpu_contention(scheduler_name, nodes=NODES, bind_entries=False) -> a started GpuContention
+    (contention.py): pods of that scheduler competing for one GPU of each node, and the GPU oracle
+    reading the cluster meanwhile. The webhook serves that scheduler first (webhook_serving), so
+    the contenders and the test's own pods in `ns` get CUDA_VISIBLE_DEVICES; with bind_entries no
+    webhook serves it, and the contenders carry the README's entry (the devices the bind writes).
+    Stopped after the test."""
     with ExitStack() as stack:
 
-        def start(scheduler_name: str, nodes: tuple[str, ...] = NODES) -> GpuContention:
-            webhook_serving(scheduler_name)
-            contention = GpuContention(kubeconfig, api_client, scheduler_name, nodes)
+        def start(scheduler_name: str, nodes: tuple[str, ...] = NODES, bind_entries: bool = False) -> GpuContention:
+            if not bind_entries:
+                webhook_serving(scheduler_name)
+            contention = GpuContention(kubeconfig, api_client, scheduler_name, nodes, bind_entries)
             stack.callback(contention.stop)
             return contention.start()
 

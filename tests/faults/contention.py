@@ -12,8 +12,8 @@ test that places pods also runs a GpuContention beside its own workload:
   contender for the same GPU, so the GPUs change hands throughout the fault and the watch of
   pods on nodes stays busy;
 - an oracle thread lists the live bound pods of the scheduler every ORACLE_INTERVAL and keeps
-  every (node, device) it saw named by two of them (their containers' CUDA_VISIBLE_DEVICES, as
-  the webhook injected it);
+  every (node, device) it saw named by two of them (the CUDA_VISIBLE_DEVICES their containers
+  see: gpu_oracle.py; here the value the webhook wrote);
 - verify() stops the churn, fails on any double grant seen, and waits until every contended
   GPU has a holder again: no GPU stays free while a pod that wants it waits.
 
@@ -24,7 +24,8 @@ and still sees every pod that can hold these GPUs. Under deny the scheduler chec
 a node as it checks ordinals. A contender's index is the number its name ends with
 (want-<serial>-<gpu>), so the map has one line per GPU.
 Pods only get CUDA_VISIBLE_DEVICES from a webhook serving the scheduler's name: the fixture
-that makes a GpuContention (conftest.gpu_contention) registers one first.
+that makes a GpuContention (conftest.gpu_contention) registers one first; or, with
+bind_entries, the contenders carry the README's entry and see the devices their binding wrote.
 """
 
 from __future__ import annotations
@@ -79,8 +80,18 @@ class ChurnReport:
 class GpuContention:
     """See the module's docstring. start() before the test's fault, verify() after its recovery."""
 
-    def __init__(self, kubeconfig: str, api_client, scheduler_name: str, nodes: tuple[str, ...] = NODES) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        api_client,
+        scheduler_name: str,
+        nodes: tuple[str, ...] = NODES,
+        bind_entries: bool = False,
+    ) -> None:
         self.scheduler_name = scheduler_name
+        # Contenders with the README's entry (the devices the bind writes), for a scheduler no
+        # webhook serves; else bare, for the webhook to give them their devices.
+        self.bind_entries = bind_entries
         self._api_client = api_client
         self._kubeconfig = kubeconfig
         self.nodes = nodes
@@ -191,7 +202,9 @@ class GpuContention:
     def _new_contender(self, node: str) -> dict:
         self._serial += 1
         name = f"want-{self._serial}-{self.nodes.index(node)}"  # its index: the line of `node`
-        return bare_pod(name, self._map, scheduler_name=self.scheduler_name, labels={"gpu": node})
+        return bare_pod(
+            name, self._map, scheduler_name=self.scheduler_name, labels={"gpu": node}, bind_entries=self.bind_entries
+        )
 
     def _pods(self, api) -> list[dict]:
         return get_json(api, f"/api/v1/namespaces/{self.namespace}/pods")["items"]

@@ -2,8 +2,9 @@
 
 The oracle of every "a GPU is never given twice" claim: the live pods of one
 scheduler (they exist in the API and have not finished), each on its node with
-the devices its containers' environment names (CUDA_VISIBLE_DEVICES, as the
-webhook injected it at creation and as the workload sees it). Under
+the devices its containers see (CUDA_VISIBLE_DEVICES as the workload gets it:
+the value the webhook wrote at creation, or the devices the binding wrote on
+the pod for an entry that reads them through the downward API). Under
 --gpu-sharing=deny no (node, device) may be named by two of them. A pod being
 deleted still counts: its containers may still run until the API forgets it.
 """
@@ -18,7 +19,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def devices_of(pod: dict) -> tuple[str, ...]:
-    """The GPUs a pod's containers were given: the union of their CUDA_VISIBLE_DEVICES."""
+    """The GPUs a pod's containers see: the union of their CUDA_VISIBLE_DEVICES (e2e.cluster.container_env)."""
     found: dict[str, None] = {}
     for value in container_env(pod).values():
         for device in (value or "").split(","):

@@ -16,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from e2e.cluster import get_pod
+from e2e.cluster import container_env, get_pod
 from e2e.waiting import NotYet, wait_for
 from e2e.workloads import bare_pod
 from kubernetes import client
@@ -78,7 +78,9 @@ def test_a_409_for_a_binding_that_did_not_happen_is_retried_until_the_pod_is_bou
             api_client, ns, webhook.url, certs.ca_bundle, lambda status, body: status == 409 and "faults test" in body
         )
         try:
-            core.create_namespaced_pod(ns, bare_pod("conflict-0", "0=node1:0\n", scheduler_name=scheduler_name))
+            # The README's entry: no webhook serves this scheduler.
+            pod = bare_pod("conflict-0", "0=node1:0\n", scheduler_name=scheduler_name, bind_entries=True)
+            core.create_namespaced_pod(ns, pod)
 
             def refused_once() -> None:
                 if "conflict-0" not in webhook.calls:
@@ -100,4 +102,6 @@ def test_a_409_for_a_binding_that_did_not_happen_is_retried_until_the_pod_is_bou
     except AssertionError as err:
         raise AssertionError(f"{err}\nthe scheduler on it:\n{attempts_on(scheduler, ns, ['conflict-0'])}") from None
     assert node == "node1"
+    # The binding that was stored wrote the devices its container sees.
+    assert container_env(get_pod(api_client, ns, "conflict-0")) == {"main": "0"}
     print(f"\nbound {time.monotonic() - refused_at:.1f}s after the gate was removed; 409s seen: {webhook.calls}")

@@ -88,21 +88,29 @@ class _BusyWatch:
             thread.join(timeout=10)
 
 
+# The contenders' devices: written by our webhook at creation, or by the binding (the README's
+# entry, read through the downward API), which is then also what the scheduler's ledger reads.
+@pytest.mark.parametrize("devices", ["webhook", "bind"])
 def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
-    api_client, webhook_serving, ns, start_scheduler, scheduler_name
+    api_client, webhook_serving, ns, start_scheduler, scheduler_name, devices
 ):
     assert RELEASES < CONTENDERS
     nodes = kwok_fake_nodes(api_client)
     assert {GPU_NODE, NOISE_NODE} <= nodes, f"the local cluster's KWOK nodes are {sorted(nodes)}"
-    # Through our webhook, so that the pods carry the CUDA_VISIBLE_DEVICES the oracle reads.
-    webhook_serving(scheduler_name)
+    # Either way the pods' containers see the CUDA_VISIBLE_DEVICES the oracle reads.
+    if devices == "webhook":
+        webhook_serving(scheduler_name)
     start_scheduler("deny", "--gpu-sharing=deny", scheduler_name=scheduler_name)
     busy = _BusyWatch(api_client, ns)
     busy.start()
     core = client.CoreV1Api(api_client)
     scheduling_map = "".join(f"{i}={GPU_NODE}:0\n" for i in range(CONTENDERS))
     try:
-        create(api_client, ns, [bare_pod(f"gpu-{i}", scheduling_map, scheduler_name) for i in range(CONTENDERS)])
+        contenders = [
+            bare_pod(f"gpu-{i}", scheduling_map, scheduler_name, bind_entries=devices == "bind")
+            for i in range(CONTENDERS)
+        ]
+        create(api_client, ns, contenders)
         seen: list[tuple[int, dict]] = []
         handovers = []
         holder = wait_for("a first contender to be bound", lambda: _one_bound(api_client, ns), HANDOVER_LIMIT)

@@ -33,7 +33,14 @@ from pathlib import Path
 import pytest
 from commands import run
 from e2e.charts import KUBECTL, SCHEDULER_CHART, helm_template
-from e2e.cluster import delete_cluster_rbac, kubectl_apply, pod_events, service_account_kubeconfig
+from e2e.cluster import (
+    container_env,
+    delete_cluster_rbac,
+    get_pod,
+    kubectl_apply,
+    pod_events,
+    service_account_kubeconfig,
+)
 from e2e.components import GPU_SCHEDULER
 from e2e.isolation import delete_namespace
 from e2e.processes import ManagedProcess, free_port
@@ -160,12 +167,13 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(
     # Its identity, as the API server stores it: in the User-Agent of each of its requests.
     holder = wait_for("the scheduler to hold its Lease", leads, 30).spec.holder_identity
     scheduling_map = "".join(f"{i}={expected_node(i)}:{i % 4}\n" for i in range(4))
+    # With the README's entry: no webhook serves this release's scheduler name here.
     for i in range(4):
         client.CoreV1Api(api_client).create_namespaced_pod(
-            ns, bare_pod(f"rbac-{i}", scheduling_map, scheduler_name=release.scheduler_name)
+            ns, bare_pod(f"rbac-{i}", scheduling_map, scheduler_name=release.scheduler_name, bind_entries=True)
         )
     client.CoreV1Api(api_client).create_namespaced_pod(
-        ns, bare_pod("rbac-waits-4", "4=no-such-node:0\n", scheduler_name=release.scheduler_name)
+        ns, bare_pod("rbac-waits-4", "4=no-such-node:0\n", scheduler_name=release.scheduler_name, bind_entries=True)
     )
 
     bound = wait_for(
@@ -174,6 +182,9 @@ def test_the_scheduler_does_its_whole_job_with_only_the_charts_rbac(
         30,
     )
     assert bound == {f"rbac-{i}": expected_node(i) for i in range(4)}
+    # Its bindings wrote the devices each container sees.
+    seen = {f"rbac-{i}": container_env(get_pod(api_client, ns, f"rbac-{i}")) for i in range(4)}
+    assert seen == {f"rbac-{i}": {"main": str(i % 4)} for i in range(4)}
 
     def events_of(name: str, reason: str) -> list[dict]:
         found = [e for e in pod_events(api_client, ns, name) if e["reason"] == reason]

@@ -84,10 +84,14 @@ def test_no_pod_is_bound_before_every_cache_has_listed(
     api_client, ns, scheduler_name, proxy, proxied_scheduler, audit_log
 ):
     core = client.CoreV1Api(api_client)
-    # GPU 0 of node1 is held by a pod of this scheduler (bound by an earlier run, say).
+    # GPU 0 of node1 is held by a pod of this scheduler (bound by an earlier run, say, before
+    # containers had to have CUDA_VISIBLE_DEVICES: the scheduler reads its GPUs from its map).
     core.create_namespaced_pod(ns, bare_pod("holder-0", "0=node1:0\n", scheduler_name=scheduler_name))
     assert post_binding(api_client, ns, "holder-0", "node1")[0] == 201
-    core.create_namespaced_pod(ns, bare_pod("waiter-0", "0=node1:0\n", scheduler_name=scheduler_name))
+    # The waiter has the README's entry (no webhook serves this scheduler): only the held GPU
+    # stands in its way.
+    waiter = bare_pod("waiter-0", "0=node1:0\n", scheduler_name=scheduler_name, bind_entries=True)
+    core.create_namespaced_pod(ns, waiter)
     # The list of the pods is slow (a big cluster, a busy API server).
     proxy.rules.append(
         lambda r: Delay(LIST_DELAY) if r.method == "GET" and not r.watch and PODS in r.field_selector else None

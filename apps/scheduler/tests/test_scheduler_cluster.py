@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from e2e import waiting
-from e2e.cluster import delete_fake_node
+from e2e.cluster import BIND_ENTRY, DEVICES_FIELD_PATH, container_env, delete_fake_node, get_pod, with_bind_entries
 from e2e.processes import free_port
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -140,10 +140,15 @@ def make_pod(
     labels: dict | None = None,
     annotations: dict | None = None,
     requests: dict | None = None,
+    bind_entries: bool = True,
 ) -> None:
+    """Creates a pod of `scheduler_name`. Its containers without a CUDA_VISIBLE_DEVICES entry get
+    the one the README gives (the bind's devices through the downward API), unless
+    `bind_entries` is False: the scheduler binds no pod with a map whose containers lack it."""
     container = {"name": "main", "image": "busybox"}
     if requests:
         container["resources"] = {"requests": requests}
+    pod_spec = {"schedulerName": scheduler_name, "containers": [container], **(spec or {})}
     core.create_namespaced_pod(
         namespace,
         {
@@ -152,7 +157,7 @@ def make_pod(
                 "labels": labels or {},
                 "annotations": {"gpu-scheduling-map": map_text, **(annotations or {})},
             },
-            "spec": {"schedulerName": scheduler_name, "containers": [container], **(spec or {})},
+            "spec": with_bind_entries(pod_spec) if bind_entries else pod_spec,
         },
     )
 
@@ -226,6 +231,9 @@ def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(start_sche
     for name, node in EXPECTED_NODES.items():
         wait_until(lambda name=name: node_of(core, namespace, name), 10, f"{name} to be bound")
         assert node_of(core, namespace, name) == node
+        # What the container sees: its entry reads the devices the bind wrote on the pod.
+        stored = get_pod(api_client, namespace, name)
+        assert container_env(stored) == {"main": EXPECTED_GPUS[name]}, stored["metadata"].get("annotations")
     for name, node in EXPECTED_NODES.items():
         events = wait_until(
             lambda name=name: events_of(api_client, namespace, name, "Scheduled"), 10, f"the Scheduled event of {name}"
@@ -407,6 +415,38 @@ def refused_with(api_client, core, namespace: str, pod: str, message: str, timeo
     assert (found.status, found.reason) == ("False", "Unschedulable")
     assert node_of(core, namespace, pod) is None
     return found
+
+
+def test_a_pod_with_a_container_lacking_the_entry_is_refused_for_good_naming_it_and_its_init_containers_see_the_bind(
+    start_scheduler, core, api_client, namespace
+):
+    start_scheduler("--leader-elect=false")
+    # setup (an init container) has no CUDA_VISIBLE_DEVICES entry: it would see every GPU.
+    lacking = {
+        "initContainers": [{"name": "setup", "image": "busybox"}],
+        "containers": [{"name": "main", "image": "busybox", "env": [dict(BIND_ENTRY)]}],
+    }
+    make_pod(core, namespace, "job-0", start_scheduler.scheduler_name, spec=lacking, bind_entries=False)
+    # Every container has it: bound, and the init container sees the devices as the others do.
+    whole = {
+        "initContainers": [{"name": "setup", "image": "busybox"}],
+        "containers": [{"name": "main", "image": "busybox"}],
+    }
+    make_pod(core, namespace, "job-1", start_scheduler.scheduler_name, spec=whole)
+
+    message = (
+        "container(s) setup of the pod have no CUDA_VISIBLE_DEVICES entry, so they would see every GPU of the "
+        "node, not only the map's 0,1; give every container and init container the entry "
+        f'`{{name: CUDA_VISIBLE_DEVICES, valueFrom: {{fieldRef: {{fieldPath: "{DEVICES_FIELD_PATH}"}}}}}}` '
+        "(the chart's admission adds it to pods created while it runs) and create the pod again"
+    )
+    refused_with(api_client, core, namespace, "job-0", message)
+    assert wait_until(lambda: node_of(core, namespace, "job-1"), 10, "job-1 to be bound") == "node2"
+    assert container_env(get_pod(api_client, namespace, "job-1")) == {"init:setup": "2", "main": "2"}
+    # For good: its containers cannot change, so it is not tried again (one FailedScheduling).
+    time.sleep(5)
+    assert [e.series for e in events_of(api_client, namespace, "job-0", "FailedScheduling")] == [None]
+    assert node_of(core, namespace, "job-0") is None
 
 
 def test_a_tainted_node_is_refused_in_kube_schedulers_words_and_the_pod_says_so_in_its_condition(
