@@ -372,14 +372,17 @@ def status_message(body) -> str:
 
 def admission_problem(api_client, namespace: str, pod: dict, **request) -> str | None:
     """None when a dry-run create of `pod`, whose map gives its one container device 0, is
-    admitted with CUDA_VISIBLE_DEVICES=0; else what went wrong ("refused (<status>): ..." when
-    the API server refused it). `request`: the client's options, _request_timeout say."""
+    admitted with its container seeing CUDA_VISIBLE_DEVICES=0 (a literal, or in bind mode the
+    fieldRef on the devices annotation the webhook writes on a pod created on a node); else
+    what went wrong ("refused (<status>): ..." when the API server refused it). `request`: the
+    client's options, _request_timeout say."""
     try:
         created = client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All", **request)
     except ApiException as err:
         return f"refused ({err.status}): {status_message(err.body)}"
-    env = {e.name: e.value for e in created.spec.containers[0].env or []}
-    return None if env.get(CUDA_ENV) == "0" else f"admitted without {CUDA_ENV}=0: {env}"
+    stored = api_client.sanitize_for_serialization(created)
+    seen = env_seen(stored, stored["spec"]["containers"][0])
+    return None if seen.get(CUDA_ENV) == "0" else f"admitted without {CUDA_ENV}=0: {seen}"
 
 
 def ignoring_not_found(call, *args, **kwargs) -> None:

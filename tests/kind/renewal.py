@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from e2e.cluster import admission_problem, served_certificate
+from e2e.cluster import admission_problem, node_aliases, served_certificate
 from e2e.workloads import bare_pod
 from gpu_scheduler.certs.bundle import CertBundle
 from gpu_scheduler.certs.cluster import bundle_from_secret
@@ -133,7 +133,9 @@ def served_serial(kubectl: list[str], pod: str, port: int, ca_pem: bytes) -> int
 class Admissions:
     """Server-side dry-run creates of a pod of gpu-scheduler, one every INTERVAL, in the
     background: each goes through the API server's call to our webhook over TLS (failurePolicy
-    Fail), so a handshake that fails, or a pod without its CUDA_VISIBLE_DEVICES, is a failure."""
+    Fail), so a handshake that fails, or a pod without its CUDA_VISIBLE_DEVICES, is a failure.
+    The pod is created on the node its map names (spec.nodeName): in every admission mode, bind
+    mode included (where a pod to be bound needs no webhook), such a pod goes to the webhook."""
 
     kubeconfig: str
     namespace: str
@@ -157,6 +159,7 @@ class Admissions:
     def _loop(self) -> None:
         api = config.new_client_from_config(config_file=self.kubeconfig)
         pod = bare_pod("renewal-probe-0", "0=node1:0\n")
+        pod["spec"]["nodeName"] = next(name for name, alias in node_aliases(api).items() if alias == "node1")
         try:
             while not self._stop.is_set():
                 at = time.strftime("%H:%M:%S")

@@ -437,8 +437,9 @@ def test_under_deny_one_gpu_is_one_gpu_in_any_spelling_and_gpus_shows_who_holds_
         for name, devices in (("by-uuid-0", gpu1), ("whole-0", "0")):
             kind.apply(pinned_pod(name, "node3", devices), namespace)
         # A GPU node3 does not have, listing node3's GPUs: the webhook refuses the pod at creation;
-        # with admission.mode policy (the chart's default on 1.36+, KinD's 1.37) the scheduler
-        # refuses to bind it, saying so (docs/placement.md, "Admission modes").
+        # where a MutatingAdmissionPolicy gives pods their entries (admission.mode bind, the
+        # chart's default, on KinD's 1.37; or policy) the scheduler refuses to bind it, saying so
+        # (docs/placement.md, "Admission modes").
         gpus = f"(its GPUs: 0 {node3[0]['uuid']}"
         created = kind.kubectl(
             "apply", "-n", namespace, "-f", "-", stdin=json.dumps(pinned_pod("missing-0", "node3", missing))
