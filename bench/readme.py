@@ -126,11 +126,14 @@ def render_headlines(paths: list[Path]) -> str:
 
 
 def replace_section(text: str, section: str) -> str:
-    """text with what stands between START and END replaced by section."""
-    start, end = text.find(START), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no {START} ... {END} markers around the benchmark table")
-    return text[: start + len(START)] + "\n" + section + text[end:]
+    """text with what stands between START and END, each alone on its line, replaced by
+    section. Markers quoted in prose (`<!-- bench:start -->` in a sentence) are not markers."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.strip() == START]
+    ends = [i for i, line in enumerate(lines) if line.strip() == END]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise ValueError(f"expected one {START} line and one {END} line after it around the benchmark table")
+    return "".join(lines[: starts[0] + 1]) + section + "".join(lines[ends[0] :])
 
 
 def main(argv: list[str] | None = None) -> int:

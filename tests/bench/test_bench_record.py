@@ -126,6 +126,13 @@ def test_the_readme_section_between_its_markers_is_replaced_and_nothing_else():
         readme.replace_section("no markers\n", "new\n")
 
 
+def test_markers_quoted_in_a_sentence_are_left_alone():
+    # docs/benchmarks.md names the markers in its prose; the first writer took those for them.
+    prose = "between its `<!-- bench:start -->` and `<!-- bench:end -->`\nmarkers.\n"
+    text = prose + "<!-- bench:start -->\nold\n<!-- bench:end -->\n"
+    assert readme.replace_section(text, "new\n") == prose + "<!-- bench:start -->\nnew\n<!-- bench:end -->\n"
+
+
 def test_the_latest_records_are_the_newest_bench_run_and_the_newest_scale_run(tmp_path: Path):
     for name in ("2026-01-01-0900-bench", "2026-01-02-0800-bench", "2026-01-01-1000-scale", "notes"):
         (tmp_path / f"{name}.json").write_text("{}")
