@@ -156,8 +156,8 @@ def run_hook(pod_doc: dict, identity, namespace: str, *extra: str):
 def fake_hook(probe_namespace: str):
     """The deliberately broken hook of SMOKE_TEST_BROKEN=1: the PASS line a working hook prints, and nothing done."""
     line = (
-        f"PASS: pod {probe_namespace}/gpu-scheduler-smoke-test-000000-0 was admitted with "
-        "CUDA_VISIBLE_DEVICES=0 and bound to node1 in 0.1 s"
+        f"PASS: pod {probe_namespace}/gpu-scheduler-smoke-test-000000-0 was bound to node1 in 0.1 s, "
+        "every container seeing CUDA_VISIBLE_DEVICES=0"
     )
     return run([sys.executable, "-c", f"print({line!r})"], timeout=60)
 

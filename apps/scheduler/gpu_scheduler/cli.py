@@ -27,7 +27,7 @@ SUBCOMMANDS = {
     ),
     "smoke-test": (
         "gpu_scheduler.smoketest",
-        "prove an installed release works: a probe pod admitted with CUDA_VISIBLE_DEVICES and bound by its map",
+        "prove an installed release works: a probe pod bound by its map, its container seeing the map's devices",
     ),
     "agent": (
         "gpu_scheduler.agent.command",

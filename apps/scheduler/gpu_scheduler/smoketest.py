@@ -1,9 +1,11 @@
 """`gpu-scheduler smoke-test`: prove an installed release works, the way a user's pod meets it.
 
-One pod of ours goes through the real path: the API server sends it to the
-webhook (which must answer over TLS the caBundle trusts, and inject
-CUDA_VISIBLE_DEVICES), then the scheduler must bind it to the node its map
-names. The pod is deleted afterwards, pass or fail. The chart's `helm test`
+One pod of ours goes through the real path: admission must give its container a
+CUDA_VISIBLE_DEVICES entry (in bind mode the one that reads the devices annotation,
+added by the chart's MutatingAdmissionPolicy or webhook; in the legacy modes the
+map line's devices, from a webhook that must answer over TLS the caBundle trusts),
+then the scheduler must bind it to the node its map names, and once bound its
+container must see the map line's devices. The pod is deleted afterwards, pass or fail. The chart's `helm test`
 hook runs this in a pod; it works from a laptop with a kubeconfig too.
 
 Exit 0 when every step passed; 1 with a message naming the step that failed
@@ -22,7 +24,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from .config import DEFAULT_SCHEDULER_NAME, env, env_help, positive_float
 from .kube.client import ApiError, KubeClient, load_configuration
-from .placement import InvalidMapError, parse_map_uncached
+from .placement import DEVICES_ANNOTATION, InvalidMapError, container_devices, parse_map_uncached
 from .scheduling.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -135,20 +137,31 @@ def choose_node(kube: KubeClient) -> str:
     return usable[0].name
 
 
-def _env_of(pod: dict) -> dict[str, dict[str, str]]:
-    containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
-    return {c["name"]: {e["name"]: e.get("value", "") for e in c.get("env") or []} for c in containers}
-
-
 def check_admission(pod: dict, devices: str, namespace: str) -> None:
-    """The webhook injected CUDA_VISIBLE_DEVICES=devices into every container."""
-    wrong = {name: env.get("CUDA_VISIBLE_DEVICES") for name, env in _env_of(pod).items()}
-    wrong = {name: value for name, value in wrong.items() if value != devices}
+    """Admission gave every container a CUDA_VISIBLE_DEVICES entry: the one that reads the
+    bind's devices annotation (admission.mode bind), or `devices` itself (webhook, policy)."""
+    given = container_devices(pod)
+    wrong = [name for name, value in given.values if value is None or (isinstance(value, str) and value != devices)]
     if wrong:
         raise SmokeTestFailed(
-            f"the pod was admitted without CUDA_VISIBLE_DEVICES={devices} (containers: {wrong}): the webhook "
-            f"did not mutate it. Is namespace {namespace} labelled gpu-scheduler.io/webhook=disabled, or is it "
-            f"the release namespace? `kubectl get mutatingwebhookconfigurations` ({TROUBLESHOOTING})"
+            f"the pod was admitted without a CUDA_VISIBLE_DEVICES entry reading {DEVICES_ANNOTATION} nor the "
+            f"value {devices} ({given.describe()}): admission did not give it one. Is namespace {namespace} "
+            "labelled gpu-scheduler.io/webhook=disabled, or is it the release namespace? "
+            f"`kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations` ({TROUBLESHOOTING})"
+        )
+
+
+def check_seen(pod: dict, devices: str) -> None:
+    """Once the pod is bound, every container sees `devices` (through the Binding's annotation in
+    bind mode)."""
+    given = container_devices(pod)
+    seen = {name: given.seen(name, value) for name, value in given.values}
+    wrong = {name: value for name, value in seen.items() if value != devices}
+    if wrong:
+        raise SmokeTestFailed(
+            f"the pod was bound, but its containers would see CUDA_VISIBLE_DEVICES {wrong}, not {devices}: "
+            f"its Binding did not write {DEVICES_ANNOTATION}={devices}. Is the scheduler older than the chart? "
+            f"({TROUBLESHOOTING})"
         )
 
 
@@ -161,16 +174,18 @@ def _events(kube: KubeClient, namespace: str, name: str) -> list[str]:
     return [f"{e.get('reason')}: {e.get('message')}" for e in items]
 
 
-def wait_bound(kube: KubeClient, namespace: str, name: str, node: str, timeout: float) -> float:
-    """Seconds until the pod was bound; SmokeTestFailed when it is bound elsewhere or not in time."""
+def wait_bound(kube: KubeClient, namespace: str, name: str, node: str, timeout: float) -> tuple[float, dict]:
+    """Seconds until the pod was bound, and the pod as bound; SmokeTestFailed when it is bound
+    elsewhere or not in time."""
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
     started = time.monotonic()
     while True:
-        bound_to = kube.get(path)["spec"].get("nodeName")
+        pod = kube.get(path)
+        bound_to = pod["spec"].get("nodeName")
         if bound_to:
             if bound_to != node:
                 raise SmokeTestFailed(f"pod {namespace}/{name} was bound to {bound_to}, not to {node} as its map says")
-            return time.monotonic() - started
+            return time.monotonic() - started, pod
         if time.monotonic() - started > timeout:
             events = _events(kube, namespace, name) or ["(no events: is the scheduler running and leading?)"]
             raise SmokeTestFailed(
@@ -198,8 +213,9 @@ def smoke_test(kube: KubeClient, args: argparse.Namespace) -> str:
         ) from None
     try:
         check_admission(created, args.devices, args.namespace)
-        log.info("admitted with CUDA_VISIBLE_DEVICES=%s in every container", args.devices)
-        seconds = wait_bound(kube, args.namespace, name, node, args.timeout)
+        log.info("admitted with a CUDA_VISIBLE_DEVICES entry in every container")
+        seconds, bound = wait_bound(kube, args.namespace, name, node, args.timeout)
+        check_seen(bound, args.devices)
     finally:
         try:
             kube.call("DELETE", f"{pods}/{quote(name, safe='')}", body={"gracePeriodSeconds": 0})
@@ -207,8 +223,8 @@ def smoke_test(kube: KubeClient, args: argparse.Namespace) -> str:
             if err.status != 404:
                 log.warning("could not delete the probe pod %s/%s: %s", args.namespace, name, err)
     return (
-        f"PASS: pod {args.namespace}/{name} was admitted with CUDA_VISIBLE_DEVICES={args.devices} "
-        f"and bound to {node} in {seconds:.1f} s"
+        f"PASS: pod {args.namespace}/{name} was bound to {node} in {seconds:.1f} s, "
+        f"every container seeing CUDA_VISIBLE_DEVICES={args.devices}"
     )
 
 
