@@ -57,6 +57,7 @@ from cryptography import x509
 from flask import Flask
 
 from ..gc_tuning import tune_for_service
+from ..malloc_tuning import keep_large_blocks_mapped
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +288,7 @@ def serve(options: ServerOptions, tls: ReloadingTLS, app_factory: Callable[[], F
         # metrics objects (their values meet in the multiprocess directory).
         app = app_factory()
         tune_for_service()
+        keep_large_blocks_mapped()
         log.info("worker %d serving %s", os.getpid(), tls.cert_file)
         return app
 
