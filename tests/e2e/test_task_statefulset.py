@@ -92,14 +92,15 @@ def test_check_pods_record_their_placement_and_get_scheduled_and_gpu_sharing_eve
             "node": expected.node,
             "cudaVisibleDevices": expected.devices,
         }
-        # The chart's own env stays; the webhook only adds CUDA_VISIBLE_DEVICES and the order
-        # its ordinals are counted in.
+        # The chart's env, as it writes it: CUDA_VISIBLE_DEVICES (read from the bind) and the
+        # order its ordinals are counted in first; admission adds nothing (bind mode), or
+        # replaces the first in place with its literal (the legacy modes).
         assert [e["name"] for e in pod["spec"]["containers"][0]["env"]] == [
+            "CUDA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
             "NODE_NAME",
             "POD_NAME",
             "EXPECTED_PLACEMENT",
-            "CUDA_VISIBLE_DEVICES",
-            "CUDA_DEVICE_ORDER",
         ]
         wait_for_event(
             api_client,
