@@ -11,8 +11,8 @@ port on 127.0.0.1 where nothing listens. Then:
   created: the workload webhook, unreachable, fails open;
 - a real scheduler process binds their pods;
 - the oracle reads the pods as kube-apiserver stores them and resolves each container's
-  CUDA_VISIBLE_DEVICES as the kubelet resolves a fieldRef: every container of every pod must
-  see its map line's devices, on its map line's node.
+  CUDA_VISIBLE_DEVICES as the kubelet resolves a fieldRef (e2e.cluster.container_env): every
+  container of every pod must see its map line's devices, on its map line's node.
 
 OUTAGE_MODE=webhook renders the chart's former default instead (every pod of ours through a
 webhook that fails closed): the same test must then fail, the pods never created.
@@ -25,7 +25,7 @@ import socket
 
 import pytest
 from e2e.charts import SCHEDULER_CHART, helm_template
-from e2e.cluster import list_pods
+from e2e.cluster import BIND_ENTRY, container_env, list_pods
 from e2e.isolation import create_namespace, delete_namespace
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client, utils
@@ -38,9 +38,6 @@ TEMPLATES = (
     "templates/bind-policies.yaml",
     "templates/device-annotations-guard.yaml",
 )
-DEVICES_KEY = "gpu-scheduler/cuda-visible-devices"
-FIELD_PATH = f"metadata.annotations['{DEVICES_KEY}']"
-ENTRY = {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": FIELD_PATH}}}
 MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
 LINES = {0: ("node1", "0,1"), 1: ("node2", "2"), 2: ("node3", "0,1,2")}
 MODE = os.environ.get("OUTAGE_MODE", "")
@@ -130,7 +127,7 @@ def uninstall(api_client, documents: list[dict]) -> None:
 
 
 def statefulset(name: str, scheduler_name: str, with_entry: bool) -> dict:
-    env = [ENTRY, {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}] if with_entry else []
+    env = [BIND_ENTRY, {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}] if with_entry else []
     labels = {"app": name}
     pod_spec = {
         "schedulerName": scheduler_name,
@@ -150,25 +147,6 @@ def statefulset(name: str, scheduler_name: str, with_entry: bool) -> dict:
             "template": {"metadata": {"labels": labels, "annotations": {"gpu-scheduling-map": MAP}}, "spec": pod_spec},
         },
     }
-
-
-def seen(pod: dict) -> dict[str, str | None]:
-    """container -> its CUDA_VISIBLE_DEVICES as the kubelet resolves it (None: no entry)."""
-    annotations = pod["metadata"].get("annotations") or {}
-    values: dict[str, str | None] = {}
-    for field in ("initContainers", "containers"):
-        for container in pod["spec"].get(field) or ():
-            value = None
-            for item in container.get("env") or ():
-                if item["name"] != "CUDA_VISIBLE_DEVICES":
-                    continue
-                field_ref = (item.get("valueFrom") or {}).get("fieldRef") or {}
-                if not item.get("valueFrom"):
-                    value = item.get("value", "")
-                elif field_ref.get("fieldPath") == FIELD_PATH:
-                    value = annotations.get(DEVICES_KEY, "")
-            values[container["name"]] = value
-    return values
 
 
 @pytest.fixture
@@ -200,7 +178,7 @@ def test_with_every_webhook_of_ours_unreachable_workloads_are_created_placed_and
     for pod in pods:
         name = pod["metadata"]["name"]
         node, devices = LINES[int(name.rsplit("-", 1)[1])]
-        sees = seen(pod)
+        sees = container_env(pod)
         if pod["spec"]["nodeName"] != node or set(sees.values()) != {devices}:
             wrong[name] = (pod["spec"]["nodeName"], sees)
     assert not wrong, f"pods not on their line's node or not seeing its devices: {wrong}"

@@ -4,7 +4,8 @@ Pods whose every container and init container reads CUDA_VISIBLE_DEVICES from th
 `gpu-scheduler/cuda-visible-devices` annotation (a downward-API fieldRef, as the check chart
 and the README's snippet write it) pass no admission of ours. A real scheduler process binds
 them; the oracle is the pods as kube-apiserver stores them, resolved as the kubelet resolves a
-fieldRef (an absent key is the empty string): each container must see its map line's devices.
+fieldRef (e2e.cluster.container_env: an absent key is the empty string): each container must
+see its map line's devices.
 A pod with a container lacking the entry would see every GPU: it must stay unbound, with a
 FailedScheduling that names the container.
 
@@ -18,15 +19,12 @@ import os
 from pathlib import Path
 
 import pytest
-from e2e.cluster import get_pod, list_pods, wait_for_event
+from e2e.cluster import BIND_ENTRY, DEVICES_FIELD_PATH, container_env, get_pod, list_pods, wait_for_event
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.faults
 
-DEVICES_KEY = "gpu-scheduler/cuda-visible-devices"
-FIELD_PATH = f"metadata.annotations['{DEVICES_KEY}']"
-FROM_BIND = {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": FIELD_PATH}}}
 MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:1\n"
 EXPECTED = {"w-0": ("node1", "0,1"), "w-1": ("node2", "2"), "w-2": ("node3", "0,1,2"), "w-3": ("node4", "3")}
 BROKEN = os.environ.get("BIND_BROKEN") == "1"
@@ -35,7 +33,7 @@ BROKEN_BUILD = {"PYTHONPATH": str(Path(__file__).parent / "binder_hooks"), "BIND
 
 def pod(name: str, scheduler_name: str, sidecar_entry: bool = True) -> dict:
     def container(cname: str, entry: bool = True) -> dict:
-        return {"name": cname, "image": "registry.k8s.io/pause:3.10", "env": [FROM_BIND] if entry else []}
+        return {"name": cname, "image": "registry.k8s.io/pause:3.10", "env": [BIND_ENTRY] if entry else []}
 
     return {
         "apiVersion": "v1",
@@ -48,26 +46,6 @@ def pod(name: str, scheduler_name: str, sidecar_entry: bool = True) -> dict:
             "containers": [container("main"), container("sidecar", sidecar_entry)],
         },
     }
-
-
-def seen(pod: dict) -> dict[str, str | None]:
-    """container -> the CUDA_VISIBLE_DEVICES it starts with, as the kubelet resolves it; None
-    where it has no entry. Written here from the API's shapes, not taken from the product."""
-    annotations = pod["metadata"].get("annotations") or {}
-    values: dict[str, str | None] = {}
-    for field in ("initContainers", "containers"):
-        for container in pod["spec"].get(field) or ():
-            value = None
-            for item in container.get("env") or ():
-                if item["name"] != "CUDA_VISIBLE_DEVICES":
-                    continue
-                field_ref = (item.get("valueFrom") or {}).get("fieldRef") or {}
-                if "value" in item or not item.get("valueFrom"):
-                    value = item.get("value", "")
-                elif field_ref.get("fieldPath") == FIELD_PATH:
-                    value = annotations.get(DEVICES_KEY, "")
-            values[container["name"]] = value
-    return values
 
 
 def test_every_container_sees_the_devices_its_binding_wrote_and_a_pod_missing_the_entry_stays_unbound(
@@ -87,14 +65,14 @@ def test_every_container_sees_the_devices_its_binding_wrote_and_a_pod_missing_th
     wrong = {}
     for name, (node, devices) in EXPECTED.items():
         stored = bound[name]
-        sees = seen(stored)
+        sees = container_env(stored)
         if stored["spec"].get("nodeName") != node or set(sees.values()) != {devices}:
             wrong[name] = (stored["spec"].get("nodeName"), sees)
     assert not wrong, f"pods whose containers do not see their map line's devices: {wrong}"
 
     missing = get_pod(api_client, ns, "w-4")
     assert not missing["spec"].get("nodeName"), "a pod whose sidecar would see every GPU was bound"
-    assert "CUDA_VISIBLE_DEVICES" in refused["message"] and FIELD_PATH in refused["message"], refused["message"]
+    assert "CUDA_VISIBLE_DEVICES" in refused["message"] and DEVICES_FIELD_PATH in refused["message"], refused["message"]
 
 
 def _bound_within(api_client, namespace: str, names: set[str], timeout: float = 60) -> list[dict]:
