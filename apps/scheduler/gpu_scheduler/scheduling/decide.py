@@ -118,14 +118,17 @@ def _spelling_message(key: str, spellings: list[tuple[str, str, str]], node: str
     )
 
 
+def _refused_for_good(key: str, entry: MapEntry, reason: str, plugin: str | None = None) -> Decision:
+    """A refusal only a change to the pod itself can lift: it is not retried until then."""
+    return Decision(key, entry, None, code=Code.UNRESOLVABLE, reason=reason, plugin=plugin)
+
+
 def _containers_disagree(key: str, entry: MapEntry, given: ContainerDevices) -> Decision:
     # Container env is immutable: no retry can make these containers agree.
-    return Decision(
+    return _refused_for_good(
         key,
         entry,
-        None,
-        code=Code.UNRESOLVABLE,
-        reason=(
+        (
             f"the pod's containers were created with different {CUDA_ENV} ({given.describe()}); "
             "the gpu-scheduler webhook gives every container the same devices, so it did not set these, "
             "and the scheduler cannot tell which GPUs the pod would use: delete the pod and create it "
@@ -136,12 +139,10 @@ def _containers_disagree(key: str, entry: MapEntry, given: ContainerDevices) -> 
 
 def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
     # Container env is immutable: binding would hand the pod other GPUs than the map says.
-    return Decision(
+    return _refused_for_good(
         key,
         entry,
-        None,
-        code=Code.UNRESOLVABLE,
-        reason=(
+        (
             f"the map now gives index {entry.index} the devices {entry.cuda_visible_devices}, but the pod's "
             f"containers were created with {CUDA_ENV}={injected}; delete the pod so that it is recreated"
         ),
@@ -151,12 +152,10 @@ def _map_changed(key: str, entry: MapEntry, injected: str) -> Decision:
 def _resource_claims(key: str, entry: MapEntry, claims: list) -> Decision:
     # spec.resourceClaims cannot change: only a new pod without them can be placed.
     names = ", ".join(str(c.get("name")) if isinstance(c, Mapping) else "?" for c in claims)
-    return Decision(
+    return _refused_for_good(
         key,
         entry,
-        None,
-        code=Code.UNRESOLVABLE,
-        reason=(
+        (
             f"the pod has resourceClaims ({names}): gpu-scheduler does not support DynamicResourceAllocation "
             "claims yet, and binding the pod would start it without the devices they ask for; remove them, or "
             "let kube-scheduler place the pod"
@@ -169,12 +168,10 @@ def _devices_not_given(key: str, entry: MapEntry, given: ContainerDevices) -> De
     # Fails closed: such a container would see every GPU of the node. Its env cannot change,
     # so no retry helps.
     missing = ", ".join(given.missing[:8]) + (f" and {len(given.missing) - 8} more" if len(given.missing) > 8 else "")
-    return Decision(
+    return _refused_for_good(
         key,
         entry,
-        None,
-        code=Code.UNRESOLVABLE,
-        reason=(
+        (
             f"container(s) {missing} of the pod have no {CUDA_ENV} entry, so they would see every GPU of the "
             f"node, not only the map's {entry.cuda_visible_devices}; give every container and init container "
             f'the entry `{{name: {CUDA_ENV}, valueFrom: {{fieldRef: {{fieldPath: "{DEVICES_FIELD_PATH}"}}}}}}` '
