@@ -400,10 +400,13 @@ CEL, bind mode: the env entry whose value is the bind's devices annotation
 (placement/environment.py: bind_env_entry, reads_bind_annotation), and
 whether container c's CUDA_VISIBLE_DEVICES reads it (every entry of that
 name does, and there is one: with the name twice the kubelet takes the last).
+An entry with a value beside it does not: a server-side apply of a template
+whose entry has a literal value merges that value into the stored entry the
+policy wrote, and only replacing the entry again keeps the object valid.
 */}}
 {{- define "gpu-scheduler.cel.bindFieldPath" -}}"metadata.annotations['gpu-scheduler/cuda-visible-devices']"{{- end -}}
 {{- define "gpu-scheduler.cel.readsBind" -}}
-(c.?env.orValue([]).exists(e, e.name == 'CUDA_VISIBLE_DEVICES') && c.env.all(e, e.name != 'CUDA_VISIBLE_DEVICES' || e.?valueFrom.?fieldRef.?fieldPath.orValue('') == {{ include "gpu-scheduler.cel.bindFieldPath" . }}))
+(c.?env.orValue([]).exists(e, e.name == 'CUDA_VISIBLE_DEVICES') && c.env.all(e, e.name != 'CUDA_VISIBLE_DEVICES' || (e.?valueFrom.?fieldRef.?fieldPath.orValue('') == {{ include "gpu-scheduler.cel.bindFieldPath" . }} && e.?value.orValue('') == '')))
 {{- end -}}
 {{/* Some init container or container of the pod at .path lacks the bind entry. */}}
 {{- define "gpu-scheduler.cel.lacksBindEntry" -}}

@@ -79,10 +79,13 @@ place (replace, remove from the last, add): a patch value can only hold
 entries built here, not the pod's own. None for a container that has it.
 .bind (bind mode): the entry is the constant one that reads the bind's
 devices annotation (gpu-scheduler.cel.readsBind), not variables.devices.
+.spec: where the pod spec sits in the object, "spec" (a Pod, the default)
+or "spec.template.spec" (a workload's pod template).
 */}}
 {{- define "gpu-scheduler.cel.envPatches" -}}
-{{- $type := printf "Object.spec.%s.env" .field -}}
-{{- $path := printf "'/spec/%s/' + string(i) + '/env'" .field -}}
+{{- $spec := .spec | default "spec" -}}
+{{- $type := printf "Object.%s.%s.env" $spec .field -}}
+{{- $path := printf "'/%s/%s/' + string(i) + '/env'" ($spec | replace "." "/") .field -}}
 {{- $cuda := printf "%s{name: 'CUDA_VISIBLE_DEVICES', value: variables.devices}" $type -}}
 {{- $has := "c.?env.orValue([]).filter(e, e.name == 'CUDA_VISIBLE_DEVICES').size() == 1 &&\n    c.env.exists(e, e.name == 'CUDA_VISIBLE_DEVICES' && e.?value.orValue('') == variables.devices && !has(e.valueFrom)) &&\n    c.env.exists(e, e.name == 'CUDA_DEVICE_ORDER')" -}}
 {{- if .bind -}}
@@ -90,7 +93,7 @@ devices annotation (gpu-scheduler.cel.readsBind), not variables.devices.
 {{- $has = include "gpu-scheduler.cel.readsBind" . -}}
 {{- end -}}
 {{- $order := printf "%s{name: 'CUDA_DEVICE_ORDER', value: 'PCI_BUS_ID'}" $type -}}
-object.spec.?{{ .field }}.orValue([]).transformList(i, c,
+object.{{ $spec }}.?{{ .field }}.orValue([]).transformList(i, c,
   !({{ $has }}),
   c.?env.orValue([]).size() == 0 ?
     [JSONPatch{op: 'add', path: {{ $path }}, value: [{{ $cuda }}, {{ $order }}]}] :

@@ -536,3 +536,45 @@ def _index_range(start: object, count: object) -> range:
     if not isinstance(start, int) or not isinstance(count, int) or isinstance(start, bool) or isinstance(count, bool):
         return range(0)
     return range(start, start + max(0, min(count, 100_000)))
+
+
+# -- /mutate-workloads -----------------------------------------------------
+
+# The workloads whose pod template gets the bind entries at apply (the chart's
+# MutatingAdmissionPolicy of workload-bind-policies.yaml on 1.36+, this on 1.35).
+# Not ReplicaSets (a Deployment's would no longer match its Deployment, which then
+# makes another), nor Deployments and DaemonSets (no index), nor CronJobs (each of
+# their Jobs is mutated when created).
+ENTRY_WORKLOADS = {("apps", "StatefulSet"), ("batch", "Job")}
+
+
+def mutate_workload(review: object, scheduler_name: str) -> Answer:
+    """Give a StatefulSet or Job of `scheduler_name` with a map, at CREATE or UPDATE, the
+    entry that reads the bind's devices annotation in every init container and container
+    of its pod template that lacks it: its pods are then created complete, and no pod of
+    it calls anything of ours at creation. The map is not read (validate does)."""
+    request = read_review(review)
+    group, kind = _request_kind(request)
+    if (group, kind) not in ENTRY_WORKLOADS:
+        supported = ", ".join(k for _, k in sorted(ENTRY_WORKLOADS))
+        got = f"{group or 'core'}/{kind}"
+        raise BadRequest(f"/mutate-workloads handles {supported}; got {got}; fix the webhook's rules")
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE") or request.get("subResource"):
+        return _pass(request, {"operation": operation})
+    obj = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(obj, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
+    fields = {"object": f"{kind} {namespace}/{name}"}
+    spec = _mapping(obj.get("spec"), "request.object.spec")
+    template = _mapping(spec.get("template"), "request.object.spec.template")
+    _check_metadata(template, "request.object.spec.template")
+    if _scheduler_name(template, "request.object.spec.template") != scheduler_name:
+        return _pass(request, fields)
+    if not isinstance(_map_of(template), str):
+        return _allow(request, dict(fields, map="none"))
+    _check_pod_spec(template.get("spec") or {}, "request.object.spec.template.spec")
+    # bind_patch's operations address a pod; the template is one, one level down.
+    operations = [dict(op, path="/spec/template" + op["path"]) for op in bind_patch(template)]
+    return _patched(request, operations, dict(fields, devices=f"from {DEVICES_ANNOTATION}"))
