@@ -131,7 +131,8 @@ def test_the_policy_matches_only_pods_of_ours_with_a_map_and_a_container_lacking
     assert needs.endswith(f"{found['has-map']} && {found['lacks-bind-entry']})")
 
 
-WORKLOAD_RULES = [(["apps"], ["statefulsets"]), (["batch"], ["jobs"])]
+# A Job's template is immutable: only its creation is mutated.
+WORKLOAD_RULES = [(["apps"], ["statefulsets"], ["CREATE", "UPDATE"]), (["batch"], ["jobs"], ["CREATE"])]
 
 
 def test_statefulsets_and_jobs_get_the_entry_at_apply_from_a_policy_on_1_37(rendered):
@@ -141,12 +142,15 @@ def test_statefulsets_and_jobs_get_the_entry_at_apply_from_a_policy_on_1_37(rend
 
     assert binding["policyName"] == WORKLOAD_ENTRIES
     rules = policy["matchConstraints"]["resourceRules"]
-    assert [(r["apiGroups"], r["resources"]) for r in rules] == WORKLOAD_RULES
-    assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in rules] == WORKLOAD_RULES
     # A workload let through without the entries still runs: its pods get them one by one.
     assert policy["failurePolicy"] == "Ignore"
     found_conditions = conditions(policy)
-    assert list(found_conditions) == ["scheduled-by-us", "has-map", "lacks-bind-entry"]
+    assert list(found_conditions) == ["scheduled-by-us", "has-map", "lacks-bind-entry", "template-changed-on-update"]
+    # An update that leaves the template alone (a label) must not start a rollout.
+    assert found_conditions["template-changed-on-update"] == (
+        "request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template"
+    )
     assert "object.spec.template.spec.schedulerName == 'gpu-scheduler'" in found_conditions["scheduled-by-us"]
     assert "'gpu-scheduling-map' in object.spec.template.metadata.annotations" in found_conditions["has-map"]
     patch = " ".join(policy["mutations"][0]["jsonPatch"]["expression"].split())
@@ -163,7 +167,7 @@ def test_statefulsets_and_jobs_get_the_entry_at_apply_from_the_webhook_on_1_35(r
 
     assert hook["clientConfig"]["service"]["path"] == "/mutate-workloads"
     assert hook["failurePolicy"] == "Ignore" and hook["reinvocationPolicy"] == "IfNeeded"
-    assert [(r["apiGroups"], r["resources"]) for r in hook["rules"]] == WORKLOAD_RULES
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in hook["rules"]] == WORKLOAD_RULES
     # The same workloads as the policy on 1.37: one set of helpers writes both.
     policy = conditions(rendered["1.37"].one("MutatingAdmissionPolicy", WORKLOAD_ENTRIES)["spec"])
     assert conditions(hook) == policy

@@ -238,7 +238,7 @@ def test_validating_webhooks_only_see_updates_that_change_the_map(render):
         names = [c["name"] for c in webhook["matchConditions"]]
         if webhook["name"] == "workloads.mutate.gpu-scheduler":
             # StatefulSets and Jobs with a map lacking the entry (test_chart_bind_mode.py)
-            assert names == ["scheduled-by-us", "has-map", "lacks-bind-entry"]
+            assert names == ["scheduled-by-us", "has-map", "lacks-bind-entry", "template-changed-on-update"]
             continue
         if webhook["name"] not in templates:
             # mutating: CREATE, and debug containers; in bind mode (the default) only pods with a

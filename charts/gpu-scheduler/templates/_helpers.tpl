@@ -413,6 +413,29 @@ policy wrote, and only replacing the entry again keeps the object valid.
 ({{ .path }}.spec.?initContainers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}) ||
 {{ .path }}.spec.?containers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}))
 {{- end -}}
+{{/*
+The matchConditions of the workload mutation (the policy on 1.36+, the webhook
+on 1.35): a template of ours with a map that lacks the bind entry, and on
+UPDATE only when the template itself changed. An UPDATE that leaves it alone
+(a label, a finalizer, a StatefulSet of before the install) would otherwise
+change the template: a rollout nobody asked for. A server-side re-apply of a
+manifest without the entries takes them out and so changes the template: they
+are put back, and the object is as it was.
+*/}}
+{{- define "gpu-scheduler.cel.workloadEntryConditions" -}}
+- name: scheduled-by-us
+  expression: >-
+    {{ include "gpu-scheduler.celScheduledByUs" (dict "path" "object.spec.template" "schedulerName" .Values.schedulerName) }}
+- name: has-map
+  expression: >-
+    {{ include "gpu-scheduler.celHasMap" "object.spec.template" }}
+- name: lacks-bind-entry
+  expression: >-
+    {{- include "gpu-scheduler.cel.lacksBindEntry" (dict "path" "object.spec.template") | nindent 4 }}
+- name: template-changed-on-update
+  expression: >-
+    request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template
+{{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
 
 {{/*
