@@ -155,14 +155,27 @@ podAntiAffinity:
 {{- end -}}
 {{- end -}}
 
-{{/* The pod-level settings every pod of the chart shares. */}}
+{{/*
+The pod-level settings every pod of the chart shares, for one component
+(.root, .values: the component's values, e.g. .Values.scheduler): its
+securityContext is the chart's podSecurityContext with the component's own
+podSecurityContext merged over it.
+*/}}
 {{- define "gpu-scheduler.podCommon" -}}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
+  {{- include "gpu-scheduler.mergedContext" (list .root.Values.podSecurityContext .values.podSecurityContext) | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+{{/* A container's securityContext: the chart's, with the component's (.values.securityContext) merged over it. */}}
+{{- define "gpu-scheduler.containerSecurityContext" -}}
+{{- include "gpu-scheduler.mergedContext" (list .root.Values.securityContext .values.securityContext) -}}
+{{- end -}}
+{{/* (list base override) as YAML: override's keys replace base's, at every depth; neither is changed. */}}
+{{- define "gpu-scheduler.mergedContext" -}}
+{{- toYaml (mergeOverwrite (deepCopy (index . 0)) (deepCopy (index . 1 | default dict))) -}}
 {{- end -}}
 
 {{/* Python on a read-only root filesystem still needs somewhere to write: /tmp. */}}
@@ -325,7 +338,7 @@ template:
     serviceAccountName: {{ .serviceAccount }}
     # The ServiceAccount leaves the token out; these pods need it.
     automountServiceAccountToken: true
-    {{- include "gpu-scheduler.podCommon" $root | nindent 4 }}
+    {{- include "gpu-scheduler.podCommon" (dict "root" $root "values" $root.Values.certs.job) | nindent 4 }}
     {{- /* Where the hook Jobs and the renewal run: an all-tainted cluster otherwise never runs them, and the install waits for ever. */}}
     {{- with $root.Values.certs.job.priorityClassName }}
     priorityClassName: {{ . }}
@@ -360,7 +373,7 @@ template:
         resources:
           {{- toYaml $root.Values.certs.job.resources | nindent 10 }}
         securityContext:
-          {{- toYaml $root.Values.securityContext | nindent 10 }}
+          {{- include "gpu-scheduler.containerSecurityContext" (dict "root" $root "values" $root.Values.certs.job) | nindent 10 }}
         volumeMounts:
           {{- include "gpu-scheduler.tmpVolumeMount" $root | nindent 10 }}
     volumes:
