@@ -381,8 +381,11 @@ accepted, and admission.policyMaxLines is ignored, so that values files and
 */}}
 {{- define "gpu-scheduler.refuseRemovedAdmissionModes" -}}
 {{- $mode := (.Values.admission).mode | default "bind" -}}
-{{- if ne $mode "bind" -}}
-{{- fail (printf "admission.mode=%s was removed: bind is the only admission mode (the scheduler writes a pod's devices in its Binding; containers read them through a fieldRef). Remove admission.mode (and admission.policyMaxLines) from your values; CHANGELOG.md says what else changes" $mode) -}}
+{{- $only := "bind is the only admission mode (the scheduler writes a pod's devices in its Binding; containers read them through a fieldRef). Remove admission.mode (and admission.policyMaxLines) from your values" -}}
+{{- if has $mode (list "webhook" "policy") -}}
+{{- fail (printf "admission.mode=%s was removed: %s; CHANGELOG.md says what else changes" $mode $only) -}}
+{{- else if ne $mode "bind" -}}
+{{- fail (printf "admission.mode=%s is no admission mode: %s" $mode $only) -}}
 {{- end -}}
 {{- end -}}
 {{/* "true" where the API server serves MutatingAdmissionPolicy v1, else "". */}}
