@@ -156,14 +156,6 @@ def test_a_map_filling_the_annotation_limit_is_answered_fast_and_bound(api_clien
     assert sum(len(k) + len(v.encode()) for k, v in pod["metadata"]["annotations"].items()) <= ANNOTATIONS_LIMIT
 
 
-def created_on_its_node(name: str, scheduling_map: str) -> dict:
-    """A pod created with spec.nodeName (its line's node): no Binding will annotate it, so the
-    webhook reads its map and writes its device annotations at creation."""
-    pod = bare_pod(name, scheduling_map)
-    pod["spec"]["nodeName"] = expected_node(int(name.rsplit("-", 1)[1]))
-    return pod
-
-
 def test_a_map_exactly_at_the_annotation_limit_is_refused_with_a_message_about_the_map(api_client, webhook, ns):
     """Annotations of exactly 256 KiB leave no room for the device annotations the webhook
     adds to a pod created on a node: the pod cannot be stored either way, and the refusal must
@@ -172,7 +164,7 @@ def test_a_map_exactly_at_the_annotation_limit_is_refused_with_a_message_about_t
     assert len(MAP) + len(scheduling_map.encode()) == ANNOTATIONS_LIMIT
 
     with pytest.raises(ApiException) as refused:
-        create_timed(api_client, ns, created_on_its_node("full-0", scheduling_map))
+        create_timed(api_client, ns, bare_pod("full-0", scheduling_map, node_name=expected_node(0)))
 
     message = refused.value.body
     print(f"\nrefused: {message[:600]}")
@@ -185,7 +177,7 @@ def test_one_byte_over_the_annotation_limit_is_refused_naming_the_limit(api_clie
     scheduling_map = padded_to(ANNOTATIONS_LIMIT + 1, ten_thousand_lines())
 
     with pytest.raises(ApiException) as refused:
-        create_timed(api_client, ns, created_on_its_node("over-0", scheduling_map))
+        create_timed(api_client, ns, bare_pod("over-0", scheduling_map, node_name=expected_node(0)))
 
     # The webhook sees a pod created on a node before the API server's own size
     # check and refuses it first, saying which annotation to shorten.
