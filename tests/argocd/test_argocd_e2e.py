@@ -18,17 +18,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import time
 
 import pytest
 import yaml
+from e2e.charts import helm_template
 from e2e.cluster import env_seen
+from gpu_scheduler.placement import DEVICES_FIELD_PATH
 
 from .conftest import (
     APPS,
     APPSET,
     ARGOCD_NAMESPACE,
+    CHARTS,
     CHECK,
     CHECK_APP,
     CLUSTER_LABELS,
@@ -393,6 +397,72 @@ def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
         explain=lambda: "\n".join(placement_problems(kube, expected)),
     )
     assert check_pods(kube)["gpu-scheduler-check-4"]["spec"]["nodeName"] == "node1"
+
+
+# ARGOCD_DRIFTED=1: the StatefulSet is edited by hand before Argo CD compares it again, a drift
+# Argo CD must see: the test below then fails, as it must (its oracle seen failing).
+DRIFTED = os.environ.get("ARGOCD_DRIFTED") == "1"
+DRIFT = json.dumps([{"op": "replace", "path": "/spec/template/spec/containers/0/args/0", "value": "--interval=11"}])
+
+
+def test_a_statefulset_given_its_entries_at_apply_stays_synced(deployment):
+    """A workload written without CUDA_VISIBLE_DEVICES (the check chart with
+    writeDeviceEntries: false) is stored with the bind entries by gpu-scheduler's admission,
+    once, at apply; Argo CD, with the sync options argocd/ uses, keeps it Synced and does not
+    sync it again, and its pods run with the devices the bind gave them."""
+    kube, argocd, repo = deployment.kube, deployment.argocd, deployment.repo
+    values = repo.work / CLUSTER_CHECK_VALUES
+    assert values.exists(), f"{CLUSTER_CHECK_VALUES}: the test before this one writes it"
+    cluster_values = yaml.safe_load(values.read_text())
+    values.write_text(yaml.safe_dump({**cluster_values, "writeDeviceEntries": False}))
+    revision = repo.commit(f"{CLUSTER_NAME}: the check leaves its device entries to admission")
+    expected = expected_placements(values)
+    old_pods = {name: pod["metadata"]["uid"] for name, pod in check_pods(kube).items()}
+
+    # What Argo CD applies: the chart's template, without the entries.
+    rendered = helm_template(CHECK, repo.work / CHARTS[CHECK], NAMESPACES[CHECK], "-f", str(values))
+    (template,) = [doc["spec"]["template"] for doc in rendered if doc["kind"] == "StatefulSet"]
+    rendered_env = template["spec"]["containers"][0]["env"]
+    assert not [e for e in rendered_env if e["name"].startswith("CUDA_")], rendered_env
+
+    wait_for(
+        f"both Applications Synced and Healthy at {revision[:12]}",
+        lambda: rolled_out(kube, revision),
+        SYNC_TIMEOUT,
+        explain=lambda: describe(kube),
+    )
+    wait_for(
+        "the check pods re-created from the admitted template, each with its devices",
+        lambda: (
+            not placement_problems(kube, expected)
+            and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
+        ),
+        300,
+        explain=lambda: "\n".join(placement_problems(kube, expected)),
+    )
+    # The stored template has what admission added, after the chart's own entries.
+    statefulset = kube.get("-n", NAMESPACES[CHECK], "statefulset", CHECK)
+    env = statefulset["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env][-2:] == ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"], env
+    assert env[-2]["valueFrom"]["fieldRef"]["fieldPath"] == DEVICES_FIELD_PATH, env
+    synced_at = kube.application(CHECK_APP)["status"]["operationState"]["startedAt"]
+    if DRIFTED:
+        # What the checks below must catch: a field the chart renders, changed by hand.
+        kube.ok("-n", NAMESPACES[CHECK], "patch", "statefulset", CHECK, "--type=json", "-p", DRIFT)
+
+    # Argo CD compares again from scratch (a hard refresh): still Synced, the StatefulSet too,
+    # and over two reconciliation periods (20 s each) no sync is started by self-heal.
+    argocd.ok("app", "get", CHECK_APP, "--hard-refresh")
+    time.sleep(45)
+    app = kube.application(CHECK_APP)
+    assert app["status"]["sync"]["status"] == "Synced", app["status"]["sync"]
+    states = {(r["kind"], r["name"]): r.get("status") for r in app["status"]["resources"]}
+    assert states[("StatefulSet", CHECK)] == "Synced", states
+    assert app["status"]["operationState"]["startedAt"] == synced_at, app["status"]["operationState"]
+    assert (
+        kube.get("-n", NAMESPACES[CHECK], "statefulset", CHECK)["metadata"]["generation"]
+        == (statefulset["metadata"]["generation"])
+    )
 
 
 def test_a_merged_commit_pinning_a_release_deploys_that_tag(deployment):

@@ -21,6 +21,7 @@ MUTATING_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 # The oldest Kubernetes the chart accepts serves no MutatingAdmissionPolicy; 1.36+ do.
 VERSIONS = {"1.35": ("1.35.0", ()), "1.37": ("1.37.2", (MUTATING_POLICY_API,))}
 BIND_ENTRIES = "gpu-scheduler-bind-entries"
+WORKLOAD_ENTRIES = "gpu-scheduler-workload-bind-entries"
 GUARD = "gpu-scheduler-device-annotations"
 # The objects of the removed policy mode.
 POLICY_MODE = "gpu-scheduler-placement"
@@ -78,7 +79,7 @@ def test_bind_is_the_only_mode_on_every_supported_version(rendered, version):
 def test_on_1_37_a_mutating_admission_policy_gives_the_entry_and_the_webhook_sees_pods_created_on_a_node(rendered):
     found = rendered["1.37"]
 
-    assert names(found, "MutatingAdmissionPolicy") == {BIND_ENTRIES}
+    assert names(found, "MutatingAdmissionPolicy") == {BIND_ENTRIES, WORKLOAD_ENTRIES}
     binding = found.one("MutatingAdmissionPolicyBinding", BIND_ENTRIES)
     assert binding["spec"]["policyName"] == BIND_ENTRIES
     assert conditions(mutating(found))["needs-the-webhook"] == (
@@ -130,6 +131,48 @@ def test_the_policy_matches_only_pods_of_ours_with_a_map_and_a_container_lacking
     # The webhook's condition on 1.35 and this one are one helper: the same pods.
     needs = conditions(mutating(rendered["1.35"]))["needs-the-webhook"]
     assert needs.endswith(f"{found['has-map']} && {found['lacks-bind-entry']})")
+
+
+# A Job's template is immutable: only its creation is mutated.
+WORKLOAD_RULES = [(["apps"], ["statefulsets"], ["CREATE", "UPDATE"]), (["batch"], ["jobs"], ["CREATE"])]
+
+
+def test_statefulsets_and_jobs_get_the_entry_at_apply_from_a_policy_on_1_37(rendered):
+    found = rendered["1.37"]
+    policy = found.one("MutatingAdmissionPolicy", WORKLOAD_ENTRIES)["spec"]
+    binding = found.one("MutatingAdmissionPolicyBinding", WORKLOAD_ENTRIES)["spec"]
+
+    assert binding["policyName"] == WORKLOAD_ENTRIES
+    rules = policy["matchConstraints"]["resourceRules"]
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in rules] == WORKLOAD_RULES
+    # A workload let through without the entries still runs: its pods get them one by one.
+    assert policy["failurePolicy"] == "Ignore"
+    found_conditions = conditions(policy)
+    assert list(found_conditions) == ["scheduled-by-us", "has-map", "lacks-bind-entry", "template-changed-on-update"]
+    # An update that leaves the template alone (a label) must not start a rollout.
+    assert found_conditions["template-changed-on-update"] == (
+        "request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template"
+    )
+    assert "object.spec.template.spec.schedulerName == 'gpu-scheduler'" in found_conditions["scheduled-by-us"]
+    assert "'gpu-scheduling-map' in object.spec.template.metadata.annotations" in found_conditions["has-map"]
+    patch = " ".join(policy["mutations"][0]["jsonPatch"]["expression"].split())
+    for field in ("initContainers", "containers"):
+        assert f"'/spec/template/spec/{field}/' + string(i) + '/env'" in patch
+        assert f"Object.spec.template.spec.{field}.env{{name: 'CUDA_DEVICE_ORDER', value: 'PCI_BUS_ID'}}" in patch
+    assert "gpu-scheduling-map" not in patch and "variables." not in patch
+    assert "workloads.mutate.gpu-scheduler" not in {w["name"] for w in webhooks(found)}
+
+
+def test_statefulsets_and_jobs_get_the_entry_at_apply_from_the_webhook_on_1_35(rendered):
+    found = rendered["1.35"]
+    (hook,) = [w for w in webhooks(found) if w["name"] == "workloads.mutate.gpu-scheduler"]
+
+    assert hook["clientConfig"]["service"]["path"] == "/mutate-workloads"
+    assert hook["failurePolicy"] == "Ignore" and hook["reinvocationPolicy"] == "IfNeeded"
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in hook["rules"]] == WORKLOAD_RULES
+    # The same workloads as the policy on 1.37: one set of helpers writes both.
+    policy = conditions(rendered["1.37"].one("MutatingAdmissionPolicy", WORKLOAD_ENTRIES)["spec"])
+    assert conditions(hook) == policy
 
 
 @pytest.mark.parametrize("version", VERSIONS)

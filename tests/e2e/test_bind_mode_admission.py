@@ -365,7 +365,11 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
             scheduler_name=SCHEDULER,
         )
         (mutating_webhook,) = [
-            w for c in configurations if c["kind"] == "MutatingWebhookConfiguration" for w in c["webhooks"]
+            w
+            for c in configurations
+            if c["kind"] == "MutatingWebhookConfiguration"
+            for w in c["webhooks"]
+            if w["name"] == "pods.mutate.gpu-scheduler"
         ]
         assert "needs-the-webhook" in {c["name"] for c in mutating_webhook["matchConditions"]}
         webhook_registration.apply(api_client, configurations)

@@ -402,15 +402,41 @@ CEL: the env entry whose value is the bind's devices annotation
 (placement/environment.py: bind_env_entry, reads_bind_annotation), and
 whether container c's CUDA_VISIBLE_DEVICES reads it (every entry of that
 name does, and there is one: with the name twice the kubelet takes the last).
+An entry with a value beside it does not: a server-side apply of a template
+whose entry has a literal value merges that value into the stored entry the
+policy wrote, and only replacing the entry again keeps the object valid.
 */}}
 {{- define "gpu-scheduler.cel.bindFieldPath" -}}"metadata.annotations['gpu-scheduler/cuda-visible-devices']"{{- end -}}
 {{- define "gpu-scheduler.cel.readsBind" -}}
-(c.?env.orValue([]).exists(e, e.name == 'CUDA_VISIBLE_DEVICES') && c.env.all(e, e.name != 'CUDA_VISIBLE_DEVICES' || e.?valueFrom.?fieldRef.?fieldPath.orValue('') == {{ include "gpu-scheduler.cel.bindFieldPath" . }}))
+(c.?env.orValue([]).exists(e, e.name == 'CUDA_VISIBLE_DEVICES') && c.env.all(e, e.name != 'CUDA_VISIBLE_DEVICES' || (e.?valueFrom.?fieldRef.?fieldPath.orValue('') == {{ include "gpu-scheduler.cel.bindFieldPath" . }} && e.?value.orValue('') == '')))
 {{- end -}}
 {{/* Some init container or container of the pod at .path lacks the bind entry. */}}
 {{- define "gpu-scheduler.cel.lacksBindEntry" -}}
 ({{ .path }}.spec.?initContainers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}) ||
 {{ .path }}.spec.?containers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}))
+{{- end -}}
+{{/*
+The matchConditions of the workload mutation (the policy on 1.36+, the webhook
+on 1.35): a template of ours with a map that lacks the bind entry, and on
+UPDATE only when the template itself changed. An UPDATE that leaves it alone
+(a label, a finalizer, a StatefulSet of before the install) would otherwise
+change the template: a rollout nobody asked for. A server-side re-apply of a
+manifest without the entries takes them out and so changes the template: they
+are put back, and the object is as it was.
+*/}}
+{{- define "gpu-scheduler.cel.workloadEntryConditions" -}}
+- name: scheduled-by-us
+  expression: >-
+    {{ include "gpu-scheduler.celScheduledByUs" (dict "path" "object.spec.template" "schedulerName" .Values.schedulerName) }}
+- name: has-map
+  expression: >-
+    {{ include "gpu-scheduler.celHasMap" "object.spec.template" }}
+- name: lacks-bind-entry
+  expression: >-
+    {{- include "gpu-scheduler.cel.lacksBindEntry" (dict "path" "object.spec.template") | nindent 4 }}
+- name: template-changed-on-update
+  expression: >-
+    request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template
 {{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
 

@@ -7,14 +7,17 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID follows it unless the container sets that
 itself. Entries are edited in place (replace, remove from the last, add): a
 patch value can only hold entries built here, not the pod's own. None for a
 container that has it. The entry is a constant: no CEL here reads the map.
+.spec: where the pod spec sits in the object, "spec" (a Pod, the default)
+or "spec.template.spec" (a workload's pod template).
 */}}
 {{- define "gpu-scheduler.cel.envPatches" -}}
-{{- $type := printf "Object.spec.%s.env" .field -}}
-{{- $path := printf "'/spec/%s/' + string(i) + '/env'" .field -}}
+{{- $spec := .spec | default "spec" -}}
+{{- $type := printf "Object.%s.%s.env" $spec .field -}}
+{{- $path := printf "'/%s/%s/' + string(i) + '/env'" ($spec | replace "." "/") .field -}}
 {{- $cuda := printf "%s{name: 'CUDA_VISIBLE_DEVICES', valueFrom: %s.valueFrom{fieldRef: %s.valueFrom.fieldRef{fieldPath: %s}}}" $type $type $type (include "gpu-scheduler.cel.bindFieldPath" .) -}}
 {{- $has := include "gpu-scheduler.cel.readsBind" . -}}
 {{- $order := printf "%s{name: 'CUDA_DEVICE_ORDER', value: 'PCI_BUS_ID'}" $type -}}
-object.spec.?{{ .field }}.orValue([]).transformList(i, c,
+object.{{ $spec }}.?{{ .field }}.orValue([]).transformList(i, c,
   !({{ $has }}),
   c.?env.orValue([]).size() == 0 ?
     [JSONPatch{op: 'add', path: {{ $path }}, value: [{{ $cuda }}, {{ $order }}]}] :

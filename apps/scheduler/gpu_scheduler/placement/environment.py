@@ -73,11 +73,14 @@ def given_value(container: Mapping) -> Given:
     """What the container's CUDA_VISIBLE_DEVICES is taken from: its literal value, FROM_BIND,
     or None when it has no entry, or one from elsewhere (another field, a ConfigMap), whose
     value the scheduler cannot know at bind time. With the name twice the last entry wins, as
-    for the kubelet. An entry without "value" is the empty string, as the API omits it."""
+    for the kubelet. An entry without "value" is the empty string, as the API omits it. A
+    literal value beside a valueFrom (never in a stored pod: a workload template after a
+    server-side apply merged the user's value into the entry admission wrote) is that literal:
+    the entry must be written again, or the object is invalid."""
     value: Given = None
     for item in container.get("env") or ():
         if isinstance(item, Mapping) and item.get("name") == CUDA_ENV:
-            if item.get("valueFrom") is None:
+            if item.get("valueFrom") is None or item.get("value"):
                 value = str(item.get("value") or "")
             else:
                 value = FROM_BIND if reads_bind_annotation(item) else None

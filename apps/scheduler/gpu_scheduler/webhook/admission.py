@@ -519,3 +519,61 @@ def _index_range(start: object, count: object) -> range:
     if not isinstance(start, int) or not isinstance(count, int) or isinstance(start, bool) or isinstance(count, bool):
         return range(0)
     return range(start, start + max(0, min(count, 100_000)))
+
+
+# -- /mutate-workloads -----------------------------------------------------
+
+# The workloads whose pod template gets the bind entries at apply (the chart's
+# MutatingAdmissionPolicy of workload-bind-policies.yaml on 1.36+, this on 1.35), and
+# the operations at which: a Job's template cannot change after its creation.
+# Not ReplicaSets (a Deployment's would no longer match its Deployment, which then
+# makes another), nor Deployments and DaemonSets (no index), nor CronJobs (each of
+# their Jobs is mutated when created).
+ENTRY_WORKLOADS = {("apps", "StatefulSet"): ("CREATE", "UPDATE"), ("batch", "Job"): ("CREATE",)}
+
+
+def mutate_workload(review: object, scheduler_name: str) -> Answer:
+    """Give a StatefulSet or Job of `scheduler_name` with a map the entry that reads the
+    bind's devices annotation in every init container and container of its pod template
+    that lacks it: its pods are then created complete, and no pod of it calls anything of
+    ours at creation. At CREATE, and at a StatefulSet's UPDATE that changes its template:
+    one that leaves the template alone (a label, a StatefulSet of before the install) must
+    not start a rollout. The map is not read (validate does)."""
+    request = read_review(review)
+    group, kind = _request_kind(request)
+    if (group, kind) not in ENTRY_WORKLOADS:
+        supported = ", ".join(k for _, k in sorted(ENTRY_WORKLOADS))
+        got = f"{group or 'core'}/{kind}"
+        raise BadRequest(f"/mutate-workloads handles {supported}; got {got}; fix the webhook's rules")
+    operation = request.get("operation")
+    if operation not in ENTRY_WORKLOADS[(group, kind)] or request.get("subResource"):
+        return _pass(request, {"operation": operation})
+    if operation == "UPDATE" and _template_unchanged(request):
+        return _pass(request, {"operation": operation, "template": "unchanged"})
+    obj = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(obj, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
+    fields = {"object": f"{kind} {namespace}/{name}"}
+    spec = _mapping(obj.get("spec"), "request.object.spec")
+    template = _mapping(spec.get("template"), "request.object.spec.template")
+    _check_metadata(template, "request.object.spec.template")
+    if _scheduler_name(template, "request.object.spec.template") != scheduler_name:
+        return _pass(request, fields)
+    if not isinstance(_map_of(template), str):
+        return _allow(request, dict(fields, map="none"))
+    _check_pod_spec(template.get("spec") or {}, "request.object.spec.template.spec")
+    # bind_patch's operations address a pod; the template is one, one level down.
+    operations = [dict(op, path="/spec/template" + op["path"]) for op in bind_patch(template)]
+    return _patched(request, operations, dict(fields, devices=f"from {DEVICES_ANNOTATION}"))
+
+
+def _template_unchanged(request: dict) -> bool:
+    """Whether the UPDATE leaves the pod template as oldObject had it (the chart's
+    template-changed-on-update matchCondition, for a webhook registered without it)."""
+    old, new = request.get("oldObject"), request.get("object")
+    old_spec = old.get("spec") if isinstance(old, dict) else None
+    new_spec = new.get("spec") if isinstance(new, dict) else None
+    if not isinstance(old_spec, dict) or not isinstance(new_spec, dict):
+        return False
+    return old_spec.get("template") == new_spec.get("template")

@@ -137,6 +137,10 @@ def create_app(
     def mutate() -> Response:
         return admit("mutate", functools.partial(admission.mutate, nodes=nodes))
 
+    @app.post("/mutate-workloads")
+    def mutate_workloads() -> Response:
+        return admit("mutate-workloads", admission.mutate_workload)
+
     @app.post("/validate")
     def validate() -> Response:
         return admit("validate", admission.validate)

@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-OPERATIONS = ("mutate", "validate")
+OPERATIONS = ("mutate", "mutate-workloads", "validate")
 RESULTS = ("allowed", "patched", "denied", "bad_request")
 # Admission is parsing a small JSON document: milliseconds. The API server
 # gives a webhook 10 s at most by default.
