@@ -270,12 +270,10 @@ EVERY_OBJECT = [
     ),
     (("certs.mode=cert-manager",), ()),
     (("certs.mode=provided", "certs.existingSecret=tls"), ()),
-    # The legacy mode's policies (the first renders bind mode's).
-    (("admission.mode=policy",), API_VERSIONS),
 ]
 
 
-@pytest.mark.parametrize(("sets", "api_versions"), EVERY_OBJECT, ids=["job", "cert-manager", "provided", "policy"])
+@pytest.mark.parametrize(("sets", "api_versions"), EVERY_OBJECT, ids=["job", "cert-manager", "provided"])
 def test_common_labels_and_annotations_reach_every_object_but_no_selector(render, sets, api_versions):
     rendered = render(SCHEDULER_CHART, *COMMON, *sets, api_versions=api_versions)
     assert len(rendered.docs) > 20

@@ -219,7 +219,6 @@ def test_workloads_of_before_the_policy_take_labels_and_start_no_rollout(api_cli
 def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
     certs = make_certs(tmp_path / "certs")
     process = WebhookProcess(certs, tmp_path / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
-    process.argv += ["--devices-from", "bind"]
     name = f"workload-webhook-{RUN_ID}"
     try:
         process.start_and_wait()
@@ -229,7 +228,6 @@ def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
             certs.ca_bundle,
             namespace_label=("kubernetes.io/metadata.name", namespace),
             scheduler_name=SCHEDULER,
-            values=("admission.mode=bind",),
         )
         mutating = [w for c in configurations if c["kind"] == "MutatingWebhookConfiguration" for w in c["webhooks"]]
         assert {w["name"] for w in mutating} == {"pods.mutate.gpu-scheduler", "workloads.mutate.gpu-scheduler"}

@@ -381,35 +381,37 @@ template:
 {{- end -}}
 
 {{/*
-How a new pod of ours gets its devices (values: admission.mode):
-"bind" (the default, "" too): the scheduler writes them in the Binding and
-  every container reads them through a fieldRef; pods that arrive without
-  that entry get it from a MutatingAdmissionPolicy where the API server
-  serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
-  (Kubernetes 1.36+), else from the webhook (gpu-scheduler.bindByPolicy).
-"webhook", "policy": the legacy modes, which write the map line's devices
-  into every pod at CREATE. A mode the cluster cannot serve fails the
-  render, saying why.
+A new pod of ours gets its devices from the bind: the scheduler writes them in
+the Binding and every container reads them through a fieldRef; pods that
+arrive without that entry get it from a MutatingAdmissionPolicy where the API
+server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+(Kubernetes 1.36+), else from the webhook (gpu-scheduler.bindByPolicy).
+admission.mode webhook and policy, which wrote the map line's devices into
+every pod at CREATE, were removed: a values file that still asks for one fails
+the render rather than silently getting bind mode. ("bind" and "" are still
+accepted, and admission.policyMaxLines is ignored, so that values files and
+`--reuse-values` of earlier versions render.)
 */}}
-{{- define "gpu-scheduler.admissionMode" -}}
-{{- $served := include "gpu-scheduler.mutatingPolicyServed" . -}}
-{{- $mode := .Values.admission.mode | default "bind" -}}
-{{- if and (eq $mode "policy") (not $served) -}}
-{{- fail (printf "admission.mode=policy needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), which this API server (%s) does not serve: leave admission.mode at bind (the default) or set webhook (helm template: --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy)" .Capabilities.KubeVersion.Version) -}}
+{{- define "gpu-scheduler.refuseRemovedAdmissionModes" -}}
+{{- $mode := (.Values.admission).mode | default "bind" -}}
+{{- $only := "bind is the only admission mode (the scheduler writes a pod's devices in its Binding; containers read them through a fieldRef). Remove admission.mode (and admission.policyMaxLines) from your values" -}}
+{{- if has $mode (list "webhook" "policy") -}}
+{{- fail (printf "admission.mode=%s was removed: %s; CHANGELOG.md says what else changes" $mode $only) -}}
+{{- else if ne $mode "bind" -}}
+{{- fail (printf "admission.mode=%s is no admission mode: %s" $mode $only) -}}
 {{- end -}}
-{{- $mode -}}
 {{- end -}}
 {{/* "true" where the API server serves MutatingAdmissionPolicy v1, else "". */}}
 {{- define "gpu-scheduler.mutatingPolicyServed" -}}
 {{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
 {{- end -}}
-{{/* "true" in bind mode on 1.36+: the MutatingAdmissionPolicy, not the webhook, gives a pod the entry it lacks. */}}
+{{/* "true" on 1.36+: the MutatingAdmissionPolicy, not the webhook, gives a pod the entry it lacks. */}}
 {{- define "gpu-scheduler.bindByPolicy" -}}
-{{- if and (eq (include "gpu-scheduler.admissionMode" .) "bind") (include "gpu-scheduler.mutatingPolicyServed" .) -}}true{{- end -}}
+{{- if include "gpu-scheduler.mutatingPolicyServed" . -}}true{{- end -}}
 {{- end -}}
 
 {{/*
-CEL, bind mode: the env entry whose value is the bind's devices annotation
+CEL: the env entry whose value is the bind's devices annotation
 (placement/environment.py: bind_env_entry, reads_bind_annotation), and
 whether container c's CUDA_VISIBLE_DEVICES reads it (every entry of that
 name does, and there is one: with the name twice the kubelet takes the last).
