@@ -28,10 +28,10 @@ from gpu_scheduler.placement import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, PLAC
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import webhook_registration
+from . import admission_policies, webhook_registration
 from .charts import SCHEDULER_CHART, helm_template
 from .cluster import Kubectl, get_pod, ignoring_not_found, status_message
-from .components import WebhookProcess, make_certs
+from .components import WebhookProcess
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
@@ -42,12 +42,6 @@ SCHEDULER = f"bind-mode-{RUN_ID}"
 RELEASE = f"bind-{RUN_ID}"
 MUTATING_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 TEMPLATES = ("templates/bind-policies.yaml", "templates/device-annotations-guard.yaml")
-PLURALS = {
-    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-}
 MAP = "0=node1:0,1\n1=node2:2\n"
 ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
 # As the API server stores the entry: it defaults fieldRef.apiVersion.
@@ -102,33 +96,19 @@ def render(namespace: str, with_mutating_policy: bool) -> list[dict]:
     if not with_mutating_policy:
         shown = ["--show-only", TEMPLATES[1]]
     documents = helm_template(RELEASE, SCHEDULER_CHART, "gpu-scheduler", *shown, *args)
-    for doc in documents:
-        if doc["kind"].endswith("Binding"):
-            doc["spec"]["matchResources"] = {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            }
-    return documents
+    return admission_policies.bound_to_namespace(documents, namespace)
 
 
 @pytest.fixture(scope="module")
 def installed(api_client, bind_namespace, served):
     """The chart's bind-mode objects, created (the MutatingAdmissionPolicy where it is served)."""
-    custom = client.CustomObjectsApi(api_client)
     documents = render(bind_namespace, MUTATING_POLICY_API.removeprefix("admissionregistration.k8s.io/") in served)
     kinds = sorted(doc["kind"] for doc in documents)
     try:
-        for doc in documents:
-            custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], doc)
+        admission_policies.create(api_client, documents)
         yield kinds
     finally:
-        for doc in documents:
-            ignoring_not_found(
-                custom.delete_cluster_custom_object,
-                "admissionregistration.k8s.io",
-                "v1",
-                PLURALS[doc["kind"]],
-                doc["metadata"]["name"],
-            )
+        admission_policies.delete(api_client, documents)
 
 
 def dry_run_create(api_client, namespace: str, body: dict) -> dict:
@@ -351,19 +331,11 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
     """`gpu-scheduler webhook` for this run's schedulerName, registered with
     the chart's configurations as a 1.35 API server gets them (no
     MutatingAdmissionPolicy: the webhook gives the entry), for `webhook_namespace` only."""
-    directory = tmp_path_factory.mktemp("bind-webhook")
-    certs = make_certs(directory / "certs")
-    process = WebhookProcess(certs, directory / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
     name = f"bind-webhook-{RUN_ID}"
-    try:
-        process.start_and_wait()
-        configurations = webhook_registration.render(
-            name,
-            process.base_url,
-            certs.ca_bundle,
-            namespace_label=("kubernetes.io/metadata.name", webhook_namespace),
-            scheduler_name=SCHEDULER,
-        )
+    directory = tmp_path_factory.mktemp("bind-webhook")
+    with webhook_registration.serving_one_namespace(
+        api_client, kubeconfig, directory, name, webhook_namespace, SCHEDULER
+    ) as (process, configurations):
         (mutating_webhook,) = [
             w
             for c in configurations
@@ -372,7 +344,6 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
             if w["name"] == "pods.mutate.gpu-scheduler"
         ]
         assert "needs-the-webhook" in {c["name"] for c in mutating_webhook["matchConditions"]}
-        webhook_registration.apply(api_client, configurations)
 
         def called() -> None:
             created = dry_run_create(api_client, webhook_namespace, pod("probe-0", [container("main")]))
@@ -381,9 +352,6 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
 
         wait_for("the API server to call the bind-mode webhook", called, ACTIVE_TIMEOUT)
         yield process
-    finally:
-        webhook_registration.delete(api_client, name)
-        process.stop()
 
 
 def calls_for(process: WebhookProcess, pod_name: str) -> list[str]:

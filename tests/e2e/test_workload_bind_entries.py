@@ -25,7 +25,6 @@ from kubernetes import client
 from . import admission_policies, webhook_registration
 from .charts import SCHEDULER_CHART, helm_template
 from .cluster import Kubectl, get_pod
-from .components import WebhookProcess, make_certs
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
@@ -217,21 +216,13 @@ def test_workloads_of_before_the_policy_take_labels_and_start_no_rollout(api_cli
 
 @pytest.fixture
 def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
-    certs = make_certs(tmp_path / "certs")
-    process = WebhookProcess(certs, tmp_path / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
     name = f"workload-webhook-{RUN_ID}"
-    try:
-        process.start_and_wait()
-        configurations = webhook_registration.render(
-            name,
-            process.base_url,
-            certs.ca_bundle,
-            namespace_label=("kubernetes.io/metadata.name", namespace),
-            scheduler_name=SCHEDULER,
-        )
+    with webhook_registration.serving_one_namespace(api_client, kubeconfig, tmp_path, name, namespace, SCHEDULER) as (
+        process,
+        configurations,
+    ):
         mutating = [w for c in configurations if c["kind"] == "MutatingWebhookConfiguration" for w in c["webhooks"]]
         assert {w["name"] for w in mutating} == {"pods.mutate.gpu-scheduler", "workloads.mutate.gpu-scheduler"}
-        webhook_registration.apply(api_client, configurations)
         probe = statefulset("probe", namespace)
         kubectl = Kubectl(kubeconfig)
 
@@ -242,9 +233,6 @@ def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
 
         wait_for("the API server to call the webhook for workloads", called, ACTIVE_TIMEOUT)
         yield process
-    finally:
-        webhook_registration.delete(api_client, name)
-        process.stop()
 
 
 @pytest.mark.compat

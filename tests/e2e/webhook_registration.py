@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from .charts import SCHEDULER_CHART, helm_template
 from .cluster import CUDA_ENV, DEVICES_FIELD_PATH, ignoring_not_found
+from .components import WebhookProcess, make_certs
 from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 from .workloads import SCHEDULER_NAME
@@ -179,3 +181,30 @@ def registered(
         yield
     finally:
         delete(api_client, name)
+
+
+@contextmanager
+def serving_one_namespace(
+    api_client, kubeconfig: str, directory: Path, name: str, namespace: str, scheduler_name: str
+) -> Iterator[tuple[WebhookProcess, list[dict]]]:
+    """`gpu-scheduler webhook` for `scheduler_name` (reading nodes through `kubeconfig`), started
+    here with certificates of its own under `directory`, and registered as `name` with the
+    chart's configurations as a 1.35 API server gets them (no MutatingAdmissionPolicy: the
+    webhook gives the entries) for `namespace` alone. Yields the process and the
+    configurations; the caller waits until the API server calls it. Deleted and stopped after."""
+    certs = make_certs(directory / "certs")
+    process = WebhookProcess(certs, directory / "webhook.log", scheduler_name=scheduler_name, kubeconfig=kubeconfig)
+    try:
+        process.start_and_wait()
+        configurations = render(
+            name,
+            process.base_url,
+            certs.ca_bundle,
+            namespace_label=("kubernetes.io/metadata.name", namespace),
+            scheduler_name=scheduler_name,
+        )
+        apply(api_client, configurations)
+        yield process, configurations
+    finally:
+        delete(api_client, name)
+        process.stop()

@@ -25,8 +25,9 @@ import os
 import socket
 
 import pytest
+from e2e import admission_policies
 from e2e.charts import SCHEDULER_CHART, helm_template
-from e2e.cluster import BIND_ENTRY, container_env, list_pods
+from e2e.cluster import BIND_ENTRY, container_env, ignoring_not_found, list_pods
 from e2e.isolation import create_namespace, delete_namespace
 from e2e.waiting import NotYet, wait_for
 from kubernetes import client, utils
@@ -43,12 +44,6 @@ MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
 LINES = {0: ("node1", "0,1"), 1: ("node2", "2"), 2: ("node3", "0,1,2")}
 # Set to render without the MutatingAdmissionPolicy on purpose: the test must then fail.
 BROKEN = os.environ.get("OUTAGE_BROKEN") == "1"
-PLURALS = {
-    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-}
 
 
 def closed_port() -> int:
@@ -101,29 +96,20 @@ def _addressed(documents: list[dict], release: str, namespace: str, ca_bundle: s
 
 
 def install(api_client, documents: list[dict]) -> None:
-    custom = client.CustomObjectsApi(api_client)
+    admission_policies.create(api_client, [doc for doc in documents if admission_policies.is_policy(doc)])
     for doc in documents:
-        if doc["kind"] in PLURALS:
-            custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], doc)
-        else:
+        if not admission_policies.is_policy(doc):
             utils.create_from_dict(api_client, doc)
 
 
 def uninstall(api_client, documents: list[dict]) -> None:
-    custom = client.CustomObjectsApi(api_client)
+    admission_policies.delete(api_client, [doc for doc in documents if admission_policies.is_policy(doc)])
     admission = client.AdmissionregistrationV1Api(api_client)
     for doc in documents:
-        name = doc["metadata"]["name"]
-        try:
-            if doc["kind"] in PLURALS:
-                custom.delete_cluster_custom_object("admissionregistration.k8s.io", "v1", PLURALS[doc["kind"]], name)
-            elif doc["kind"] == "MutatingWebhookConfiguration":
-                admission.delete_mutating_webhook_configuration(name)
-            else:
-                admission.delete_validating_webhook_configuration(name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            ignoring_not_found(admission.delete_mutating_webhook_configuration, doc["metadata"]["name"])
+        elif doc["kind"] == "ValidatingWebhookConfiguration":
+            ignoring_not_found(admission.delete_validating_webhook_configuration, doc["metadata"]["name"])
 
 
 def statefulset(name: str, scheduler_name: str, with_entry: bool) -> dict:
