@@ -289,21 +289,23 @@ def wait_established(base: list, crd: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def argocd_crds():
-    """manifests/crds of the Argo CD release cluster/argocd/go.mod pins (Go's module cache)."""
-    go_mod = (ARGOCD_MODULE_DIR / "go.mod").read_text()
-    version = re.search(rf"^\s*{re.escape(ARGOCD_MODULE)} (v\S+)", go_mod, re.M)
-    assert version, f"{ARGOCD_MODULE} is not required in {ARGOCD_MODULE_DIR / 'go.mod'}"
+def argocd_crds(version: str | None = None) -> str:
+    """manifests/crds of an Argo CD release (Go's module cache): by default the one
+    cluster/argocd/go.mod pins."""
+    if version is None:
+        go_mod = (ARGOCD_MODULE_DIR / "go.mod").read_text()
+        pinned = re.search(rf"^\s*{re.escape(ARGOCD_MODULE)} (v\S+)", go_mod, re.M)
+        assert pinned, f"{ARGOCD_MODULE} is not required in {ARGOCD_MODULE_DIR / 'go.mod'}"
+        version = pinned[1]
     download = subprocess.run(
-        ["go", "mod", "download", "-json", f"{ARGOCD_MODULE}@{version[1]}"],
+        ["go", "mod", "download", "-json", f"{ARGOCD_MODULE}@{version}"],
         cwd=ARGOCD_MODULE_DIR,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert download.returncode == 0, f"go mod download {ARGOCD_MODULE}@{version[1]}: {download.stdout}{download.stderr}"
-    crds = json.loads(download.stdout)["Dir"] + "/manifests/crds"
-    return crds
+    assert download.returncode == 0, f"go mod download {ARGOCD_MODULE}@{version}: {download.stdout}{download.stderr}"
+    return json.loads(download.stdout)["Dir"] + "/manifests/crds"
 
 
 @pytest.fixture(scope="module")
@@ -334,14 +336,14 @@ def test_api_server_accepts_the_argocd_manifests_against_the_real_crds(kubeconfi
     result = run([*base, "apply", "--server-side", "--validate=strict", "-k", ARGOCD])
 
     assert result.returncode == 0, result.stdout + result.stderr
-    stored = run([*base, "get", "applicationset", "gpu-scheduler", "-o", "yaml"])
+    stored = run([*base, "get", "applicationsets.argoproj.io", "gpu-scheduler", "-o", "yaml"])
     appset = yaml.safe_load(stored.stdout)
     assert appset["spec"]["strategy"] == APPSET["spec"]["strategy"]
     assert (
         appset["spec"]["template"]["spec"]["ignoreDifferences"]
         == (APPSET["spec"]["template"]["spec"]["ignoreDifferences"])
     )
-    project = yaml.safe_load(run([*base, "get", "appproject", "gpu-scheduler", "-o", "yaml"]).stdout)
+    project = yaml.safe_load(run([*base, "get", "appprojects.argoproj.io", "gpu-scheduler", "-o", "yaml"]).stdout)
     assert project["spec"]["clusterResourceWhitelist"] == PROJECT["spec"]["clusterResourceWhitelist"]
 
 
@@ -371,3 +373,42 @@ def test_api_server_rejects_a_misspelt_field_in_an_applicationset(kubeconfig, ku
 
     assert result.returncode != 0
     assert "rollingSynk" in result.stderr
+
+
+# The newest Argo CD whose AppProject CRD has no `name` in clusterResourceWhitelist items (read
+# from the releases' manifests/crds: v3.0.0 to v3.2.0 lack it, v3.3.0 has it). Such an Argo CD
+# would allow every object of a listed kind, where the project means only gpu-scheduler*'s.
+ARGOCD_WITHOUT_NAMES = "v3.2.0"
+
+
+@pytest.mark.cluster
+def test_an_argocd_too_old_for_the_projects_names_refuses_the_project_at_apply(kubeconfig, kubectl, tmp_path):
+    """`kubectl apply -k argocd/` against that Argo CD's CRD: refused (strict field validation,
+    kubectl's default, and server-side apply alike), never stored without the names. The CRD is
+    installed under a group of this test's own, so the real one of other tests is not touched."""
+    group = "argocd-v3-2.gpu-scheduler.test"
+    crd = yaml.safe_load(open(f"{argocd_crds(ARGOCD_WITHOUT_NAMES)}/appproject-crd.yaml").read())
+    items = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert "name" not in items["clusterResourceWhitelist"]["items"]["properties"]
+    # Names of its own too: with the kind's own names and short names, kubectl would resolve
+    # `kubectl get appproject` of other tests to this group.
+    crd["spec"]["group"] = group
+    crd["spec"]["names"] = {"kind": "OldAppProject", "listKind": "OldAppProjectList", "plural": "oldappprojects"}
+    crd["spec"]["names"]["singular"] = "oldappproject"
+    crd["metadata"]["name"] = f"oldappprojects.{group}"
+    # In namespace default, which every cluster has: nothing is stored (a server-side dry run).
+    metadata = {**PROJECT["metadata"], "namespace": "default"}
+    project = {**PROJECT, "apiVersion": f"{group}/v1alpha1", "kind": "OldAppProject", "metadata": metadata}
+    (tmp_path / "crd.yaml").write_text(yaml.safe_dump(crd))
+    (tmp_path / "project.yaml").write_text(yaml.safe_dump(project))
+    base = [kubectl, "--kubeconfig", kubeconfig]
+    created = run([*base, "apply", "--server-side", "-f", tmp_path / "crd.yaml"])
+    assert created.returncode == 0, created.stderr
+    try:
+        wait_established(base, crd["metadata"]["name"])
+        for how in ([], ["--server-side"]):
+            refused = run([*base, "apply", *how, "--dry-run=server", "-f", tmp_path / "project.yaml"])
+            assert refused.returncode != 0, f"apply {how}: accepted: {refused.stdout}"
+            assert "clusterResourceWhitelist[0].name" in refused.stderr, refused.stderr
+    finally:
+        run([*base, "delete", "--ignore-not-found", "-f", tmp_path / "crd.yaml"])
