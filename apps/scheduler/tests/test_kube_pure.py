@@ -6,7 +6,7 @@ import pytest
 from gpu_scheduler.kube.binder import BindOutcome, binding_body, classify
 from gpu_scheduler.kube.client import TokenBucket
 from gpu_scheduler.kube.objects import assigned_pod, is_terminal, node_info, pod_requests, trim_pending_pod
-from gpu_scheduler.placement import bind_annotations, parse_map
+from gpu_scheduler.placement import BIND_ANNOTATIONS, annotation_bytes, bind_annotations, parse_map
 from gpu_scheduler.scheduling import AssignedPod, Taint
 
 
@@ -183,6 +183,10 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}],
         },
         "requests": (("cpu", 250), ("memory", 2**30)),
+        # Its annotations' size but the Binding's two: with theirs they must fit Kubernetes' limit.
+        "annotationBytes": annotation_bytes(
+            {k: v for k, v in FULL_POD["metadata"]["annotations"].items() if k not in BIND_ANNOTATIONS}
+        ),
     }
 
 

@@ -23,6 +23,7 @@ import pytest
 from e2e import waiting
 from e2e.cluster import BIND_ENTRY, DEVICES_FIELD_PATH, container_env, delete_fake_node, get_pod, with_bind_entries
 from e2e.processes import free_port
+from gpu_scheduler.placement import TOTAL_ANNOTATION_BYTES, annotation_bytes, bind_annotations, parse_map
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -220,6 +221,34 @@ def kwok_node(core):
     yield create
     for name in created:
         delete_fake_node(core.api_client, name)
+
+
+def test_a_pod_the_bind_would_push_past_the_annotation_limit_is_refused_and_one_at_the_limit_runs(
+    start_scheduler, core, api_client, namespace
+):
+    """Seen on kube-apiserver 1.37: a Binding's annotations are stored without the 256 KiB check,
+    and the pod is then refused every update, the status its node writes included. The pod one
+    byte over is refused, saying so; the one at the limit is bound and its status still written."""
+    start_scheduler("--leader-elect=false")
+    map_text = "0=node1:0,1\n"
+    bind = annotation_bytes(bind_annotations(parse_map(map_text)[0]))
+    for name, spare in (("at-limit-0", 0), ("over-limit-0", -1)):
+        used = len("gpu-scheduling-map") + len(map_text) + len("example.com/notes") + bind
+        notes = {"example.com/notes": "x" * (TOTAL_ANNOTATION_BYTES - used - spare)}
+        make_pod(core, namespace, name, start_scheduler.scheduler_name, map_text, annotations=notes)
+
+    wait_until(lambda: node_of(core, namespace, "at-limit-0"), 10, "at-limit-0 to be bound")
+    # The node's status update is accepted: kwok marks the bound pod Running.
+    wait_until(
+        lambda: core.read_namespaced_pod("at-limit-0", namespace).status.phase == "Running", 20, "at-limit-0 Running"
+    )
+    refused = wait_until(
+        lambda: [e.note for e in events_of(api_client, namespace, "over-limit-0", "FailedScheduling")],
+        10,
+        "a FailedScheduling event about over-limit-0",
+    )
+    assert f"would be {TOTAL_ANNOTATION_BYTES + 1} bytes" in refused[0] and "its Binding would add" in refused[0]
+    assert node_of(core, namespace, "over-limit-0") is None
 
 
 def test_bare_pods_are_bound_to_their_map_nodes_with_scheduled_events(start_scheduler, core, api_client, namespace):

@@ -4,7 +4,14 @@ import json
 
 import pytest
 from gpu_scheduler.kube.objects import assigned_pod, node_info, trim_pending_pod
-from gpu_scheduler.placement import DEVICES_ANNOTATION, bind_env_entry
+from gpu_scheduler.placement import (
+    DEVICES_ANNOTATION,
+    TOTAL_ANNOTATION_BYTES,
+    annotation_bytes,
+    bind_annotations,
+    bind_env_entry,
+    placement_for,
+)
 from gpu_scheduler.scheduling import (
     AmbiguousAliasError,
     AssignedPod,
@@ -153,6 +160,41 @@ def test_a_pod_whose_container_has_no_entry_is_refused_for_good_saying_what_to_a
     assert not decision.bind and not decision.retryable
     assert decision.reason.startswith("container(s) main of the pod have no CUDA_VISIBLE_DEVICES entry")
     assert "fieldPath: \"metadata.annotations['gpu-scheduler/cuda-visible-devices']\"" in decision.reason
+
+
+def big_pod(spare: int) -> dict:
+    """A pending pod as the informer trims it, whose annotations leave `spare` bytes under
+    Kubernetes' limit once the Binding's are set."""
+    full = pod("check-0", "0=node1:0,1")
+    filler_key = "example.com/notes"
+    bind = annotation_bytes(bind_annotations(placement_for(full)))
+    used = annotation_bytes(full["metadata"]["annotations"]) + len(filler_key) + bind
+    full["metadata"]["annotations"][filler_key] = "x" * (TOTAL_ANNOTATION_BYTES - used - spare)
+    full["spec"]["schedulerName"] = "gpu-scheduler"
+    return trim_pending_pod(full)
+
+
+def test_a_pod_the_bindings_annotations_would_push_past_the_limit_is_refused_for_good(cache):
+    """Seen on kube-apiserver 1.37: the Binding's annotations are stored unchecked, and the pod
+    is then refused every update, the kubelet's status included."""
+    assert decide(big_pod(spare=0), cache).bind
+    decision = decide(big_pod(spare=-1), cache)
+    assert not decision.bind and not decision.retryable
+    assert decision.reason == (
+        f"the pod's annotations would be {TOTAL_ANNOTATION_BYTES + 1} bytes with the "
+        "gpu-scheduler/cuda-visible-devices and gpu-scheduler/placement annotations its Binding would add; "
+        "Kubernetes allows 262144: shorten the "
+        "gpu-scheduling-map annotation (drop comments and lines of other indexes) or other annotations"
+    )
+
+
+def test_devices_written_on_the_pod_before_its_bind_are_not_counted_twice():
+    """The Binding replaces them: what counts is the pod's other annotations plus the Binding's."""
+    plain = pod("check-0", "0=node1:0,1")
+    written = pod("check-0", "0=node1:0,1")
+    written["metadata"]["annotations"][DEVICES_ANNOTATION] = "7" * 1000
+    assert trim_pending_pod(written)["annotationBytes"] == trim_pending_pod(plain)["annotationBytes"]
+    assert trim_pending_pod(plain)["annotationBytes"] == annotation_bytes(plain["metadata"]["annotations"])
 
 
 def test_a_pod_reading_the_bind_binds_without_warnings(cache):

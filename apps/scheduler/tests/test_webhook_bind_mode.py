@@ -15,10 +15,11 @@ from gpu_scheduler.placement import (
     DEVICES_ANNOTATION,
     FROM_BIND,
     PLACEMENT_ANNOTATION,
+    TOTAL_ANNOTATION_BYTES,
     bind_env_entry,
     container_devices,
 )
-from gpu_scheduler.webhook.admission import ALLOWED, DENIED, PATCHED, TOTAL_ANNOTATION_BYTES, mutate
+from gpu_scheduler.webhook.admission import ALLOWED, DENIED, PATCHED, mutate
 from gpu_scheduler.webhook.patch import bind_patch
 from hypothesis import given
 from hypothesis import strategies as st

@@ -40,11 +40,13 @@ from dataclasses import dataclass, replace
 from kubernetes.utils import parse_quantity
 
 from gpu_scheduler.placement import (
+    BIND_ANNOTATIONS,
     CUDA_ENV,
     FROM_BIND,
     GIVEN_CONTAINER_LISTS,
     MAP_ANNOTATION,
     PlacementError,
+    annotation_bytes,
     bind_env_entry,
     container_devices,
     given_value,
@@ -290,6 +292,10 @@ def trim_pending_pod(pod: dict) -> dict:
     if scheduled:
         trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
     trimmed = {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
+    # What its annotations weigh without the two the Binding sets: with them the pod must still
+    # fit Kubernetes' limit (placement.annotations; decide() checks).
+    others = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in BIND_ANNOTATIONS}
+    trimmed["annotationBytes"] = annotation_bytes(others)
     ports = host_ports(spec)
     if ports:
         trimmed["hostPorts"] = ports

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .annotations import MAP_ANNOTATION, TOTAL_ANNOTATION_BYTES, annotation_bytes, overflow_message
 from .environment import (
+    BIND_ANNOTATIONS,
     CUDA_ENV,
     DEVICES_ANNOTATION,
     DEVICES_FIELD_PATH,
@@ -56,7 +58,6 @@ from .grammar import (
 from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
 
-MAP_ANNOTATION = "gpu-scheduling-map"
 # The map's ordinals are the host's nvidia-smi order, which is PCI bus order;
 # CUDA's default order (fastest first) can differ, so the webhook sets this
 # beside CUDA_ENV unless a container sets it itself. docs/gpus.md says more.
@@ -90,6 +91,10 @@ def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
 
 
 __all__ = [
+    "BIND_ANNOTATIONS",
+    "TOTAL_ANNOTATION_BYTES",
+    "annotation_bytes",
+    "overflow_message",
     "CUDA_ENV",
     "CUDA_ORDER",
     "CUDA_ORDER_ENV",

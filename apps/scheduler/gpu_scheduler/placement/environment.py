@@ -34,6 +34,8 @@ DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
 # Informational JSON, written beside the devices: {"index": 0, "node": "node1",
 # "cudaVisibleDevices": "0,1"}.
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
+# The annotations the Binding writes (bind_annotations).
+BIND_ANNOTATIONS = (DEVICES_ANNOTATION, PLACEMENT_ANNOTATION)
 # The containers that get devices at creation, in spec order.
 GIVEN_CONTAINER_LISTS = ("initContainers", "containers")
 # A message names this many containers at most; a pod may have hundreds.

@@ -7,7 +7,8 @@ it would start it without the devices its claims ask for.
 The devices the pod gets are its map line's: the Binding writes them in the pod's devices
 annotation, which containers read through the downward API (placement.environment). A pod
 is refused, since nothing can change a container's env, when a container has no entry (it
-would see every GPU), or a literal value that is not its map line's.
+would see every GPU), or a literal value that is not its map line's; and when the Binding's
+annotations would push the pod's past Kubernetes' limit (placement.annotations).
 
 Pure: the caller passes the pod (as kube.objects.trim_pending_pod leaves it) and
 the cache, acts on the Decision (assume, bind, events, retry).
@@ -25,7 +26,10 @@ from ..placement import (
     ContainerDevices,
     MapEntry,
     PlacementError,
+    annotation_bytes,
+    bind_annotations,
     container_devices,
+    overflow_message,
     placement_for,
     pod_key,
 )
@@ -180,6 +184,15 @@ def _devices_not_given(key: str, entry: MapEntry, given: ContainerDevices) -> De
     )
 
 
+def _annotations_too_long(pod: Mapping, entry: MapEntry) -> str | None:
+    """Why the Binding's annotations would push the pod past Kubernetes' limit, or None. The
+    API server stores a Binding's annotations unchecked, and then refuses every update of the
+    pod, the kubelet's status included: such a pod would never start (placement.annotations).
+    Only shorter annotations, a change to the pod, can lift it."""
+    added = bind_annotations(entry)
+    return overflow_message(pod.get("annotationBytes", 0) + annotation_bytes(added), added, "its Binding would add")
+
+
 def _sharing(
     key: str,
     uid: str,
@@ -242,6 +255,9 @@ def decide(
     spec = pod.get("spec") or {}
     if spec.get("resourceClaims"):
         return _resource_claims(key, entry, spec["resourceClaims"])
+    too_long = _annotations_too_long(pod, entry)
+    if too_long is not None:
+        return _refused_for_good(key, entry, too_long)
 
     try:
         node = cache.nodes.resolve(entry.node)

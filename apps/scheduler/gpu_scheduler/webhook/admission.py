@@ -29,9 +29,11 @@ from ..placement import (
     InvalidMapError,
     MapEntry,
     PlacementError,
+    annotation_bytes,
     bind_annotations,
     container_devices,
     may_be_alias,
+    overflow_message,
     parse_map,
     placement_for,
     pod_key,
@@ -44,9 +46,6 @@ from .patch import (
     new_ephemeral_containers_patch,
 )
 
-# Kubernetes' limit on the annotations of one object together (keys + values).
-TOTAL_ANNOTATION_BYTES = 256 * 1024
-
 
 def annotation_overflow(pod: Mapping, added: Mapping[str, str]) -> str | None:
     """Why the annotations this webhook adds (`added`) cannot be added, or None when they fit.
@@ -55,17 +54,8 @@ def annotation_overflow(pod: Mapping, added: Mapping[str, str]) -> str | None:
     "metadata.annotations: Too long", which does not say that our annotation
     pushed it over nor what to shorten.
     """
-    annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
-    annotations.update(added)
-    total = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
-    if total <= TOTAL_ANNOTATION_BYTES:
-        return None
-    which = " and ".join(added)
-    return (
-        f"the pod's annotations would be {total} bytes with the {which} annotation{'s' if len(added) > 1 else ''} "
-        f"this webhook adds; Kubernetes allows {TOTAL_ANNOTATION_BYTES}: shorten the {MAP_ANNOTATION} annotation "
-        "(drop comments and lines of other indexes) or other annotations"
-    )
+    annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **added}
+    return overflow_message(annotation_bytes(annotations), added, "this webhook adds")
 
 
 API_VERSION = "admission.k8s.io/v1"
