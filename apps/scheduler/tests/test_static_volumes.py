@@ -275,10 +275,10 @@ class VolumeApi:
         return self.status, json.dumps(self.stored).encode()
 
 
-def scheduler_with(client: VolumeApi, *volumes: dict) -> tuple[Scheduler, FakeRecorder]:
+def scheduler_with(client, *volumes: dict, leading: bool = True) -> tuple[Scheduler, FakeRecorder]:
     recorder = FakeRecorder()
     config = SchedulerConfig("gpu-scheduler", None, SharingPolicy.WARN, "gpu-node-name", 1)
-    scheduler = Scheduler(client, config, recorder, SchedulerMetrics(), lambda: True, FakeConditions())
+    scheduler = Scheduler(client, config, recorder, SchedulerMetrics(), lambda: leading, FakeConditions())
     state = scheduler.state
     state.nodes_listed([node_info(api_node(n)) for n in ("node2", NODE)])
     state.storage_classes_listed([LOCAL])
@@ -320,3 +320,24 @@ def test_a_written_volume_is_held_as_answered_and_the_pod_waits():
     # The volume is held as answered, claimed by the claim: the next attempt writes nothing.
     decision = scheduler.state.decide(uid, pod, 1000.0)
     assert decision.event == WAITING_FOR_VOLUMES and decision.provision == ()
+
+
+def test_a_volume_is_released_when_its_attempt_breaks_before_the_write():
+    class Broken:
+        def request(self, method, path, **kwargs):
+            raise RuntimeError("a bug between the decision and the answer")
+
+    scheduler, _ = scheduler_with(Broken(), api_volume("only", rv="100"))
+    scheduler.state.pod_changed(watched_pod(api_pod(), "gpu-scheduler"))
+    uid, pod = scheduler.state.pop(0.0)
+    scheduler._schedule_one(uid, pod)  # as a worker calls it: the attempt's surprise is caught
+    assert scheduler.state.reserved_volumes() == {}
+
+
+def test_a_replica_that_does_not_lead_writes_nothing_and_keeps_no_volume_reserved():
+    client = VolumeApi(200, api_volume("only", rv="101", claim=("ml", "data", "c1")))
+    scheduler, _ = scheduler_with(client, api_volume("only", rv="100"), leading=False)
+    scheduler.state.pod_changed(watched_pod(api_pod(), "gpu-scheduler"))
+    uid, pod = scheduler.state.pop(0.0)
+    scheduler._schedule_one.schedule_one(uid, pod)
+    assert client.patches == [] and scheduler.state.reserved_volumes() == {}

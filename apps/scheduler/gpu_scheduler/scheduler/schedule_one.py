@@ -91,12 +91,12 @@ class ScheduleOne:
 
     def _unschedulable(self, uid: str, pod: dict, decision: Decision, started: float) -> None:
         if decision.provision:
-            decision = self._select_nodes(decision)
+            decision = self._pre_bind(decision)
         self._state.refused(uid, decision, time.monotonic(), random.random())
         self._announcer.refused(pod, decision)
         self._announcer.finish(UNSCHEDULABLE, decision, started, reason=decision.reason, filter=decision.plugin)
 
-    def _select_nodes(self, decision: Decision) -> Decision:
+    def _pre_bind(self, decision: Decision) -> Decision:
         """VolumeBinding's PreBind for the pod's (or its gang's) WaitForFirstConsumer claims:
         each volume chosen for one gets its claimRef, the others are asked for on its node; a
         write that failed is named in the pod's Event, and its next attempt reads the claim and
@@ -105,11 +105,16 @@ class ScheduleOne:
             self._state.volumes_not_written(decision.provision)
             return decision
         failed = []
-        for write in decision.provision:
-            if isinstance(write, BindVolume):
-                problem = self._claim_volume(write)
-            else:
-                problem = select_node(self._client, write)
+        for done, write in enumerate(decision.provision):
+            try:
+                problem = (
+                    self._claim_volume(write) if isinstance(write, BindVolume) else select_node(self._client, write)
+                )
+            except Exception:
+                # The attempt ends here (ScheduleOne.__call__): the volumes not written yet are
+                # released, or they would stay reserved until the watch changed them.
+                self._state.volumes_not_written(decision.provision[done:])
+                raise
             if problem is not None:
                 log.warning(
                     "a write for a claim's volume failed",
