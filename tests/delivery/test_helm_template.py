@@ -49,7 +49,7 @@ EXPECTED_RBAC = {
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["list", "watch"]},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes"], "verbs": ["list", "watch"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["patch"]},
         {
             "apiGroups": ["events.k8s.io"],
             "resources": ["events"],

@@ -1,6 +1,8 @@
 """Records what kube-scheduler says of the pods VolumeBinding, VolumeRestrictions,
 NodeVolumeLimits, NodePorts, PodTopologySpread, InterPodAffinity and DynamicResources refuse,
-into testdata/kube_scheduler_messages.json, which the unit tests compare with.
+and what VolumeBinding writes for WaitForFirstConsumer claims (a provisioner's: selected-node;
+a class without one: the static volume it chooses and the claimRef it writes there), into
+testdata/kube_scheduler_messages.json, which the unit tests compare with.
 
 Run by hand on the local control plane (no kube-scheduler runs there: gpu-scheduler is the
 scheduler), with the kube-scheduler binary that `make local-up` built from cluster/local's
@@ -8,6 +10,8 @@ go.mod:
 
     LOCAL_APISERVER_PORT=0 make local-up
     .venv/bin/python apps/scheduler/tests/record_kube_scheduler.py
+
+(KUBECONFIG and CACHE_DIR name another checkout's control plane and binaries, from a worktree.)
 
 It starts kube-scheduler with a profile of its own (schedulerName kube-scheduler-recorder,
 no leader election), creates each case's objects in a namespace of its own, each pod pinned
@@ -31,6 +35,8 @@ from pathlib import Path
 from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[3]
+# The checkout's .cache, or the one CACHE_DIR names (a git worktree shares its main checkout's).
+CACHE = Path(os.environ.get("CACHE_DIR") or ROOT / ".cache")
 OUT = Path(__file__).resolve().parent / "testdata" / "kube_scheduler_messages.json"
 SCHEDULER = "kube-scheduler-recorder"
 NODE = "node3"
@@ -69,15 +75,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def static_volume_case(core, namespace: str, pod: str, claim_name: str) -> dict:
+    """What kube-scheduler chose for a WaitForFirstConsumer claim of a class without a
+    provisioner, what it wrote on that volume (its own fields, from the volume's managedFields:
+    the PV controller writes there too) and on the claim, and where the pod went."""
+    node = wait(f"{pod} bound", lambda: core.read_namespaced_pod(pod, namespace).spec.node_name)
+    claim = core.read_namespaced_persistent_volume_claim(claim_name, namespace)
+    raw = core.read_persistent_volume(claim.spec.volume_name, _preload_content=False).data
+    pv = json.loads(raw)
+    written = [
+        {"operation": f["operation"], "fields": f.get("fieldsV1")}
+        for f in pv["metadata"].get("managedFields") or ()
+        if f.get("manager", "").startswith("kube-scheduler")
+    ]
+    claim_ref = pv["spec"]["claimRef"]
+    return {
+        "chosen volume": claim.spec.volume_name.removeprefix(f"{namespace}-"),
+        "volume claimRef": {
+            **{k: v for k, v in claim_ref.items() if k not in ("namespace", "uid", "resourceVersion")},
+            "namespace is the claim's": claim_ref.get("namespace") == namespace,
+            "uid is the claim's": claim_ref.get("uid") == claim.metadata.uid,
+            "has resourceVersion": "resourceVersion" in claim_ref,
+        },
+        "volume annotations": pv["metadata"].get("annotations") or {},
+        "written by kube-scheduler": written,
+        "claim annotations": claim.metadata.annotations or {},
+        "pod bound": node,
+    }
+
+
 def main() -> int:
-    kubeconfig = os.environ.get("KUBECONFIG") or str(ROOT / ".cache/local-cluster/kubeconfig")
+    kubeconfig = os.environ.get("KUBECONFIG") or str(CACHE / "local-cluster/kubeconfig")
     config.load_kube_config(kubeconfig)
     core = client.CoreV1Api()
     storage = client.StorageV1Api()
     events = client.EventsV1Api()
     namespace = f"record-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    binary = ROOT / ".cache/bin/kube-scheduler"
+    binary = CACHE / "bin/kube-scheduler"
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="kube-scheduler-recorder-"))
     (work / "config.yaml").write_text(
@@ -93,16 +128,51 @@ def main() -> int:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    classes = [f"{namespace}-immediate", f"{namespace}-wffc"]
+    classes = [f"{namespace}-immediate", f"{namespace}-wffc", f"{namespace}-local"]
     volumes = [f"{namespace}-on-{PV_NODE}", f"{namespace}-rwop", f"{namespace}-csi-1", f"{namespace}-csi-2"]
+    # Local volumes of a class without a provisioner: two on node3 (both fit the claim), and
+    # the smallest of all on node2, which node3's pod may not have.
+    local_volumes = {f"{namespace}-local-{NODE}-5gi": (NODE, "5Gi"), f"{namespace}-local-{NODE}-2gi": (NODE, "2Gi")}
+    local_volumes[f"{namespace}-local-{PV_NODE}-1gi"] = (PV_NODE, "1Gi")
+    volumes += list(local_volumes)
     csi_node = False
     cases: dict[str, dict] = {}
     try:
         nodes = len(core.list_node().items)
-        for name, mode in zip(classes, ("Immediate", "WaitForFirstConsumer"), strict=True):
+        for name, mode in zip(classes[:2], ("Immediate", "WaitForFirstConsumer"), strict=True):
             # A provisioner nobody runs: its claims stay unbound.
             storage.create_storage_class(
                 {"metadata": {"name": name}, "provisioner": "example.com/nobody", "volumeBindingMode": mode}
+            )
+        storage.create_storage_class(
+            {
+                "metadata": {"name": classes[2]},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }
+        )
+        for name, (node, size) in local_volumes.items():
+            core.create_persistent_volume(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "capacity": {"storage": size},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": classes[2],
+                        "local": {"path": f"/mnt/disks/{name}"},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                    },
+                }
             )
         core.create_persistent_volume(
             {
@@ -149,6 +219,9 @@ def main() -> int:
         claim("immediate", storageClassName=classes[0])
         claim("wffc", storageClassName=classes[1])
         claim("prebound-to-missing", storageClassName="", volumeName=f"{namespace}-missing")
+        claim("local", storageClassName=classes[2])
+        # Larger than every local volume: none matches on node3, and nothing can provision one.
+        claim("local-too-large", storageClassName=classes[2], resources={"requests": {"storage": "100Gi"}})
         # VolumeRestrictions: a ReadWriteOncePod claim another pod uses.
         static_volume(volumes[1], ["ReadWriteOncePod"], {"hostPath": {"path": "/tmp/recorder-rwop"}})
         claim("rwop", accessModes=["ReadWriteOncePod"], storageClassName="", volumeName=volumes[1])
@@ -161,7 +234,7 @@ def main() -> int:
             }
         )
         csi_node = True
-        for index, name in enumerate(volumes[2:], 1):
+        for index, name in enumerate(volumes[2:4], 1):
             static_volume(name, ["ReadWriteOnce"], {"csi": {"driver": CSI_DRIVER, "volumeHandle": f"{name}-handle"}})
             claim(f"csi-{index}", storageClassName="", volumeName=name)
             bound(f"csi-{index}")
@@ -177,6 +250,8 @@ def main() -> int:
         pod("unbound-immediate", {"containers": [container()], **volume("immediate")})
         pod("prebound-to-missing-pv", {"containers": [container()], **volume("prebound-to-missing")})
         pod("wait-for-first-consumer", {"containers": [container()], **volume("wffc")})
+        pod("static-volume", {"containers": [container()], **volume("local")})
+        pod("no-static-volume", {"containers": [container()], **volume("local-too-large")})
         # The ReadWriteOncePod claim's other pod is on node2: the conflict is cluster-wide.
         for holder, claim_name, node in (("rwop-holder", "rwop", PV_NODE), ("csi-holder", "csi-1", NODE)):
             pod(holder, {"containers": [container()], **volume(claim_name)}, node)
@@ -232,7 +307,7 @@ def main() -> int:
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "nobody.example.com"}}]}},
         }
         subprocess.run(
-            [ROOT / ".cache/bin/kubectl", "--kubeconfig", kubeconfig, "create", "-f", "-"],
+            [CACHE / "bin/kubectl", "--kubeconfig", kubeconfig, "create", "-f", "-"],
             input=json.dumps(resource_claim),
             text=True,
             check=True,
@@ -270,6 +345,7 @@ def main() -> int:
             "affinity",
             "topology-spread",
             "topology-spread-missing-label",
+            "no-static-volume",
         ):
             cases[name] = {"FailedScheduling": wait(f"a FailedScheduling Event of {name}", lambda n=name: failed(n))}
         # kube-scheduler's DynamicResources keeps a pod whose ResourceClaim does not exist out of
@@ -292,6 +368,7 @@ def main() -> int:
             "claim annotations": {k: v for k, v in annotations.items() if k.startswith("volume.")},
             "pod bound": core.read_namespaced_pod("wait-for-first-consumer", namespace).spec.node_name,
         }
+        cases["static-volume"] = static_volume_case(core, namespace, "static-volume", "local")
     finally:
         scheduler.terminate()
         scheduler.wait(20)
@@ -303,6 +380,9 @@ def main() -> int:
             storage.delete_storage_class(name)
         for name in volumes:
             core.delete_persistent_volume(name)
+    local_described = ", ".join(
+        f"{name.removeprefix(namespace + '-')} ({size} on {node})" for name, (node, size) in local_volumes.items()
+    )
     OUT.write_text(
         json.dumps(
             {
@@ -310,7 +390,8 @@ def main() -> int:
                     f"by apps/scheduler/tests/record_kube_scheduler.py: {version} (built by make local-up from "
                     f"cluster/local/go.mod) on the local control plane of {nodes} KWOK nodes, each pod pinned to "
                     f"{NODE} by required node affinity on metadata.name (the other pod of the ReadWriteOncePod claim "
-                    f"to {PV_NODE}); the PV's node affinity names {PV_NODE}"
+                    f"to {PV_NODE}); the PV's node affinity names {PV_NODE}; the local volumes of the class without a "
+                    f"provisioner: {local_described}"
                 ),
                 "node": NODE,
                 "nodes": nodes,

@@ -8,8 +8,9 @@ PodScheduled condition; the port's, the claim's, the CSI volume's and the anti-a
 are bound once the pod in their way is gone, the spread's once the other nodes have as many.
 (A volume's node affinity cannot be changed, so the volume's pod stays refused; the unit tests
 wake it with a changed volume.) And a claim of a WaitForFirstConsumer class: it gets node3 from
-the map, and its pod is bound once the claim is bound to a volume there; a gang's claims each get
-their member's node, and no member is bound before every claim is."""
+the map, and its pod is bound once the claim is bound to a volume there; a claim of a class
+without a provisioner gets node3's smallest fitting volume, as kube-scheduler chose it; a gang's
+claims each get their member's node, and no member is bound before every claim is."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import time
 import uuid
 
 import pytest
+from e2e import waiting
 from kubernetes import client
 from recorded import ours, reason_for_the_pinned_node
 from test_scheduler_cluster import core, make_pod, node_of, refused_with, start_scheduler, wait_until
@@ -126,6 +128,12 @@ def bound_claim(core, namespace: str, name: str, volume: str, modes: list[str]) 
         f"the PV controller to bind {name}",
         interval=0.5,
     )
+
+
+def claim_of_class(core, namespace: str, name: str, cls: str) -> None:
+    """An unbound claim of 1Gi, ReadWriteOnce, of the StorageClass."""
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": cls}
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": spec})
 
 
 def uses(claim: str) -> dict:
@@ -283,12 +291,7 @@ def test_a_wait_for_first_consumer_claim_gets_node3_and_the_pod_is_bound_once_it
     )
     volume = f"pv-{uuid.uuid4().hex[:6]}"
     try:
-        claim = {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            "storageClassName": cls,
-        }
-        core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "data"}, "spec": claim})
+        claim_of_class(core, namespace, "data", cls)
         start_scheduler("--leader-elect=false")
         make_pod(
             core,
@@ -328,6 +331,69 @@ def test_a_wait_for_first_consumer_claim_gets_node3_and_the_pod_is_bound_once_it
         storage.delete_storage_class(cls)
 
 
+def test_a_claim_of_a_class_without_a_provisioner_gets_node3s_smallest_volume_and_the_pod_is_bound(
+    start_scheduler, core, api_client, namespace
+):
+    """Local disks: a WaitForFirstConsumer class without a provisioner, two volumes on node3
+    (both fit) and a smaller one on node2. As kube-scheduler chose (recorded, case
+    "static-volume"): node3's smaller volume gets the claim's claimRef, the PV controller binds
+    the claim to it, and the pod is bound to node3."""
+    storage = client.StorageV1Api(api_client)
+    cls = f"local-{uuid.uuid4().hex[:6]}"
+    storage.create_storage_class(
+        {
+            "metadata": {"name": cls},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    )
+    volumes = {
+        f"{cls}-{NODE}-5gi": (NODE, "5Gi"),
+        f"{cls}-{NODE}-2gi": (NODE, "2Gi"),
+        f"{cls}-node2-1gi": ("node2", "1Gi"),
+    }
+    try:
+        for name, (node, size) in volumes.items():
+            spec = {
+                "capacity": {"storage": size},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": cls,
+                "local": {"path": f"/mnt/disks/{name}"},
+                "nodeAffinity": affinity_of((node,)),
+            }
+            core.create_persistent_volume({"metadata": {"name": name}, "spec": spec})
+        claim_of_class(core, namespace, "scratch", cls)
+        start_scheduler("--leader-elect=false")
+        make_pod(core, namespace, "ckpt-0", start_scheduler.scheduler_name, f"0={NODE}:2\n", spec=uses("scratch"))
+
+        def explain() -> str:
+            given = core.read_namespaced_persistent_volume_claim("scratch", namespace).spec.volume_name
+            notes = [
+                n
+                for r in ("FailedScheduling", "WaitingForVolumes")
+                for n in events_of(api_client, namespace, "ckpt-0", r)
+            ]
+            return f"the claim's volume: {given!r}; the pod's Events: {notes[-3:]}"
+
+        bound = waiting.wait_until("ckpt-0 to be bound", lambda: node_of(core, namespace, "ckpt-0"), 30, 0.5, explain)
+        assert bound == NODE
+        chosen = core.read_namespaced_persistent_volume_claim("scratch", namespace).spec.volume_name
+        assert chosen == f"{cls}-{NODE}-2gi"
+        written = core.read_persistent_volume(chosen)
+        assert (written.spec.claim_ref.namespace, written.spec.claim_ref.name) == (namespace, "scratch")
+        assert written.metadata.annotations["pv.kubernetes.io/bound-by-controller"] == "yes"
+        # The pod waited for the PV controller, saying so, and the other volumes are untouched.
+        assert any(
+            f"persistentvolume {chosen}" in note for note in waiting_for_volumes(api_client, namespace, "ckpt-0")
+        )
+        assert [core.read_persistent_volume(n).spec.claim_ref for n in volumes if n != chosen] == [None, None]
+    finally:
+        for name in volumes:
+            if any(v.metadata.name == name for v in core.list_persistent_volume().items):
+                core.delete_persistent_volume(name)
+        storage.delete_storage_class(cls)
+
+
 def test_a_gangs_claims_are_all_bound_before_any_member_is(start_scheduler, core, api_client, namespace):
     """All or none includes the volumes: each member's WaitForFirstConsumer claim gets its
     member's node, and no member is bound while one claim is still unbound."""
@@ -339,13 +405,8 @@ def test_a_gangs_claims_are_all_bound_before_any_member_is(start_scheduler, core
     members = {"rank-0": ("node3", "data-0"), "rank-1": ("node2", "data-1")}
     volumes = []
     try:
-        claim = {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            "storageClassName": cls,
-        }
         for _, name in members.values():
-            core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": claim})
+            claim_of_class(core, namespace, name, cls)
         start_scheduler("--leader-elect=false")
         gang = {"gpu-scheduler/gang": "true", "gpu-scheduler/gang-label": "job"}
         for pod, (_, name) in members.items():

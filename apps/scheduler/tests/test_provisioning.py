@@ -134,28 +134,13 @@ def test_the_node_is_chosen_only_once_every_other_check_passes(state):
     assert decision.plugin == "NodeResourcesFit" and decision.provision == ()
 
 
-@pytest.mark.parametrize(
-    ("claim", "cls", "words"),
-    [
-        (
-            api_claim(selected="node2"),
-            LOCAL,
-            f'persistentvolumeclaim "data" is being provisioned for node node2 ({SELECTED_NODE_ANNOTATION})',
-        ),
-        (
-            api_claim(),
-            StorageClass("local", "WaitForFirstConsumer", "kubernetes.io/no-provisioner"),
-            "has no provisioner",
-        ),
-    ],
-    ids=["selected-for-another-node", "no-provisioner"],
-)
-def test_a_claim_that_cannot_be_provisioned_on_the_node_is_refused_saying_why(state, claim, cls, words):
-    state.storage_class_changed(cls)
-    state.claim_changed(claim_info(claim))
+def test_a_claim_being_provisioned_for_another_node_is_refused_saying_so(state):
+    # A claim of a class without a provisioner: tests/test_static_volumes.py.
+    state.claim_changed(claim_info(api_claim(selected="node2")))
     state.pod_changed(watched_pod(api_pod(), "gpu-scheduler"))
     _, decision = attempt(state)
     assert decision.event == "FailedScheduling" and decision.provision == ()
+    words = f'persistentvolumeclaim "data" is being provisioned for node node2 ({SELECTED_NODE_ANNOTATION})'
     assert words in decision.reason and decision.plugin == "VolumeBinding"
 
 

@@ -72,7 +72,9 @@ from gpu_scheduler.scheduling.volume_limits import CSINode
 from gpu_scheduler.scheduling.volumes import (
     BETA_CLASS_ANNOTATION,
     BIND_COMPLETED_ANNOTATION,
+    FILESYSTEM,
     SELECTED_NODE_ANNOTATION,
+    ClaimRef,
     StorageClass,
     claim_key,
     claim_names,
@@ -461,13 +463,18 @@ def claim_info(pvc: dict) -> Claim:
         controller_uid=owner,
         selected_node=str(annotations.get(SELECTED_NODE_ANNOTATION) or ""),
         resource_version=metadata.get("resourceVersion") or "",
-        read_write_once_pod="ReadWriteOncePod" in (spec.get("accessModes") or ()),
+        uid=metadata.get("uid") or "",
+        access_modes=_strings(spec.get("accessModes")),
+        request=_storage(((spec.get("resources") or {}).get("requests") or {}).get("storage")),
+        volume_mode=spec.get("volumeMode") or FILESYSTEM,
+        selector=spec.get("selector") if isinstance(spec.get("selector"), Mapping) else None,
     )
 
 
 def volume_info(pv: dict) -> Volume:
     """A PersistentVolume as VolumeBinding and NodeVolumeLimits read it: its name, required node
-    affinity and CSI driver and handle."""
+    affinity and CSI driver and handle, and what a claim is matched on."""
+    metadata = pv.get("metadata") or {}
     spec = pv.get("spec") or {}
     required = ((spec.get("nodeAffinity") or {}).get("required")) or None
     terms = None if required is None else tuple(t for t in required.get("nodeSelectorTerms") or () if t)
@@ -475,7 +482,35 @@ def volume_info(pv: dict) -> Volume:
     csi = None
     if isinstance(source, Mapping):
         csi = (str(source.get("driver") or ""), str(source.get("volumeHandle") or ""))
-    return Volume(name=(pv.get("metadata") or {}).get("name") or "", node_terms=terms, csi=csi)
+    ref = spec.get("claimRef")
+    claim_ref = None
+    if isinstance(ref, Mapping):
+        claim_ref = ClaimRef(str(ref.get("namespace") or ""), str(ref.get("name") or ""), str(ref.get("uid") or ""))
+    # kube's GetPersistentVolumeClass: the beta annotation first, then the field.
+    storage_class = (metadata.get("annotations") or {}).get(BETA_CLASS_ANNOTATION, spec.get("storageClassName") or "")
+    return Volume(
+        name=metadata.get("name") or "",
+        node_terms=terms,
+        csi=csi,
+        storage_class=str(storage_class or ""),
+        capacity=_storage((spec.get("capacity") or {}).get("storage")),
+        access_modes=_strings(spec.get("accessModes")),
+        volume_mode=spec.get("volumeMode") or FILESYSTEM,
+        claim_ref=claim_ref,
+        available=(pv.get("status") or {}).get("phase") == "Available",
+        deleting=bool(metadata.get("deletionTimestamp")),
+        labels=metadata.get("labels") or {},
+        resource_version=metadata.get("resourceVersion") or "",
+    )
+
+
+def _strings(values: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in values) if isinstance(values, list | tuple) else ()
+
+
+def _storage(quantity: object) -> int:
+    """A storage quantity in bytes (0 when absent)."""
+    return canonical_amount("storage", quantity) if isinstance(quantity, str | int | float) else 0
 
 
 def storage_class_info(sc: dict) -> StorageClass:

@@ -5,9 +5,10 @@
   scheduling cycle under the state's lock: resolve its node, filter, check the GPU ledger; on
                    success its hold is assumed (state.decide). A pod of a gang is decided with
                    its whole gang, all or none (a GangPlan)
-  volumes          a pod that waits for WaitForFirstConsumer claims: outside the lock, their
-                   volumes are asked for on its node (selected-node), and it waits until a later
-                   attempt finds them bound
+  volumes          a pod that waits for WaitForFirstConsumer claims: outside the lock, the
+                   volumes chosen for them on its node are given them (claimRef), the others
+                   are asked for there (selected-node), and it waits until a later attempt
+                   finds them bound
   binding cycle    outside the lock: check that this replica still leads, POST the binding
   outcome          handed to the state by the code of the binding's answer (bound, refused,
                    pod gone, failed or in doubt) and to the Announcer (Events, conditions,
@@ -26,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpu_scheduler.kube.binder import BindOutcome, BindResult, bind
-from gpu_scheduler.kube.claims import select_node
+from gpu_scheduler.kube.claims import claim_volume, select_node
 from gpu_scheduler.kube.client import KubeClient
+from gpu_scheduler.kube.objects import volume_info
 from gpu_scheduler.placement import bind_annotations, pod_key
 from gpu_scheduler.scheduling import Decision
 from gpu_scheduler.scheduling.gangs import GangPlan
+from gpu_scheduler.scheduling.provisioning import BindVolume
 
 from .announce import Announcer
 from .metrics import ALREADY_BOUND, ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
@@ -88,29 +91,49 @@ class ScheduleOne:
 
     def _unschedulable(self, uid: str, pod: dict, decision: Decision, started: float) -> None:
         if decision.provision:
-            decision = self._select_nodes(decision)
+            decision = self._pre_bind(decision)
         self._state.refused(uid, decision, time.monotonic(), random.random())
         self._announcer.refused(pod, decision)
         self._announcer.finish(UNSCHEDULABLE, decision, started, reason=decision.reason, filter=decision.plugin)
 
-    def _select_nodes(self, decision: Decision) -> Decision:
-        """Asks for the volumes of the pod's (or its gang's) WaitForFirstConsumer claims on its
-        node; a claim that could not be annotated is named in the pod's Event, and its next
-        attempt reads the claim again. Only the leader writes."""
+    def _pre_bind(self, decision: Decision) -> Decision:
+        """VolumeBinding's PreBind for the pod's (or its gang's) WaitForFirstConsumer claims:
+        each volume chosen for one gets its claimRef, the others are asked for on its node; a
+        write that failed is named in the pod's Event, and its next attempt reads the claim and
+        the volume again. Only the leader writes; a volume not written is released."""
         if not self._may_bind():
+            self._state.volumes_not_written(decision.provision)
             return decision
         failed = []
-        for select in decision.provision:
-            problem = select_node(self._client, select)
+        for done, write in enumerate(decision.provision):
+            try:
+                problem = (
+                    self._claim_volume(write) if isinstance(write, BindVolume) else select_node(self._client, write)
+                )
+            except Exception:
+                # The attempt ends here (ScheduleOne.__call__): the volumes not written yet are
+                # released, or they would stay reserved until the watch changed them.
+                self._state.volumes_not_written(decision.provision[done:])
+                raise
             if problem is not None:
                 log.warning(
-                    "selecting the node of a claim failed",
-                    extra={"fields": {"claim": f"{select.namespace}/{select.name}", "node": select.node}},
+                    "a write for a claim's volume failed",
+                    extra={"fields": {"claim": f"{write.namespace}/{write.name}", "problem": problem}},
                 )
-                failed.append(f"{select.namespace}/{select.name}: {problem}")
+                failed.append(f"{write.namespace}/{write.name}: {problem}")
         if not failed:
             return decision
-        return replace(decision, reason=f"{decision.reason}; setting the node on claims failed ({'; '.join(failed)})")
+        return replace(decision, reason=f"{decision.reason}; writing for claims failed ({'; '.join(failed)})")
+
+    def _claim_volume(self, write: BindVolume) -> str | None:
+        """Writes the volume's claimRef; None when written, else why not (its reservation ends
+        either way: the cache holds the volume as written, or it may go to any claim again)."""
+        answer = claim_volume(self._client, write)
+        if isinstance(answer, str):
+            self._state.volumes_not_written((write,))
+            return f"persistentvolume {write.volume}: {answer}"
+        self._state.volume_written(volume_info(answer))
+        return None
 
     # -- the binding cycle -------------------------------------------------------------------------
 

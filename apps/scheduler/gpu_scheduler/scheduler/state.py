@@ -26,8 +26,9 @@ A refused pod waits on names (queue.retry_later): its node's name and alias, the
 gang's map, and for VolumeBinding the keys of its claims and their StorageClasses
 (scheduling.volumes.claim_wait_key), and for PodTopologySpread and InterPodAffinity the key
 PODS_ON_NODES. A change to a node wakes the pods waiting on its name or alias; a change to a
-claim wakes those waiting on it, a change to a volume those waiting on the claims that name it,
-a change to a StorageClass those waiting on it. A pod that comes to a node, leaves it or is
+claim wakes those waiting on it, a change to a volume those waiting on the claims that name it
+(and, for a volume offered to claims or no longer, those waiting on its class), a change to a
+StorageClass those waiting on it. A pod that comes to a node, leaves it or is
 relabelled there, and a node that comes, goes or is relabelled, wake those waiting on
 PODS_ON_NODES: the simplest rule that cannot miss a change of a topology domain, and free
 while no pod waits on it. For VolumeRestrictions a pod waits on its ReadWriteOncePod claims
@@ -75,6 +76,8 @@ from gpu_scheduler.scheduling.gangs import (
 from gpu_scheduler.scheduling.provisioning import (
     VOLUME_BINDING_TIMEOUT_SECONDS,
     WAITING_FOR_VOLUMES,
+    BindVolume,
+    SelectNode,
     timed_out_message,
 )
 from gpu_scheduler.scheduling.selectors import pod_terms, required_terms
@@ -419,6 +422,7 @@ class SchedulerState:
         decision = decide(pod, self._cache, self.policy, self.reservations(wall))
         if decision.bind:
             self._assume(uid, pod, decision)
+        self._reserve_volumes(decision)
         return self._timed(uid, decision, wall)
 
     def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:
@@ -478,11 +482,15 @@ class SchedulerState:
             m = members[index]
             decision = decide(m.pod, self._cache, self.policy, reserved, gang)
             if decision.event == WAITING_FOR_VOLUMES:
+                # Reserved at once, so that the next member is not given the same volume.
+                self._reserve_volumes(decision)
                 provisioning.append((index, decision))
                 continue
             if not decision.bind:
                 for assumed_uid, _, _ in decided:
                     self._cache.forget(assumed_uid)
+                for _, waiting_decision in provisioning:
+                    self._release_volumes(waiting_decision.provision)
                 why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
                 return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
             self._assume(m.uid, m.pod, decision, gang)
@@ -500,6 +508,17 @@ class SchedulerState:
                 self._queue.claim(member_uid)
         decided.sort(key=lambda d: d[0] != uid)  # the pod the worker took first
         return GangPlan(gang, tuple(decided), complete=True, newest=view.newest)
+
+    def _reserve_volumes(self, decision: Decision) -> None:
+        """The volumes chosen for the decision's claims are theirs until their claimRefs are
+        written (volume_written, volume_not_written)."""
+        for write in decision.provision:
+            if isinstance(write, BindVolume):
+                self._cache.volumes.reserve(write.volume, write.claim_key)
+
+    def _release_volumes(self, writes: Iterable[SelectNode | BindVolume]) -> list[str]:
+        volumes = self._cache.volumes
+        return [k for w in writes if isinstance(w, BindVolume) for k in volumes.release(w.volume, w.claim_key)]
 
     def _gang_waits(self, view: GangView, pod: dict, why: str, nodes: tuple[str, ...], wall: float) -> Decision:
         """The pod's refusal on behalf of its gang, always retried with backoff: even a refusal
@@ -560,6 +579,17 @@ class SchedulerState:
             self._queue.retry_later(uid, now, jitter, [n for n in waiting_on if n])
         else:
             self._queue.give_up_until_changed(uid)
+
+    @_event
+    def volume_written(self, volume: Volume) -> bool:
+        """A claimRef was written: the volume as the API server answered it (its reservation ends)."""
+        return self._wake(*self._cache.volumes.volume_written(volume))
+
+    @_event
+    def volumes_not_written(self, writes: Iterable[SelectNode | BindVolume]) -> bool:
+        """The claimRefs were not written (refused, no answer, not leading): the volumes may go
+        to any claim again, and the pods waiting on their classes are woken."""
+        return self._wake(*self._release_volumes(writes))
 
     @_event
     def bound(self, uid: str, now: float) -> bool:
@@ -637,6 +667,11 @@ class SchedulerState:
     def check_queue(self) -> None:
         """Raises AssertionError when the queue's indexes disagree (for tests)."""
         self._queue.check()
+
+    @_locked
+    def reserved_volumes(self) -> dict[str, str]:
+        """volume name -> the claim (namespace/name) it is reserved for while its claimRef is written."""
+        return self._cache.volumes.reservations()
 
     @_locked
     def gpus_held(self) -> dict[str, int]:

@@ -34,11 +34,11 @@ from ..placement import (
     pod_key,
 )
 from .cache import ClusterCache
-from .filters import pre_filter_failure, run_filters, unavailable_message
+from .filters import FilterFailure, pre_filter_failure, run_filters, unavailable_message
 from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
-from .nodes import NodeResolutionError
-from .provisioning import WAITING_FOR_VOLUMES, SelectNode, plan, waiting_message
+from .nodes import NodeInfo, NodeResolutionError
+from .provisioning import NO_MATCHING_VOLUME, WAITING_FOR_VOLUMES, BindVolume, SelectNode, plan, waiting_message
 from .volume_limits import exceeds_volume_limits
 from .volume_restrictions import read_write_once_pod_conflicts
 from .volumes import NO_CLAIMS, VOLUME_BINDING, PodClaims, claim_key, claim_names, pre_filter
@@ -80,8 +80,10 @@ class Decision:
     # What else may let it on when it changes, beyond its own node: nodes (a gang's), claims and
     # StorageClasses (scheduling.volumes.claim_wait_key, class_wait_key)
     waiting_on: tuple[str, ...] = ()
-    # Claims to annotate with the node before the pod waits for their volumes (scheduling.provisioning)
-    provision: tuple[SelectNode, ...] = ()
+    # What to write before the pod waits for its claims' volumes (scheduling.provisioning): the
+    # claimRef of each volume chosen for a claim (reserved for it in the cache until written),
+    # the node on each claim to provision
+    provision: tuple[SelectNode | BindVolume, ...] = ()
 
     @property
     def bind(self) -> bool:
@@ -297,7 +299,7 @@ def decide(
     if refusal is not None:
         return Decision(key, entry, node.name, code=Code.UNSCHEDULABLE, reason=refusal)
     if claims.delayed:
-        return _provisioning(key, entry, node.name, claims, cache)
+        return _provisioning(key, entry, node, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=tuple(shared))
 
 
@@ -313,24 +315,35 @@ def _volume_checks(pod: Mapping, uid: str, node: str, cache: ClusterCache) -> tu
     return in_use, exceeds_volume_limits(keys, cache.node_claims(node), csi_node, cache.volumes)
 
 
-def _provisioning(key: str, entry: MapEntry, node: str, claims: PodClaims, cache: ClusterCache) -> Decision:
-    """The node can take the pod, but WaitForFirstConsumer claims of it are unbound: their
-    volumes are to be provisioned there first. Only now, every other check passed, is the
-    node chosen for them, as kube-scheduler chooses it in PreBind."""
-    planned = plan(claims, node, cache.volumes.classes)
-    if planned.refusal is not None:
-        why = f"{planned.refusal}. The map (line {entry.line}) pins the pod to node {node}."
+def _provisioning(key: str, entry: MapEntry, node: NodeInfo, claims: PodClaims, cache: ClusterCache) -> Decision:
+    """The node can take the pod, but WaitForFirstConsumer claims of it are unbound: each gets
+    an existing volume of the node, or one provisioned there, first. Only now, every other check
+    passed, are they chosen, as kube-scheduler chooses them in PreBind."""
+    planned = plan(claims, node, cache.volumes)
+    if planned.no_volume:
+        failure = FilterFailure(VOLUME_BINDING, (NO_MATCHING_VOLUME,))
         return Decision(
-            key, entry, node, Code.UNSCHEDULABLE, reason=why, plugin=VOLUME_BINDING, waiting_on=claims.wait_keys
+            key,
+            entry,
+            node.name,
+            Code.UNSCHEDULABLE,
+            reason=unavailable_message(failure, node.name, entry.line),
+            plugin=VOLUME_BINDING,
+            waiting_on=claims.wait_keys,
+        )
+    if planned.refusal is not None:
+        why = f"{planned.refusal}. The map (line {entry.line}) pins the pod to node {node.name}."
+        return Decision(
+            key, entry, node.name, Code.UNSCHEDULABLE, reason=why, plugin=VOLUME_BINDING, waiting_on=claims.wait_keys
         )
     return Decision(
         key,
         entry,
-        node,
+        node.name,
         Code.UNSCHEDULABLE,
-        reason=waiting_message(planned.waiting, node),
+        reason=waiting_message(planned, node.name),
         plugin=VOLUME_BINDING,
         event=WAITING_FOR_VOLUMES,
         waiting_on=claims.wait_keys,
-        provision=planned.select,
+        provision=planned.writes,
     )

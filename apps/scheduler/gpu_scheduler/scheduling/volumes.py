@@ -14,9 +14,9 @@ up in a cache of claims, volumes (PVs) and StorageClasses fed by watches. As kub
   affinity must match the node's labels (only its labels: kube-scheduler matches a node made of
   them, so a term on `metadata.name` never matches).
 
-Unbound claims of a WaitForFirstConsumer class pass the PreFilter: the pod's node is chosen
-for them once every filter passes (scheduling.provisioning), and the pod is bound only once
-they are bound.
+Unbound claims of a WaitForFirstConsumer class pass the PreFilter: once every filter passes,
+each gets an existing volume of the pod's node or one provisioned there
+(scheduling.provisioning), and the pod is bound only once they are bound.
 
 kube-scheduler reports these as UnschedulableAndUnresolvable and requeues the pod when a
 claim, volume or class changes; here they are retryable refusals (Code.UNSCHEDULABLE) that
@@ -37,6 +37,8 @@ BIND_COMPLETED_ANNOTATION = "pv.kubernetes.io/bind-completed"
 BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+FILESYSTEM = "Filesystem"  # a volumeMode left out
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 
 # kube-scheduler 1.37's words (volumebinding/binder.go, volume_binding.go); the unit tests
 # compare them with what kube-scheduler said (tests/testdata/kube_scheduler_messages.json).
@@ -93,7 +95,12 @@ class Claim:
     controller_uid: str | None = None  # the owner with controller: true (a pod, for ephemeral claims)
     selected_node: str = ""  # volume.kubernetes.io/selected-node: the node its volume is provisioned for
     resource_version: str = ""  # the version read, so that selecting its node changes only that one
-    read_write_once_pod: bool = False  # spec.accessModes has ReadWriteOncePod (scheduling.volume_restrictions)
+    # What a static volume must offer it (scheduling.provisioning.matching_volume)
+    uid: str = ""
+    access_modes: tuple[str, ...] = ()
+    request: int = 0  # spec.resources.requests.storage, in bytes
+    volume_mode: str = FILESYSTEM
+    selector: Mapping | None = field(default=None, hash=False)  # spec.selector, None when it has none
 
     @property
     def key(self) -> str:
@@ -103,16 +110,44 @@ class Claim:
     def bound(self) -> bool:
         return bool(self.volume_name) and self.bind_completed
 
+    @property
+    def read_write_once_pod(self) -> bool:
+        """spec.accessModes has ReadWriteOncePod (scheduling.volume_restrictions)."""
+        return READ_WRITE_ONCE_POD in self.access_modes
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A volume's spec.claimRef: the claim it is bound, or being bound, to."""
+
+    namespace: str
+    name: str
+    uid: str = ""  # "" on a volume pre-bound by name, before the PV controller completes it
+
+    def names(self, claim: Claim) -> bool:
+        """kube's IsVolumeBoundToClaim: the claim by namespace and name, and by uid if it has one."""
+        return (self.namespace, self.name) == (claim.namespace, claim.name) and self.uid in ("", claim.uid)
+
 
 @dataclass(frozen=True, slots=True)
 class Volume:
-    """What VolumeBinding reads of a PersistentVolume (its required node affinity), and what
-    NodeVolumeLimits reads (its CSI driver and volume handle)."""
+    """What VolumeBinding reads of a PersistentVolume: its required node affinity, and what a
+    WaitForFirstConsumer claim is matched on (scheduling.provisioning); what NodeVolumeLimits
+    reads (its CSI driver and volume handle)."""
 
     name: str
     # spec.nodeAffinity.required.nodeSelectorTerms; None when the volume has no required affinity
     node_terms: tuple[Mapping, ...] | None = None
     csi: tuple[str, str] | None = None  # (spec.csi.driver, spec.csi.volumeHandle); None when not CSI
+    storage_class: str = ""  # the beta annotation, else spec.storageClassName
+    capacity: int = 0  # spec.capacity.storage, in bytes
+    access_modes: tuple[str, ...] = ()
+    volume_mode: str = FILESYSTEM
+    claim_ref: ClaimRef | None = None
+    available: bool = False  # status.phase Available: the PV controller offers it to claims
+    deleting: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    resource_version: str = ""  # the version read: claiming it is a write on that version only
 
     def admits(self, node: NodeInfo) -> bool:
         """kube's CheckNodeAffinity: some term matches the node's labels (the node's name is
@@ -131,12 +166,20 @@ class StorageClass:
 
 @dataclass(slots=True)
 class VolumeCache:
-    """Claims by namespace/name, volumes by name, StorageClasses' binding modes by name."""
+    """Claims by namespace/name, volumes by name, StorageClasses' binding modes by name, and the
+    volumes reserved for a claim while the scheduler writes their claimRef.
+
+    A reservation is kube-scheduler's assumed volume: from the decision that chooses a volume
+    for a claim (under the state's lock) until the write's answer is in the cache, no other
+    claim is given it. The write's answer replaces the cached volume (volume_written); a failed
+    write releases it; a newer version from the watch ends it too (that version says who has it)."""
 
     claims: dict[str, Claim] = field(default_factory=dict)
     volumes: dict[str, Volume] = field(default_factory=dict)
     classes: dict[str, StorageClass] = field(default_factory=dict)
     _naming: dict[str, set[str]] = field(default_factory=dict)  # volume name -> keys of the claims naming it
+    # volume name -> (key of the claim it is reserved for, the volume's resourceVersion then)
+    _reserved: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     # Each change returns the wait keys of the pods it may let on ([] when nothing changed).
 
@@ -161,18 +204,56 @@ class VolumeCache:
         return woken + [k for claim in listed.values() for k in self.upsert_claim(claim)]
 
     def upsert_volume(self, volume: Volume) -> list[str]:
-        if self.volumes.get(volume.name) == volume:
+        """A volume offered to claims (no claimRef), or one that was, wakes the pods waiting on
+        its class: a WaitForFirstConsumer claim of it may match it now, or no longer."""
+        before = self.volumes.get(volume.name)
+        if before == volume:
             return []
         self.volumes[volume.name] = volume
-        return self._claims_naming(volume.name)
+        reserved = self._reserved.get(volume.name)
+        if reserved is not None and reserved[1] != volume.resource_version:
+            del self._reserved[volume.name]
+        offered = volume.claim_ref is None or (before is not None and before.claim_ref is None)
+        woken = [class_wait_key(volume.storage_class)] if offered and volume.storage_class else []
+        return self._claims_naming(volume.name) + woken
 
     def delete_volume(self, name: str) -> list[str]:
+        self._reserved.pop(name, None)
         return self._claims_naming(name) if self.volumes.pop(name, None) is not None else []
 
     def replace_volumes(self, volumes: Iterable[Volume]) -> list[str]:
         listed = {v.name: v for v in volumes}
         woken = [k for name in list(self.volumes) if name not in listed for k in self.delete_volume(name)]
         return woken + [k for volume in listed.values() for k in self.upsert_volume(volume)]
+
+    # -- reservations: a volume chosen for a claim, while its claimRef is written ---------------------
+
+    def reserve(self, volume: str, claim: str) -> None:
+        cached = self.volumes.get(volume)
+        self._reserved[volume] = (claim, cached.resource_version if cached is not None else "")
+
+    def reserved_for(self, volume: str, claim: str) -> bool:
+        reserved = self._reserved.get(volume)
+        return reserved is not None and reserved[0] == claim
+
+    def reserved_for_another(self, volume: str, claim: str) -> bool:
+        reserved = self._reserved.get(volume)
+        return reserved is not None and reserved[0] != claim
+
+    def release(self, volume: str, claim: str) -> list[str]:
+        """The write did not happen (or its answer says nothing): the volume may go to any
+        claim again, and the pods waiting on its class are woken."""
+        if not self.reserved_for(volume, claim):
+            return []
+        del self._reserved[volume]
+        cached = self.volumes.get(volume)
+        return [class_wait_key(cached.storage_class)] if cached is not None and cached.storage_class else []
+
+    def volume_written(self, volume: Volume) -> list[str]:
+        """The claimRef was written: the volume as the API server answered replaces the cached
+        one (the watch brings the same version later), which ends its reservation."""
+        self._reserved.pop(volume.name, None)
+        return self.upsert_volume(volume)
 
     def upsert_class(self, cls: StorageClass) -> list[str]:
         if self.classes.get(cls.name) == cls:
@@ -191,6 +272,10 @@ class VolumeCache:
     def mode_of(self, name: str) -> str | None:
         cls = self.classes.get(name)
         return cls.mode if cls is not None else None
+
+    def reservations(self) -> dict[str, str]:
+        """volume name -> the claim it is reserved for (for tests and checks)."""
+        return {volume: claim for volume, (claim, _) in self._reserved.items()}
 
     def _claims_naming(self, volume: str) -> list[str]:
         return [claim_wait_key(key) for key in sorted(self._naming.get(volume, ()))]
