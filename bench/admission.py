@@ -10,16 +10,19 @@ settings.admission_hold_seconds (60 s outside QUICK mode), long enough for
 a webhook that falls behind to show it; a saturated rate
 (summary.admission_saturation) is a MISS whatever its error count. It runs on the same machine as the webhook,
 as the targets ask. Each request is the AdmissionReview the apiserver sends to
-/mutate for a bench pod with a `group`-line map; one answer of each workload
-is checked first, so the load exercises the real path (a patch that injects
-CUDA_VISIBLE_DEVICES), not an error path.
+/mutate for a bench pod with a `group`-line map and no CUDA_VISIBLE_DEVICES
+entry (what a 1.35 API server sends the webhook); one answer of each workload
+is checked first, so the load exercises the real path (a patch that gives
+every container the entry that reads the bind's devices), not an error path.
 
-Two workloads:
+Two workloads, kept from when the webhook parsed every pod's map (the removed
+admission.mode webhook): the webhook reads no map of such a pod now, so the
+two measure the same path, and their figures should agree:
 - repeated: every request carries the same map, as the pods of one big
-  StatefulSet do; the webhook's parse cache answers after the first;
+  StatefulSet do;
 - distinct: every request of a run carries a map no earlier request of the
   phase carried (the pod p-<g*size> of group g, for a new g each time), as in
-  a cluster with many workloads: the parse cache misses every time.
+  a cluster with many workloads.
 
 The webhook's CPU (granian's master and workers, from /proc) is read around
 each run: CPU ms per request is a figure the machine's noise barely moves.

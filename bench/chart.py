@@ -21,9 +21,3 @@ def webhook_timeout_seconds(values: Path = VALUES) -> float:
 def webhook_workers(values: Path = VALUES) -> int:
     """webhook.workers: the worker processes the chart runs the webhook with."""
     return yaml.safe_load(values.read_text())["webhook"]["workers"]
-
-
-def policy_max_lines(values: Path = VALUES) -> int:
-    """admission.policyMaxLines: the longest map the admission policies read (CEL's cost limit);
-    a longer one they refuse."""
-    return yaml.safe_load(values.read_text())["admission"]["policyMaxLines"]

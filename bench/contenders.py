@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-OURS = "ours"
-# gpu-scheduler whose pods are placed by the chart's admission.mode policy (a MutatingAdmissionPolicy and
-# a ValidatingAdmissionPolicy that kube-apiserver evaluates itself: bench/policies.py), not by the
-# webhook: the same scheduler under its own schedulerName, its pods created with no webhook call.
-OURS_POLICY = "ours_policy"
 # gpu-scheduler in bind mode: its pods carry, in every container, the env entry that reads
 # CUDA_VISIBLE_DEVICES through a downward-API fieldRef from the annotation the scheduler writes in the
 # Binding (gpu_scheduler.placement.bind_env_entry), so they are created with no admission call at all:
@@ -17,10 +12,12 @@ KUBE_MATCHED = "kube_matched"
 KUBE_PINNED = "kube_pinned"
 CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
-RUNNERS = (OURS, OURS_BIND, OURS_POLICY, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
+# The runs of record up to 2026-12-07 also hold "ours" (its pods admitted by the webhook of the removed
+# admission.mode webhook) and "ours_policy" (placed by the removed policy mode's CEL): runners no more.
+RUNNERS = (OURS_BIND, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
 ALL_RUNNERS = RUNNERS
-# The runners that are gpu-scheduler (its /metrics, its profile), however its pods get their devices.
-GPU_SCHEDULER_RUNNERS = (OURS, OURS_BIND, OURS_POLICY)
+# The runners that are gpu-scheduler (its /metrics, its profile).
+GPU_SCHEDULER_RUNNERS = (OURS_BIND,)
 KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED)
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
@@ -37,9 +34,7 @@ BIND_WORKERS = 32
 CEILING_WORKERS = 32
 
 LABELS = {
-    OURS: "gpu-scheduler, admission webhook",
     OURS_BIND: "gpu-scheduler, bind mode (devices in the Binding; no admission call)",
-    OURS_POLICY: "gpu-scheduler, admission policy (CEL)",
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST}, default profile)",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile)",
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
@@ -49,9 +44,7 @@ LABELS = {
 
 # For the plot's axis.
 SHORT_LABELS = {
-    OURS: "gpu-scheduler\nwebhook",
     OURS_BIND: "gpu-scheduler\nbind mode",
-    OURS_POLICY: "gpu-scheduler\npolicy (CEL)",
     KUBE_DEFAULTS: "kube-scheduler\ndefaults",
     KUBE_MATCHED: "kube-scheduler\nmatched",
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
@@ -60,19 +53,8 @@ SHORT_LABELS = {
 }
 
 # Ratio name -> (numerator, denominators); each is taken per round, between runs made side by side.
-# With several denominators, the round's fastest of them is the denominator: the ceiling is
-# whichever bare binder got furthest in that round (on 2 cores they land within noise of each
-# other, so the apiserver, not the binder's language, is what they find).
+# With several denominators, the round's fastest of them is the denominator.
 RATIOS = {
-    "ours_over_kube_pinned": (OURS, (KUBE_PINNED,)),
-    "ours_over_kube_matched": (OURS, (KUBE_MATCHED,)),
-    "ours_over_kube_defaults": (OURS, (KUBE_DEFAULTS,)),
-    "ours_over_ceiling": (OURS, (CEILING, PYTHON_BINDER)),
-    "ours_over_go_binder": (OURS, (CEILING,)),
-    "ours_over_python_binder": (OURS, (PYTHON_BINDER,)),
-    "policy_over_kube_pinned": (OURS_POLICY, (KUBE_PINNED,)),
-    "policy_over_kube_matched": (OURS_POLICY, (KUBE_MATCHED,)),
-    "policy_over_kube_defaults": (OURS_POLICY, (KUBE_DEFAULTS,)),
     "bind_over_kube_pinned": (OURS_BIND, (KUBE_PINNED,)),
     "bind_over_kube_matched": (OURS_BIND, (KUBE_MATCHED,)),
     "bind_over_kube_defaults": (OURS_BIND, (KUBE_DEFAULTS,)),
@@ -81,15 +63,6 @@ RATIOS = {
     "bind_over_ceiling": (OURS_BIND, (CEILING,)),
 }
 RATIO_LABELS = {
-    "ours_over_kube_pinned": f"{LABELS[OURS]} / {LABELS[KUBE_PINNED]}",
-    "ours_over_kube_matched": f"{LABELS[OURS]} / {LABELS[KUBE_MATCHED]}",
-    "ours_over_kube_defaults": f"{LABELS[OURS]} / {LABELS[KUBE_DEFAULTS]}",
-    "ours_over_ceiling": f"{LABELS[OURS]} / ceiling (the faster bare binder of the round)",
-    "ours_over_go_binder": f"{LABELS[OURS]} / bare binder in Go",
-    "ours_over_python_binder": f"{LABELS[OURS]} / {LABELS[PYTHON_BINDER]}",
-    "policy_over_kube_pinned": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_PINNED]}",
-    "policy_over_kube_matched": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_MATCHED]}",
-    "policy_over_kube_defaults": f"{LABELS[OURS_POLICY]} / {LABELS[KUBE_DEFAULTS]}",
     "bind_over_kube_pinned": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_PINNED]}",
     "bind_over_kube_matched": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_MATCHED]}",
     "bind_over_kube_defaults": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_DEFAULTS]}",
@@ -101,10 +74,6 @@ RATIO_LABELS = {
 # mode's is also taken against kube-scheduler at its defaults and against the Go bare binder, beside
 # its pods/s ratios of the same names.
 CPU_RATIOS = {
-    "ours_over_kube_pinned": (OURS, KUBE_PINNED),
-    "ours_over_kube_matched": (OURS, KUBE_MATCHED),
-    "policy_over_kube_pinned": (OURS_POLICY, KUBE_PINNED),
-    "policy_over_kube_matched": (OURS_POLICY, KUBE_MATCHED),
     "bind_over_kube_pinned": (OURS_BIND, KUBE_PINNED),
     "bind_over_kube_matched": (OURS_BIND, KUBE_MATCHED),
     "bind_over_kube_defaults": (OURS_BIND, KUBE_DEFAULTS),

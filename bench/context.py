@@ -15,11 +15,9 @@ from .webhook import Webhook
 
 NAMESPACE = "gpu-bench"
 OUR_SCHEDULER = "bench-gpu-scheduler"
-# Not the webhook's schedulerName nor the policies': no admission of the bench touches these pods
+# Not the webhook's schedulerName: no admission of the bench touches these pods
 # (bind mode: they carry their own env entry; measure.make_runner checks with a dry run).
 OUR_BIND_SCHEDULER = OUR_SCHEDULER + "-bind"
-# Not the webhook's either: the chart's admission policies, rendered for this name (policies.py), place these pods.
-OUR_POLICY_SCHEDULER = OUR_SCHEDULER + "-policy"
 KUBE_SCHEDULER = "bench-kube-scheduler"
 CEILING_SCHEDULER = "bench-ceiling"
 PYTHON_BINDER_SCHEDULER = "bench-python-binder"

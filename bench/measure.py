@@ -19,8 +19,6 @@ from .context import (
     CEILING_SCHEDULER,
     KUBE_SCHEDULER,
     OUR_BIND_SCHEDULER,
-    OUR_POLICY_SCHEDULER,
-    OUR_SCHEDULER,
     PYTHON_BINDER_SCHEDULER,
     Bench,
 )
@@ -29,22 +27,11 @@ from .pods import BindWatcher, Creator, run_burst, wait_until_bound
 from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
-from .webhook import dry_run_admitted, dry_run_untouched
+from .webhook import dry_run_untouched
 from .workload import bench_pods, in_bind_mode
 
 
 def make_runner(bench: Bench, key: str) -> Runner:
-    if key == contenders.OURS:
-        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_SCHEDULER)
-    if key == contenders.OURS_POLICY:
-        # Its figures say "admission policy" only while the policies place its pods (policies.py, run.py).
-        placed, answer = dry_run_admitted(bench.api, bench.namespace, OUR_POLICY_SCHEDULER)
-        if not placed:
-            raise RuntimeError(
-                f"no admission policy places pods of {OUR_POLICY_SCHEDULER} in {bench.namespace}: "
-                f"{contenders.LABELS[key]} would not be (dry-run answer {answer[:200]!r})"
-            )
-        return runners.ours(bench.api, bench.kubeconfig, bench.namespace, bench.logs, OUR_POLICY_SCHEDULER, key=key)
     if key == contenders.OURS_BIND:
         # Its figures say "no admission call" only while no webhook or policy of the bench touches its pods.
         probe = in_bind_mode(bench_pods(1, 1, 1, OUR_BIND_SCHEDULER, bench.namespace)[0])
@@ -169,8 +156,7 @@ def cpu_groups(bench: Bench, runner: Runner | None) -> dict[str, list[int]]:
     workers) and the control plane.
 
     On two shared cores, CPU per pod says what a throughput figure costs and
-    who pays it: gpu-scheduler's pods also pay for its admission webhook, or,
-    for ours_policy, for the policies' CEL inside kube-apiserver (control plane).
+    who pays it (the webhook serves none of the runners' pods: it idles beside them).
     """
     webhook = [bench.webhook.process.pid] if bench.webhook.process.running() else []
     groups = {"webhook": webhook, "control_plane": bench.control_plane}
@@ -276,7 +262,7 @@ def warm_up(bench: Bench, key: str, measure, pods: int, nodes: int) -> dict:
     """One run of runner `key` whose figures count nowhere, before a phase's first measured round,
     then the control plane's baseline (Bench.learn_baseline).
 
-    Right after the setup (nodes created, the webhook registered, the policies created) the
+    Right after the setup (nodes created, the webhook registered) the
     control plane is busier than between runs, and whichever runner led round 1 measured an
     inflated idle rate and had too much subtracted (settle.py). After this run the first
     measured runner starts from the state every later runner starts from: after another

@@ -6,18 +6,17 @@ and its GPU ledger. Peak RSS is the kernel's VmHWM (/proc/<pid>/status) read
 before the process stops: the most it ever had resident, bursts included.
 For the webhook (granian) it is read for the master and each worker, with the sum of
 their PSS after the burst (each shared page counted once, near what the container's
-memory cgroup is charged); it has admitted every pod of the whole benchmark by then,
-including the vegeta load.
+memory cgroup is charged); it has answered the admission phase's vegeta load by then
+(the burst's pods carry the bind entry and never call it).
 """
 
 from __future__ import annotations
 
 from . import contenders
 from .context import Bench
-from .measure import make_runner
+from .measure import make_runner, runner_pods
 from .pods import run_burst
 from .processes import status_kib, tree_peak_rss_mib
-from .workload import bench_pods
 
 
 def run(bench: Bench) -> dict:
@@ -25,11 +24,11 @@ def run(bench: Bench) -> dict:
     bench.phase(f"memory: {settings.mem_nodes} nodes (creating the missing ones)")
     bench.cluster.ensure_nodes(settings.mem_nodes)
     settled = bench.settle()
-    runner = make_runner(bench, contenders.OURS)
+    runner = make_runner(bench, contenders.OURS_BIND)
     runner.start()
     bench.phase(f"memory: {settings.mem_pods} pods bound by a fresh gpu-scheduler")
     try:
-        pods = bench_pods(settings.mem_pods, settings.mem_nodes, settings.group, runner.scheduler_name, bench.namespace)
+        pods = runner_pods(bench, runner, settings.mem_pods, settings.mem_nodes)
         burst = run_burst(
             bench.api, bench.namespace, "memory", pods, settings.threads, settings.burst_timeout(settings.mem_pods)
         )

@@ -18,9 +18,7 @@ from .contenders import (
     LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
-    OURS,
     OURS_BIND,
-    OURS_POLICY,
     RATIO_LABELS,
     RATIOS,
     RENEW_DEADLINE_SECONDS,
@@ -69,17 +67,11 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "`--gpu-sharing=allow` (the bench's maps share GPUs once pods outnumber nodes x 8; sharing is not what "
         "is measured), info logging.",
         f"Its webhook runs as deployed (`gpu-scheduler webhook`: {webhook_server(machine)}, "
-        "TLS, 2 workers, reading the node of each pod's map line as `webhook.readNodes` has it) and is registered with "
-        "the chart's own configurations (mutate on pod CREATE, failurePolicy Fail, timeout "
-        f"{num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName), so each of its pods pays one "
-        "admission call as in production; the other "
-        "runners' pods do not go through it.",
-        f'"{LABELS[OURS_POLICY]}" is the same gpu-scheduler under its own schedulerName and Lease, whose pods are '
-        "placed by the chart's `admission.mode: policy` objects instead (a MutatingAdmissionPolicy and a "
-        "ValidatingAdmissionPolicy with their bindings, rendered by `helm template` for that schedulerName and "
-        "bound to the bench namespace): kube-apiserver evaluates their CEL itself, so these pods make no webhook "
-        "call and what the placement costs is in the control plane's CPU.",
-        f'"{LABELS[OURS_BIND]}" is the same gpu-scheduler under its own schedulerName and Lease, which no webhook '
+        "TLS, 2 workers, reading nodes as `webhook.readNodes` has it) and is registered with "
+        "the chart's own configurations as a 1.35 API server gets them (mutate on pod CREATE, failurePolicy Fail, "
+        f"timeout {num(webhook_timeout_s, 0)} s, matchConditions on the schedulerName and the bind entry) for a "
+        "schedulerName of its own; the admission phase loads it, and no runner's pods go through it.",
+        f'"{LABELS[OURS_BIND]}" is gpu-scheduler under a schedulerName which no webhook '
         "or policy of the bench matches (checked with a dry-run create before each of its runs): its pods carry, in "
         "every container, CUDA_VISIBLE_DEVICES read through a downward-API fieldRef from the annotation the "
         "scheduler writes in the Binding, and CUDA_DEVICE_ORDER=PCI_BUS_ID, so they are created with no admission "
@@ -89,10 +81,9 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         f"with a pinned-pod profile that runs only the filters gpu-scheduler runs too ({', '.join(PINNED_FILTERS)}), "
         "no scoring, no preemption: the same work as ours. Nothing else runs during a run.",
         f"The ceiling is the faster, per round, of two bare binders that post each pod's binding with no "
-        f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads). Their pods skip our "
-        "webhook, as kube-scheduler's do: the ceiling is what this apiserver binds when pods are admitted "
-        "without a webhook call, so gpu-scheduler's burst, which pays one, cannot reach 1.0x of it; what is "
-        "left is the price of admission plus our own work.",
+        f"decision (Go: {CEILING_WORKERS} connections; Python: {BIND_WORKERS} threads): what this apiserver "
+        "binds when pods are admitted without a webhook call, as every runner's are; what gpu-scheduler's burst "
+        "leaves below it is the price of its own work.",
         "Every pod carries both the map annotation and the equivalent required node affinity; only "
         "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
         "connections with bodies serialised in advance.",
@@ -402,15 +393,14 @@ def throughput_lines(tp: dict) -> list[str]:
             "",
             "**Burst** (the clock runs from the first create request to the last bind). Latency is from "
             'a pod\'s create request to the watch seeing its spec.nodeName; "create p99" is the create '
-            "request alone, which for gpu-scheduler includes its admission webhook (or, with the admission policy, "
-            "the policies' CEL in kube-apiserver); a create answered "
+            "request alone; a create answered "
             "429/5xx (such as a webhook timeout) is sent again and counted. CPU is the work each process "
             "group did for the burst (from /proc): from just before the first pod is created until the "
             "groups have settled after the last bind (back to their idle rates), minus each group's idle "
             "rate, measured over the 2 s before, times that window (the rates subtracted are in the "
             "table); in milliseconds per pod bound, i.e. CPU seconds per 1,000 pods (control plane: etcd, "
-            "kube-apiserver, kube-controller-manager, kwok); the webhook's is its CPU per admission, as "
-            "each pod is admitted once. Scheduled Events per pod are those about the run's pods whose time "
+            "kube-apiserver, kube-controller-manager, kwok; the webhook, which no runner's pod calls, idles). "
+            "Scheduled Events per pod are those about the run's pods whose time "
             "falls inside that window (listed from the API as it closes; in brackets, the share of the pods "
             "bound that got one); webhook calls and admission policy evaluations per pod are kube-apiserver's "
             "own counters over the same window.",
@@ -481,7 +471,7 @@ def profile_cost_lines(tp: dict) -> list[str]:
 
 
 def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
-    ours = ((tp or {}).get("burst") or {}).get("summary", {}).get(OURS)
+    ours = ((tp or {}).get("burst") or {}).get("summary", {}).get(OURS_BIND)
     bare = (f"bare pods, {tp['group']}-line maps", ours) if ours else None
     rows = [
         ["pods/s bound", num(ours["pods_per_second"]) if ours else "—", num(sts["pods_per_second"])],
@@ -499,20 +489,6 @@ def statefulset_lines(sts: dict, tp: dict | None) -> list[str]:
         ],
     ]
     header = ["gpu-scheduler", bare[0] if bare else "bare pods", f"StatefulSet, {sts['replicas']}-line map"]
-    others = [key for key in (OURS_BIND, OURS_POLICY) if sts.get(key)]
-    if others:  # the same StatefulSet, its pods in bind mode or placed by the admission policies
-        header = [LABELS[OURS], *header[1:]]
-    for key in others:
-        other = sts[key]
-        header.append(f"StatefulSet, {sts['replicas']}-line map, {LABELS[key].removeprefix('gpu-scheduler, ')}")
-        cells = [
-            num(other["pods_per_second"]),
-            f"{num(other['created_per_second'])} (kube-controller-manager)",
-            ms(other["seen_to_bound_p50_s"]),
-            ms(other["seen_to_bound_p99_s"]),
-            num(other["attempt_ms"], 2, " ms"),
-        ]
-        rows = [[*row, cell] for row, cell in zip(rows, cells, strict=True)]
     return [
         f"A real apps/v1 StatefulSet (podManagementPolicy Parallel) of {sts['replicas']} replicas; "
         "kube-controller-manager creates its pods at its own client rate, so compare seen→bound latency "
@@ -651,8 +627,8 @@ def memory_lines(mem: dict, server: str) -> list[str]:
     ]
     return [
         f"Peak RSS (VmHWM). The {mem['pods']:,} pods were bound by a freshly started gpu-scheduler at "
-        f"{num(mem['pods_per_second'])} pods/s (p99 {ms(mem['latency_s']['p99'])}); the webhook has served "
-        "every pod of the benchmark by then.",
+        f"{num(mem['pods_per_second'])} pods/s (p99 {ms(mem['latency_s']['p99'])}); the webhook has answered "
+        "the admission phase's load by then.",
         "",
         *table(["process", "peak RSS", "RSS (PSS where said) after the burst"], rows),
     ]
@@ -674,13 +650,13 @@ def scale_lines(sc: dict) -> list[str]:
 
 def profile_lines(tp: dict) -> list[str]:
     """gpu-scheduler's top functions in its last profiled run of each mode (BENCH_PROFILE=1), for each
-    way its pods were admitted (webhook, policy, none)."""
+    gpu-scheduler runner."""
     lines = []
     for mode, key in ((mode, key) for mode in ("burst", "drain") for key in GPU_SCHEDULER_RUNNERS):
         profiled = [
             r
             for r in (tp.get(mode) or {}).get("runs", [])
-            if r.get("profile", {}).get("samples") and r.get("key", OURS) == key
+            if r.get("profile", {}).get("samples") and r.get("key") == key
         ]
         if not profiled:
             continue

@@ -7,7 +7,7 @@ Every size is a flag with an environment variable (BENCH_PODS, BENCH_NODES,
 ...), so `make bench BENCH_PODS=10000` works. The cluster is brought up if it
 is not (scripts/local-up.sh) and left as it was found: stopped again if this
 run started it, else only the bench namespace, nodes and webhook
-configurations and admission policies are removed.
+configurations are removed.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from kubernetes import config as kube_config
 from . import admission, contenders, machine, memory, profile, report, scale, statefulset, throughput
 from .chart import webhook_timeout_seconds, webhook_workers
 from .cluster import BenchCluster, cluster_answers, local_script
-from .context import NAMESPACE, OUR_POLICY_SCHEDULER, OUR_SCHEDULER, Bench, Settings
+from .context import NAMESPACE, OUR_SCHEDULER, Bench, Settings
 from .kubeapi import KubeApi
 from .paths import DEFAULT_OUT, LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG
-from .policies import Policies
 from .runners import free_port
 from .settle import control_plane_processes
 from .webhook import Webhook
@@ -124,9 +123,8 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "--runners",
         default=os.environ.get("BENCH_RUNNERS", ",".join(contenders.RUNNERS)),
         help=f"comma-separated subset of {','.join(contenders.ALL_RUNNERS)} for the throughput and scale "
-        f"phases (env BENCH_RUNNERS; default: all); {contenders.OURS_BIND} (gpu-scheduler in bind mode, its pods "
-        f"created with no admission call) and {contenders.OURS_POLICY} (gpu-scheduler, its pods placed by the "
-        "chart's admission policies) also run in the statefulset phase; a ratio needs both of its runners",
+        f"phases (env BENCH_RUNNERS; default: all); {contenders.OURS_BIND} is gpu-scheduler (bind mode, its pods "
+        "created with no admission call); a ratio needs both of its runners",
     )
     add(
         "--modes",
@@ -328,19 +326,12 @@ def main(argv: list[str] | None = None) -> int:
             control_plane_processes(LOCAL_CLUSTER_DIR) if kubeconfig == str(LOCAL_KUBECONFIG) else {}
         ),
     )
-    # The ours_policy runner's pods are placed by the chart's admission policies, not by the webhook.
-    policies = Policies(api, OUR_POLICY_SCHEDULER, NAMESPACE) if needs_policies(settings) else None
     try:
-        bench.phase(
-            f"setup: namespace {NAMESPACE}, {settings.nodes} KWOK nodes, webhook"
-            + (", admission policies" if policies else "")
-        )
+        bench.phase(f"setup: namespace {NAMESPACE}, {settings.nodes} KWOK nodes, webhook")
         bench.cluster.create_namespace()
         bench.cluster.ensure_nodes(settings.nodes)
         bench.webhook.start()
         bench.webhook.register(api_client, api, NAMESPACE, (BENCH_LABEL, "true"))
-        if policies:
-            policies.create()
         phases = SCALE_PHASES if settings.scale else PHASES
         for name in settings.phases:
             try:
@@ -353,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.cluster.delete_pods()
     finally:
         bench.phase("cleanup")
-        cleanup(bench, started_cluster, policies)
+        cleanup(bench, started_cluster)
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     written = report.write(results, settings.out)
@@ -366,15 +357,6 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(results, settings.strict)
 
 
-# The phases that run ours_policy when the runners include it (admission and memory are the webhook's and ours').
-POLICY_PHASES = ("throughput", "statefulset", "scale")
-
-
-def needs_policies(settings: Settings) -> bool:
-    """Whether the run needs the admission policies installed: ours_policy runs in one of its phases."""
-    return contenders.OURS_POLICY in settings.runners and any(p in POLICY_PHASES for p in settings.phases)
-
-
 def exit_code(results: dict, strict: bool) -> int:
     """1 when a phase failed; with strict, also when a target was missed or not measured."""
     if results["errors"]:
@@ -384,13 +366,12 @@ def exit_code(results: dict, strict: bool) -> int:
     return 0
 
 
-def cleanup(bench: Bench, started_cluster: bool, policies: Policies | None = None) -> None:
+def cleanup(bench: Bench, started_cluster: bool) -> None:
     """Leave the cluster as it was found."""
     if started_cluster:
         steps = [bench.webhook.stop, lambda: local_script("local-down.sh")]
     else:
         steps = [
-            *([policies.delete] if policies else []),
             lambda: bench.webhook.unregister(bench.api_client),
             bench.webhook.stop,
             bench.cluster.delete_pods,

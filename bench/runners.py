@@ -40,7 +40,7 @@ from .contenders import (
     LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
-    OURS,
+    OURS_BIND,
     PYTHON_BINDER,
     RENEW_DEADLINE_SECONDS,
     RETRY_PERIOD_SECONDS,
@@ -114,16 +114,12 @@ class Runner:
 
 
 def ours(
-    api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, scheduler_name: str, key: str = OURS
+    api: KubeApi, kubeconfig: str, lease_namespace: str, logs: Path, scheduler_name: str, key: str = OURS_BIND
 ) -> Runner:
     """gpu-scheduler as in production: every namespace, leader election on, its default workers and
     client settings (given explicitly, so that the bench's labels and the Python binder's threads
-    say the truth).
-
-    key OURS_POLICY or OURS_BIND: the same, on its own Lease, under a scheduler_name the
-    webhook does not match, whose pods the chart's admission policies place
-    (contenders.OURS_POLICY, policies.py), or whose pods carry their own env entry and get their
-    devices from the Binding (contenders.OURS_BIND: no admission at all).
+    say the truth), under a scheduler_name the webhook does not match: its pods carry their own env
+    entry and get their devices from the Binding (contenders.OURS_BIND: no admission at all).
 
     --gpu-sharing=allow because the bench's maps share GPUs once there are
     more pods than nodes x 8 (see workload.placement), and sharing is not what
@@ -165,7 +161,7 @@ def ours(
             "--bind-address",
             "127.0.0.1",
         ],
-        logs / ("gpu-scheduler.log" if key == OURS else f"gpu-scheduler-{key}.log"),
+        logs / f"gpu-scheduler-{key}.log",
     )
 
     def ready() -> bool:

@@ -1,8 +1,7 @@
 """`make bench-scale`: scheduler_perf's scale, 5,000 KWOK nodes and 10,000 pods, side by side.
 
-gpu-scheduler (its pods admitted by the webhook, in bind mode with no
-admission call: contenders.OURS_BIND, and by the admission policies:
-contenders.OURS_POLICY) and kube-scheduler at our client settings
+gpu-scheduler (in bind mode, its pods created with no admission call:
+contenders.OURS_BIND) and kube-scheduler at our client settings
 (both profiles) each bind one 10,000-pod burst over 5,000 nodes, in turn (the order changed each
 round, contenders.round_order), as in the throughput phase
 (measure.measure_burst: the same pods but for spec.schedulerName, the same
@@ -20,9 +19,7 @@ from .measure import measure_burst, warm_up
 from .summary import summarize_throughput
 
 RUNNERS = (
-    contenders.OURS,
     contenders.OURS_BIND,
-    contenders.OURS_POLICY,
     contenders.KUBE_MATCHED,
     contenders.KUBE_PINNED,
 )

@@ -8,18 +8,13 @@ figure that isolates the map's size is seen-to-bound latency (the watch sees
 the pod, then sees it bound), compared with the same figure for the bare pods,
 whose maps have `group` lines.
 
-gpu-scheduler runs it with its pods admitted by the webhook (ours) and, when
-the throughput runners include them, in bind mode (ours_bind: the template's
-containers carry the env entry, no admission call) and with the chart's
-admission policies (ours_policy), each under its own schedulerName, in turn
-each round (contenders.round_order): the policy reads the whole map in CEL for
-every pod.
+gpu-scheduler runs it in bind mode (ours_bind: the template's containers carry
+the env entry, no admission call), once each round.
 """
 
 from __future__ import annotations
 
 from . import contenders
-from .chart import policy_max_lines
 from .context import Bench
 from .measure import attempt_seconds, make_runner
 from .pods import BindWatcher, wait_until_bound
@@ -29,7 +24,7 @@ from .workload import statefulset
 NAME = "ss"
 
 
-def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
+def measure_once(bench: Bench, key: str = contenders.OURS_BIND) -> dict:
     settings = bench.settings
     replicas = settings.sts_replicas
     settled = bench.settle()
@@ -47,7 +42,7 @@ def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
                 settings.nodes,
                 runner.scheduler_name,
                 bench.namespace,
-                bind_mode=key == contenders.OURS_BIND,
+                bind_mode=True,
             ),
         )
         names = [f"{NAME}-{i}" for i in range(replicas)]
@@ -77,24 +72,6 @@ def measure_once(bench: Bench, key: str = contenders.OURS) -> dict:
     }
 
 
-def runner_keys(bench: Bench) -> list[str]:
-    """ours always; ours_bind beside it when the run's runners include it (its template carries the
-    env entries); ours_policy when the runners include it and the policy reads a map of that many
-    lines (admission.policyMaxLines: a longer one it refuses, and no pod is made)."""
-    keys = [contenders.OURS]
-    if contenders.OURS_BIND in bench.settings.runners:
-        keys.append(contenders.OURS_BIND)
-    if contenders.OURS_POLICY not in bench.settings.runners:
-        return keys
-    if bench.settings.sts_replicas > policy_max_lines():
-        bench.phase(
-            f"statefulset: {contenders.LABELS[contenders.OURS_POLICY]} left out: the policy refuses maps of more "
-            f"than {policy_max_lines()} lines (admission.policyMaxLines)"
-        )
-        return keys
-    return [*keys, contenders.OURS_POLICY]
-
-
 def summarize(runs: list[dict]) -> dict:
     return {
         "runs": runs,
@@ -107,25 +84,18 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def run(bench: Bench) -> dict:
-    """ours' figures at the top (as before ours_policy existed); ours_policy's under its key."""
-    keys = runner_keys(bench)
-    runs: dict[str, list[dict]] = {key: [] for key in keys}
+    runs = []
     for round_no in range(1, bench.settings.runs + 1):
-        for key in contenders.round_order(keys, round_no):
-            bench.phase(
-                f"statefulset round {round_no}/{bench.settings.runs}, {contenders.LABELS[key]}: "
-                f"{bench.settings.sts_replicas} replicas, a {bench.settings.sts_replicas}-line map"
-            )
-            figures = measure_once(bench, key)
-            figures["round"] = round_no
-            bench.phase(
-                f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
-                f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
-                f"{figures['seen_to_bound_s']['p99']:.3f}s"
-            )
-            runs[key].append(figures)
-    return {
-        "replicas": bench.settings.sts_replicas,
-        **summarize(runs[contenders.OURS]),
-        **{key: summarize(key_runs) for key, key_runs in runs.items() if key != contenders.OURS},
-    }
+        bench.phase(
+            f"statefulset round {round_no}/{bench.settings.runs}, {contenders.LABELS[contenders.OURS_BIND]}: "
+            f"{bench.settings.sts_replicas} replicas, a {bench.settings.sts_replicas}-line map"
+        )
+        figures = measure_once(bench)
+        figures["round"] = round_no
+        bench.phase(
+            f"  {figures['pods_per_second']:.1f} pods/s bound, controller created "
+            f"{figures['created_per_second']:.1f} pods/s, seen-to-bound p99 "
+            f"{figures['seen_to_bound_s']['p99']:.3f}s"
+        )
+        runs.append(figures)
+    return {"replicas": bench.settings.sts_replicas, **summarize(runs)}

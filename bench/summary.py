@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .apiserver_work import admission_per_pod
-from .contenders import CPU_RATIOS, OURS, OURS_BIND, OURS_POLICY, RATIOS
+from .contenders import CPU_RATIOS, OURS_BIND, RATIOS
 from .stats import median, paired_ratios
 
 # A webhook's run at one rate is saturated when it answers (HTTP 200) fewer than this share of the
@@ -28,8 +28,8 @@ CPU_GROUPS = ("runner", "webhook", "control_plane")
 # The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
 CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
 # The runners whose own figures (pods/s, CPU per pod, latency, Scheduled Events) the targets read:
-# gpu-scheduler with its pods admitted by the webhook, in bind mode, and by the admission policies.
-HEADLINE_RUNNERS = (OURS, OURS_BIND, OURS_POLICY)
+# gpu-scheduler (bind mode).
+HEADLINE_RUNNERS = (OURS_BIND,)
 
 
 def _nan(value: float | None) -> float:
@@ -172,7 +172,7 @@ def _paired(by_key: dict[str, list[dict]], numerator: str, denominators: tuple[s
 
 def summarize_throughput(runs: list[dict]) -> dict:
     """Per-runner medians, and each ratio as the median of its per-round ratios: pods/s, and
-    CPU per pod of ours (webhook, policy) over kube-scheduler's at our client settings (total, and each group)."""
+    CPU per pod of ours over kube-scheduler's and the Go binder's (total, and each group)."""
     by_key: dict[str, list[dict]] = {}
     for run in runs:
         by_key.setdefault(run["key"], []).append(run)

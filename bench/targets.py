@@ -15,62 +15,12 @@ RUNS = ("bench", "scale")
 PASS, MISS, NOT_MEASURED = "PASS", "MISS", "not measured"
 FIELDS = ("metric", "description", "op", "threshold", "unit", "at")
 
-# gpu-scheduler with its pods placed by the chart's admission policies (contenders.OURS_POLICY), in the
-# same bursts: kept here beside CONFIG's targets (which they join in load(); a metric CONFIG names
-# itself is CONFIG's). Against kube-scheduler matched with its default profile, as the policy's CEL
-# runs in kube-apiserver where the webhook's call no longer does.
-POLICY_AT = "1000 pods, 100 nodes"
-POLICY_TARGETS = (
-    {
-        "metric": "cpu_ratio.total.policy_over_kube_matched",
-        "description": "CPU per pod of a burst, admission policy (CEL): scheduler + webhook + control plane, "
-        "vs kube-scheduler matched (default profile)",
-        "op": "<=",
-        "threshold": 1.0,
-        "unit": "x",
-        "at": POLICY_AT,
-    },
-    {
-        "metric": "cpu_ratio.runner.policy_over_kube_matched",
-        "description": "CPU per pod of a burst, admission policy (CEL): the scheduler alone, "
-        "vs kube-scheduler matched (default profile)",
-        "op": "<=",
-        "threshold": 1.0,
-        "unit": "x",
-        "at": POLICY_AT,
-    },
-    {
-        "metric": "ratio.policy_over_kube_matched",
-        "description": "burst throughput, admission policy (CEL), vs kube-scheduler matched (default profile)",
-        "op": ">=",
-        "threshold": 1.0,
-        "unit": "x",
-        "at": POLICY_AT,
-    },
-    {
-        "metric": "ratio.policy_over_kube_defaults",
-        "description": "burst throughput, admission policy (CEL), vs kube-scheduler at its default client "
-        "settings (qps 50, burst 100)",
-        "op": ">=",
-        "threshold": 2.0,
-        "unit": "x",
-        "at": POLICY_AT,
-    },
-    {
-        "metric": "ours_policy.latency_p99_s",
-        "description": "create-to-bound latency p99 of the pod burst, admission policy (CEL)",
-        "op": "<",
-        "threshold": 1.0,
-        "unit": "s",
-        "at": POLICY_AT,
-    },
-)
-
 # gpu-scheduler in bind mode (contenders.OURS_BIND: devices in the Binding, no admission call), issue 47's
-# targets: against kube-scheduler matched with its default profile and at its defaults, the Go bare
+# targets, kept here beside CONFIG's (which they join in load(); a metric CONFIG names itself is
+# CONFIG's): against kube-scheduler matched with its default profile and at its defaults, the Go bare
 # binder (the moonshot: the control plane's own limit), and every pod's Scheduled Event sent inside
 # the measured window; at scheduler_perf's scale, in the same run, throughput and CPU per pod.
-BIND_AT = POLICY_AT
+BIND_AT = "1000 pods, 100 nodes"
 BIND_SCALE_AT = "10000 pods, 5000 nodes"
 BIND_TARGETS = (
     {
@@ -148,11 +98,11 @@ BIND_TARGETS = (
 
 
 def load(path: Path = CONFIG, run: str | None = None) -> list[dict]:
-    """The targets (of one run kind, when given), BIND_TARGETS and POLICY_TARGETS among them; a
-    malformed entry is an error naming it."""
+    """The targets (of one run kind, when given), BIND_TARGETS among them; a malformed entry is an
+    error naming it."""
     targets = yaml.safe_load(path.read_text())["targets"]
     named = {t.get("metric") for t in targets}
-    targets += [dict(t) for t in (*BIND_TARGETS, *POLICY_TARGETS) if t["metric"] not in named]
+    targets += [dict(t) for t in BIND_TARGETS if t["metric"] not in named]
     for position, target in enumerate(targets):
         missing = [f for f in FIELDS if f not in target]
         if missing:

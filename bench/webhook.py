@@ -50,10 +50,8 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
             *KUBE_VERSION_ARGS,  # the chart's kubeVersion refuses helm's own default (tests/e2e/charts.py)
             "--set",
             f"schedulerName={scheduler_name}",
-            # Every pod of scheduler_name through the webhook, whatever the API server serves (the
-            # policy mode's objects are policies.py's, for the ours_policy runner's schedulerName).
-            "--set-string",
-            "admission.mode=webhook",
+            # No --api-versions: rendered as for 1.35, where a pod lacking the bind entry goes
+            # through the webhook (on 1.36+ the chart's MutatingAdmissionPolicy gives it instead).
             # The chart refuses its placeholder registry even where, as here, no image is rendered.
             "--set-string",
             "image.registry=",
@@ -80,7 +78,9 @@ def render(base_url: str, ca_bundle: str, scheduler_name: str, namespace_label: 
 
 def dry_run_admitted(api: KubeApi, namespace: str, scheduler_name: str) -> tuple[bool, bytes]:
     """Whether the apiserver sends a pod of scheduler_name in namespace through the webhook: a
-    server-side dry run of one comes back with CUDA_VISIBLE_DEVICES injected. Also the answer."""
+    server-side dry run of one comes back with the entry that reads the bind's devices. Also the answer."""
+    from gpu_scheduler.placement import DEVICES_FIELD_PATH
+
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -91,7 +91,8 @@ def dry_run_admitted(api: KubeApi, namespace: str, scheduler_name: str) -> tuple
     if status != 201:
         return False, answer
     env = json.loads(answer)["spec"]["containers"][0].get("env") or []
-    return {"name": "CUDA_VISIBLE_DEVICES", "value": "0"} in env, answer
+    read = [((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") for e in env]
+    return DEVICES_FIELD_PATH in read, answer
 
 
 def dry_run_untouched(api: KubeApi, namespace: str, pod: dict) -> tuple[bool, bytes]:

@@ -153,6 +153,20 @@ def placement_problems(kube: Kube, expected: dict[str, tuple[str, str]]) -> list
     return problems
 
 
+def wait_for_new_check_pods(kube: Kube, expected: dict, old_pods: dict[str, str], how: str) -> None:
+    """Until every check pod is a new one (not of `old_pods`: name -> uid) placed as `expected`.
+    The StatefulSet replaces its pods one by one once synced: a minute or two."""
+    wait_for(
+        f"the check pods re-created {how}",
+        lambda: (
+            not placement_problems(kube, expected)
+            and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
+        ),
+        300,
+        explain=lambda: "\n".join(placement_problems(kube, expected)),
+    )
+
+
 def hooks_of(app: dict) -> dict[tuple[str, str], dict]:
     """(hook type, name) -> the hook's entry in the Application's last sync result."""
     resources = app["status"]["operationState"]["syncResult"]["resources"]
@@ -386,16 +400,7 @@ def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
     check = kube.application(CHECK_APP)["status"]["operationState"]
     assert check["operation"]["initiatedBy"] == ROLLING_SYNC, "the change was not synced by RollingSync"
     assert check["syncResult"]["revisions"] == [revision, revision]
-    # The StatefulSet replaces its pods one by one once synced: a minute or two.
-    wait_for(
-        "the check pods re-created on this cluster's map",
-        lambda: (
-            not placement_problems(kube, expected)
-            and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
-        ),
-        300,
-        explain=lambda: "\n".join(placement_problems(kube, expected)),
-    )
+    wait_for_new_check_pods(kube, expected, old_pods, "on this cluster's map")
     assert check_pods(kube)["gpu-scheduler-check-4"]["spec"]["nodeName"] == "node1"
 
 
@@ -431,15 +436,7 @@ def test_a_statefulset_given_its_entries_at_apply_stays_synced(deployment):
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
-    wait_for(
-        "the check pods re-created from the admitted template, each with its devices",
-        lambda: (
-            not placement_problems(kube, expected)
-            and all(pod["metadata"]["uid"] != old_pods.get(name) for name, pod in check_pods(kube).items())
-        ),
-        300,
-        explain=lambda: "\n".join(placement_problems(kube, expected)),
-    )
+    wait_for_new_check_pods(kube, expected, old_pods, "from the admitted template, each with its devices")
     # The stored template has what admission added, after the chart's own entries.
     statefulset = kube.get("-n", NAMESPACES[CHECK], "statefulset", CHECK)
     env = statefulset["spec"]["template"]["spec"]["containers"][0]["env"]

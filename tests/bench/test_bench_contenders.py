@@ -15,9 +15,7 @@ from bench.contenders import (
     KUBE_DEFAULTS,
     KUBE_MATCHED,
     KUBE_PINNED,
-    OURS,
     OURS_BIND,
-    OURS_POLICY,
     RUNNERS,
     round_order,
 )
@@ -67,17 +65,16 @@ def test_with_an_even_number_of_runners_the_first_n_rounds_are_balanced_already(
 
 def test_gpu_scheduler_no_longer_always_follows_the_same_runner():
     # The rotation it replaces put the Python binder right before gpu-scheduler in every round after the first.
-    for ours in (OURS, OURS_POLICY):
-        before = set()
-        for round_no in range(2, 6):
-            order = round_order(RUNNERS, round_no)
-            if order.index(ours):
-                before.add(order[order.index(ours) - 1])
-        assert len(before) >= 3
+    before = set()
+    for round_no in range(2, 6):
+        order = round_order(RUNNERS, round_no)
+        if order.index(OURS_BIND):
+            before.add(order[order.index(OURS_BIND) - 1])
+    assert len(before) >= 3
 
 
-def test_the_runners_of_every_run_ours_bind_and_ours_policy_among_them_make_a_williams_design():
-    assert RUNNERS[:3] == (OURS, OURS_BIND, OURS_POLICY)
+def test_the_runners_of_every_run_make_a_williams_design():
+    assert RUNNERS[0] == OURS_BIND
     n = len(RUNNERS)
     leads, pairs = Counter(), Counter()
     for round_no in range(1, 2 * n + 1):
@@ -93,7 +90,7 @@ def test_the_runners_of_every_run_ours_bind_and_ours_policy_among_them_make_a_wi
 class FakeSettings:
     runs: int = 3
     modes: tuple[str, ...] = ("burst",)
-    runners: tuple[str, ...] = (OURS, KUBE_MATCHED, KUBE_PINNED)
+    runners: tuple[str, ...] = (OURS_BIND, KUBE_MATCHED, KUBE_PINNED)
     pods: int = 10
     nodes: int = 2
     group: int = 10
@@ -137,7 +134,7 @@ def test_the_throughput_phase_rotates_the_runners_from_round_to_round(monkeypatc
     throughput.run(bench)
     assert bench.ran[0][1].endswith("warm-up")  # not measured (test_bench_settle.py)
     firsts = [bench.ran[1:][i][0] for i in range(0, 9, 3)]
-    assert firsts == [OURS, KUBE_MATCHED, KUBE_PINNED]  # ours no longer always first
+    assert firsts == [OURS_BIND, KUBE_MATCHED, KUBE_PINNED]  # ours no longer always first
 
 
 def test_the_scale_phase_rotates_the_runners_too(monkeypatch):
@@ -145,7 +142,7 @@ def test_the_scale_phase_rotates_the_runners_too(monkeypatch):
     bench.cluster = type("Cluster", (), {"ensure_nodes": lambda self, n: None})()
     monkeypatch.setattr(scale, "measure_burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label))
     scale.run(bench)
-    assert [bench.ran[1:][i][0] for i in range(0, 9, 3)] == [OURS, KUBE_MATCHED, KUBE_PINNED]
+    assert [bench.ran[1:][i][0] for i in range(0, 9, 3)] == [OURS_BIND, KUBE_MATCHED, KUBE_PINNED]
 
 
 def test_every_scheduler_elects_a_leader_with_the_same_lease_timing(tmp_path: Path):
@@ -165,7 +162,7 @@ def test_every_scheduler_elects_a_leader_with_the_same_lease_timing(tmp_path: Pa
         assert float(flags["--leader-elect-lease-duration"]) == float(election["leaseDuration"].removesuffix("s"))
         assert float(flags["--leader-elect-renew-deadline"]) == float(election["renewDeadline"].removesuffix("s"))
         assert float(flags["--leader-elect-retry-period"]) == float(election["retryPeriod"].removesuffix("s"))
-    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS)
+    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_BIND)
 
 
 def test_a_scheduler_starts_on_a_lease_nobody_holds(tmp_path: Path):
@@ -223,15 +220,15 @@ def test_gpu_scheduler_in_bind_mode_runs_by_default_every_round_and_the_diagnost
     assert OURS_BIND in parse_settings([]).runners
     assert not hasattr(contenders, "OURS_UNADMITTED") and contenders.ALL_RUNNERS == RUNNERS
     with pytest.raises(SystemExit):
-        parse_settings(["--runners", "ours,ours_unadmitted"])
+        parse_settings(["--runners", "ours_bind,ours_unadmitted"])
     assert OURS_BIND in scale.RUNNERS
-    bench = FakeBench(FakeSettings(runners=(OURS, OURS_BIND, KUBE_MATCHED)))
+    bench = FakeBench(FakeSettings(runners=(OURS_BIND, KUBE_PINNED, KUBE_MATCHED)))
     monkeypatch.setitem(
         throughput.MODES, "burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label)
     )
     throughput.run(bench)
     for round_no in range(3):
-        assert {k for k, _ in bench.ran[1 + 3 * round_no : 4 + 3 * round_no]} == {OURS, OURS_BIND, KUBE_MATCHED}
+        assert {k for k, _ in bench.ran[1 + 3 * round_no : 4 + 3 * round_no]} == {OURS_BIND, KUBE_PINNED, KUBE_MATCHED}
 
 
 @dataclass
@@ -275,19 +272,14 @@ def test_gpu_scheduler_in_bind_mode_is_ours_under_its_own_name_and_lease(tmp_pat
     api = EchoApi()
     bench = ProbedBench(api, tmp_path)
     runner = measure.make_runner(bench, OURS_BIND)
-    ours = measure.make_runner(bench, OURS)
     assert runner.key == OURS_BIND and runner.label == contenders.LABELS[OURS_BIND]
     assert runner.label == "gpu-scheduler, bind mode (devices in the Binding; no admission call)"
-    assert runner.scheduler_name == context.OUR_BIND_SCHEDULER
-    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_POLICY_SCHEDULER}) == 3
+    # Not the bench webhook's schedulerName: the webhook's configurations never match its pods.
+    assert runner.scheduler_name == context.OUR_BIND_SCHEDULER != context.OUR_SCHEDULER
     flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
     assert flags["--scheduler-name"] == context.OUR_BIND_SCHEDULER
-    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_BIND) != contenders.lease_name(OURS)
-    # Otherwise the same process as ours: every other flag alike.
-    ours_flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
-    different = {k for k in flags if flags[k] != ours_flags.get(k)}
-    assert different == {"--scheduler-name", "--leader-elect-resource-name", "--metrics-port"}
-    assert runner.process.log_path != ours.process.log_path and runner.metrics_url
+    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_BIND)
+    assert runner.metrics_url
     # What was checked: one of its own pods, in bind mode, under its schedulerName, as a dry run.
     (probe,) = api.sent
     assert probe["spec"]["schedulerName"] == context.OUR_BIND_SCHEDULER
@@ -316,11 +308,12 @@ def test_bind_mode_pods_carry_the_fieldref_and_the_device_order_in_every_contain
     tmp_path: Path,
 ):
     from bench.measure import runner_pods
+    from bench.workload import bench_pods
 
     bench = ProbedBench(EchoApi(), tmp_path)
     bench.settings = type("S", (), {"group": 2, "profile": "", "out": tmp_path})()
     bound = runner_pods(bench, measure.make_runner(bench, OURS_BIND), 4, 2)
-    plain = runner_pods(bench, measure.make_runner(bench, OURS), 4, 2)
+    plain = bench_pods(4, 2, 2, context.OUR_BIND_SCHEDULER, "gpu-bench")
     for pod, other in zip(bound, plain, strict=True):
         for container in pod["spec"]["containers"]:
             assert container["env"] == [bind_env_entry(), {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
@@ -344,81 +337,14 @@ def test_the_bind_runner_has_its_ratios_against_kube_scheduler_and_the_go_binder
     assert OURS_BIND in contenders.GPU_SCHEDULER_RUNNERS
 
 
-def test_gpu_scheduler_with_the_admission_policy_runs_by_default_and_its_policies_only_where_it_runs(monkeypatch):
-    from bench.run import needs_policies
-
-    for name in ("BENCH_RUNNERS", "BENCH_PHASES", "BENCH_SCALE", "QUICK"):
-        monkeypatch.delenv(name, raising=False)
-    settings = parse_settings([])
-    assert OURS_POLICY in settings.runners and needs_policies(settings)
-    assert not needs_policies(parse_settings(["--runners", "ours,kube_matched"]))
-    assert not needs_policies(parse_settings(["--phases", "admission,memory"]))
-    assert needs_policies(parse_settings(["--phases", "statefulset"]))
-    assert OURS_POLICY in scale.RUNNERS
-
-
-def test_the_throughput_phase_runs_the_policy_runner_every_round_beside_ours(monkeypatch):
-    bench = FakeBench(FakeSettings(runners=(OURS, OURS_POLICY, KUBE_MATCHED)))
-    monkeypatch.setitem(
-        throughput.MODES, "burst", lambda bench, key, pods, nodes, label: fake_figures(bench, key, label)
-    )
-    throughput.run(bench)
-    for round_no in range(3):
-        assert {key for key, _ in bench.ran[1 + 3 * round_no : 4 + 3 * round_no]} == {OURS, OURS_POLICY, KUBE_MATCHED}
-    assert (OURS_POLICY, "ours_policy burst") in bench.ran
-
-
-def test_the_labels_say_how_gpu_schedulers_pods_are_admitted():
-    assert contenders.LABELS[OURS] == "gpu-scheduler, admission webhook"
-    assert contenders.LABELS[OURS_POLICY] == "gpu-scheduler, admission policy (CEL)"
-    assert set(contenders.SHORT_LABELS) == set(contenders.LABELS)
+def test_the_removed_admission_modes_runners_are_gone_and_every_runner_has_its_labels():
+    # "ours" (the webhook mode) and "ours_policy" (the policy mode) live on in the runs of record only.
+    assert set(contenders.LABELS) == set(RUNNERS) == set(contenders.SHORT_LABELS)
+    assert not {"ours", "ours_policy"} & set(RUNNERS)
     assert set(contenders.RATIO_LABELS) == set(contenders.RATIOS)
-    for name in ("policy_over_kube_matched", "policy_over_kube_pinned", "policy_over_kube_defaults"):
-        assert contenders.RATIOS[name][0] == OURS_POLICY
-        assert contenders.RATIO_LABELS[name].startswith(contenders.LABELS[OURS_POLICY] + " / ")
-    assert contenders.CPU_RATIOS["policy_over_kube_matched"] == (OURS_POLICY, KUBE_MATCHED)
-    assert contenders.CPU_RATIOS["policy_over_kube_pinned"] == (OURS_POLICY, KUBE_PINNED)
-    assert contenders.CPU_RATIOS["ours_over_kube_matched"] == (OURS, KUBE_MATCHED)
-
-
-def test_gpu_scheduler_with_the_admission_policy_is_ours_under_its_own_name_and_lease(tmp_path: Path):
-    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
-    placed = probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}, {"name": "CUDA_DEVICE_ORDER"}])
-    bench = ProbedBench(FakeApi({probe: placed}), tmp_path)
-    runner = measure.make_runner(bench, OURS_POLICY)
-    ours = measure.make_runner(bench, OURS)
-    assert runner.key == OURS_POLICY and runner.label == contenders.LABELS[OURS_POLICY]
-    assert runner.scheduler_name == context.OUR_POLICY_SCHEDULER
-    assert len({runner.scheduler_name, ours.scheduler_name, context.OUR_BIND_SCHEDULER}) == 3
-    flags = dict(zip(runner.process.argv[2::2], runner.process.argv[3::2], strict=False))
-    assert flags["--scheduler-name"] == context.OUR_POLICY_SCHEDULER
-    assert flags["--leader-elect-resource-name"] == contenders.lease_name(OURS_POLICY) != contenders.lease_name(OURS)
-    ours_flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
-    different = {k for k in flags if flags[k] != ours_flags.get(k)}
-    assert different == {"--scheduler-name", "--leader-elect-resource-name", "--metrics-port"}
-    assert runner.process.log_path != ours.process.log_path
-    assert runner.metrics_url  # its mean attempt time is read as ours' is
-
-
-def test_gpu_scheduler_with_the_admission_policy_refuses_to_run_when_no_policy_places_its_pods(tmp_path: Path):
-    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
-    bench = ProbedBench(FakeApi({probe: probe_answer([])}), tmp_path)
-    with pytest.raises(RuntimeError, match="no admission policy places pods of bench-gpu-scheduler-policy"):
-        measure.make_runner(bench, OURS_POLICY)
-
-
-def test_the_policy_runners_pods_are_sent_as_they_are_and_it_is_profiled_like_ours(tmp_path: Path):
-    from bench.measure import runner_pods, start_profiler
-
-    probe = ("POST", "/api/v1/namespaces/gpu-bench/pods?dryRun=All")
-    bench = ProbedBench(FakeApi({probe: probe_answer([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])}), tmp_path)
-    bench.settings = type("S", (), {"group": 2, "profile": "", "out": tmp_path})()
-    runner = measure.make_runner(bench, OURS_POLICY)
-    pods = runner_pods(bench, runner, 4, 2)
-    assert {p["spec"]["schedulerName"] for p in pods} == {context.OUR_POLICY_SCHEDULER}
-    assert not any(c.get("env") for p in pods for c in p["spec"]["containers"])  # the policies add it
-    assert start_profiler(bench, runner, "x") is None  # no profile asked
-    assert OURS_POLICY in contenders.GPU_SCHEDULER_RUNNERS
+    assert contenders.GPU_SCHEDULER_RUNNERS == (OURS_BIND,)
+    with pytest.raises(SystemExit):
+        parse_settings(["--runners", "ours_policy"])
 
 
 @dataclass
@@ -430,33 +356,17 @@ class StsBench:
         self.notes.append(text)
 
 
-def test_the_statefulset_phase_runs_the_policy_runner_beside_ours_when_its_map_fits_the_policy():
-    from bench import statefulset
-    from bench.chart import policy_max_lines
-
-    def settings(runners, replicas):
-        return type("S", (), {"runners": runners, "sts_replicas": replicas})()
-
-    assert statefulset.runner_keys(StsBench(settings(RUNNERS, 500))) == [OURS, OURS_BIND, OURS_POLICY]
-    assert statefulset.runner_keys(StsBench(settings((OURS, OURS_POLICY), 500))) == [OURS, OURS_POLICY]
-    assert statefulset.runner_keys(StsBench(settings((OURS, KUBE_MATCHED), 500))) == [OURS]
-    too_long = StsBench(settings(RUNNERS, policy_max_lines() + 1))
-    assert statefulset.runner_keys(too_long) == [OURS, OURS_BIND]
-    assert "left out" in too_long.notes[0]
-
-
-def test_the_statefulset_phase_keeps_ours_figures_on_top_and_the_policy_runners_under_its_key(monkeypatch):
+def test_the_statefulset_phase_runs_gpu_scheduler_in_bind_mode_every_round(monkeypatch):
     from bench import statefulset
 
-    bench = StsBench(type("S", (), {"runners": (OURS, OURS_POLICY), "sts_replicas": 10, "runs": 2})())
+    bench = StsBench(type("S", (), {"runners": RUNNERS, "sts_replicas": 10, "runs": 2})())
     ran = []
 
-    def once(bench, key):
+    def once(bench, key=OURS_BIND):
         ran.append(key)
-        rate = 100.0 if key == OURS else 80.0
         return {
             "key": key,
-            "pods_per_second": rate,
+            "pods_per_second": 100.0,
             "created_per_second": 120.0,
             "seen_to_bound_s": {"p50": 0.01, "p99": 0.02},
             "attempt_seconds": 0.004,
@@ -464,9 +374,8 @@ def test_the_statefulset_phase_keeps_ours_figures_on_top_and_the_policy_runners_
 
     monkeypatch.setattr(statefulset, "measure_once", once)
     figures = statefulset.run(bench)
-    assert sorted(ran) == [OURS, OURS, OURS_POLICY, OURS_POLICY] and ran[0] != ran[2]  # the order turns
-    assert figures["pods_per_second"] == 100.0 and len(figures["runs"]) == 2
-    assert figures[OURS_POLICY]["pods_per_second"] == 80.0 and len(figures[OURS_POLICY]["runs"]) == 2
+    assert ran == [OURS_BIND, OURS_BIND]
+    assert figures["pods_per_second"] == 100.0 and len(figures["runs"]) == 2 and figures["replicas"] == 10
 
 
 def test_the_statefulset_phase_runs_bind_mode_with_the_entries_in_its_template():

@@ -149,8 +149,8 @@ def test_every_event_sent_inside_the_window_passes_bind_modes_target():
 
 
 def test_a_run_kept_before_events_were_counted_shows_no_figure_rather_than_zero():
-    old = burst_run("ours", 1, 0, 0)
+    old = burst_run("ours_bind", 1, 0, 0)
     del old["scheduled_events"], old["pods_with_scheduled_event"]
-    summary = summarize_throughput([old])["summary"]["ours"]
+    summary = summarize_throughput([old])["summary"]["ours_bind"]
     assert summary["scheduled_events_per_pod"] != summary["scheduled_events_per_pod"]  # NaN
     assert json.dumps(summary, default=str)

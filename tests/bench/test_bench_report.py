@@ -9,8 +9,7 @@ from bench.summary import headline_metrics, summarize_throughput
 from bench.targets import MISS, NOT_MEASURED, PASS, evaluate, load
 
 LABELS = {
-    "ours": "gpu-scheduler",
-    "ours_policy": "gpu-scheduler, admission policy (CEL)",
+    "ours_bind": "gpu-scheduler",
     "kube_matched": "kube matched",
     "kube_defaults": "kube defaults",
     "ceiling": "ceiling",
@@ -32,7 +31,7 @@ def run(key: str, round_no: int, rate: float, p99: float = 0.5) -> dict:
         "pods": 500,
         "created": 500,
         "bound": 500,
-        "cpu_s": {"runner": 2.0, "webhook": 1.0 if key == "ours" else 0.0, "control_plane": 4.0},
+        "cpu_s": {"runner": 2.0, "webhook": 1.0 if key == "ours_bind" else 0.0, "control_plane": 4.0},
         "attempt_seconds": 0.004,
         "create_errors": 0,
         "create_retries": 0,
@@ -43,7 +42,7 @@ def run(key: str, round_no: int, rate: float, p99: float = 0.5) -> dict:
 def burst_runs() -> list[dict]:
     # Round 2 is slow for everyone (a noisy neighbour): paired ratios cancel it out.
     rates = {
-        "ours": (300, 100, 310),
+        "ours_bind": (300, 100, 310),
         "kube_matched": (200, 50, 210),
         "kube_defaults": (50, 20, 50),
         "ceiling": (500, 300, 520),
@@ -119,39 +118,39 @@ def admission_workload(key: str, p99_at_500: float, errors_at_1000: int, saturat
 
 def test_each_runner_gets_the_median_of_its_rounds():
     summary = summarize_throughput(burst_runs())["summary"]
-    assert summary["ours"]["pods_per_second"] == 300
-    assert (summary["ours"]["pods_per_second_min"], summary["ours"]["pods_per_second_max"]) == (100, 310)
+    assert summary["ours_bind"]["pods_per_second"] == 300
+    assert (summary["ours_bind"]["pods_per_second_min"], summary["ours_bind"]["pods_per_second_max"]) == (100, 310)
     assert summary["kube_defaults"]["pods_per_second"] == 50
 
 
 def test_cpu_is_given_in_milliseconds_per_pod_bound():
-    cpu = summarize_throughput(burst_runs())["summary"]["ours"]["cpu_ms_per_pod"]
+    cpu = summarize_throughput(burst_runs())["summary"]["ours_bind"]["cpu_ms_per_pod"]
     assert cpu == {"runner": 4.0, "webhook": 2.0, "control_plane": 8.0, "total": 14.0}
 
 
 def test_cpu_ratios_are_per_round_against_kube_scheduler_at_our_client_settings():
     cpu_ratios = summarize_throughput(burst_runs())["cpu_ratios"]
     # ours: 14 ms per pod in all, kube-scheduler matched: 12 (no webhook); the scheduler alone 4 vs 4.
-    assert cpu_ratios["ours_over_kube_matched"]["total"]["median"] == 14 / 12
-    assert cpu_ratios["ours_over_kube_matched"]["runner"]["median"] == 1.0
-    assert "ours_over_kube_pinned" not in cpu_ratios  # that runner did not run
+    assert cpu_ratios["bind_over_kube_matched"]["total"]["median"] == 14 / 12
+    assert cpu_ratios["bind_over_kube_matched"]["runner"]["median"] == 1.0
+    assert "bind_over_kube_pinned" not in cpu_ratios  # that runner did not run
 
 
 def test_an_incomplete_round_is_listed_and_left_out_never_averaged_in():
     runs = burst_runs()
-    slow = next(r for r in runs if r["key"] == "ours" and r["round"] == 3)
+    slow = next(r for r in runs if r["key"] == "ours_bind" and r["round"] == 3)
     slow.update(complete=False, bound=400)
     figures = summarize_throughput(runs)
-    ours = figures["summary"]["ours"]
+    ours = figures["summary"]["ours_bind"]
     assert ours["runs"] == 2 and not ours["complete"]
     assert ours["incomplete"] == [{"round": 3, "reason": "timed out; 100 of 500 pods not bound"}]
     assert ours["pods_per_second"] == 200  # median of rounds 1 and 2 only
-    assert math.isnan(figures["ratios"]["ours_over_kube_matched"]["per_round"][2])
+    assert math.isnan(figures["ratios"]["bind_over_kube_matched"]["per_round"][2])
 
 
 def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report():
     runs = burst_runs()
-    slow = next(r for r in runs if r["key"] == "ours" and r["round"] == 3)
+    slow = next(r for r in runs if r["key"] == "ours_bind" and r["round"] == 3)
     slow.update(
         complete=False,
         bound=499,
@@ -178,7 +177,7 @@ def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report(
     )
     data = results()
     data["throughput"]["burst"] = summarize_throughput(runs)
-    (item,) = data["throughput"]["burst"]["summary"]["ours"]["incomplete"]
+    (item,) = data["throughput"]["burst"]["summary"]["ours_bind"]["incomplete"]
     assert item["diagnosis"]["unbound"] == 1
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert (
@@ -191,38 +190,23 @@ def test_an_incomplete_round_carries_its_unbound_pods_diagnosis_into_the_report(
 
 def test_ratios_are_the_median_of_per_round_ratios_not_a_ratio_of_medians():
     ratios = summarize_throughput(burst_runs())["ratios"]
-    assert ratios["ours_over_kube_matched"]["per_round"] == [1.5, 2.0, 310 / 210]
-    assert ratios["ours_over_kube_matched"]["median"] == 1.5
-    assert ratios["ours_over_kube_defaults"]["median"] == 6.0
-    assert "ours_over_python_binder" not in ratios  # that runner did not run
-
-
-def test_the_ceiling_of_a_round_is_its_faster_bare_binder():
-    runs = [
-        run("ours", 1, 100),
-        run("ours", 2, 100),
-        run("ceiling", 1, 200),
-        run("ceiling", 2, 150),
-        run("python_binder", 1, 150),
-        run("python_binder", 2, 250),
-    ]
-    ratios = summarize_throughput(runs)["ratios"]
-    assert ratios["ours_over_ceiling"]["per_round"] == [0.5, 0.4]
-    assert ratios["ours_over_go_binder"]["per_round"] == [0.5, 100 / 150]
-    assert ratios["ours_over_python_binder"]["per_round"] == [100 / 150, 0.4]
+    assert ratios["bind_over_kube_matched"]["per_round"] == [1.5, 2.0, 310 / 210]
+    assert ratios["bind_over_kube_matched"]["median"] == 1.5
+    assert ratios["bind_over_kube_defaults"]["median"] == 6.0
+    assert "bind_over_python_binder" not in ratios  # that runner did not run
 
 
 def test_targets_pass_miss_or_say_they_were_not_measured():
     checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(results()))}
-    assert checked["ratio.ours_over_kube_matched"]["status"] == PASS  # 1.5 >= 1.0
-    assert checked["ratio.ours_over_ceiling"]["status"] == MISS  # median 310/520 < 0.6
+    assert checked["ratio.bind_over_kube_matched"]["status"] == PASS  # 1.5 >= 1.0
+    assert checked["ratio.bind_over_ceiling"]["status"] == MISS  # median 310/520 < 0.9
     assert checked["admission.repeated.500.p99_ms"]["status"] == PASS  # 8.5 < 10
     assert checked["admission.distinct.500.p99_ms"]["status"] == MISS  # 12 >= 10
     assert checked["admission.repeated.1000.errors"]["status"] == PASS
     assert checked["admission.distinct.1000.errors"]["status"] == MISS  # 42 != 0
-    assert checked["ratio.ours_over_kube_pinned"]["status"] == NOT_MEASURED  # that runner did not run
+    assert checked["scale.ratio.bind_over_kube_matched"]["status"] == NOT_MEASURED  # no scale run
     assert checked["memory.scheduler_peak_rss_mib"]["status"] == NOT_MEASURED  # no memory phase
-    assert checked["ratio.ours_over_kube_matched"]["measured_at"] == "1000 pods, 100 nodes"
+    assert checked["ratio.bind_over_kube_matched"]["measured_at"] == "1000 pods, 100 nodes"
 
 
 def test_a_nan_figure_is_not_measured_rather_than_a_miss():
@@ -236,8 +220,8 @@ def test_the_markdown_report_shows_each_runner_each_ratio_and_each_target():
     data = results()
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
     assert (
-        "| gpu-scheduler, admission webhook | 3 | 300.0 (100.0–310.0) | 100 ms | 500 ms | 20 ms | 0 "
-        "| 4.00 / 2.00 / 8.00 |"
+        "| gpu-scheduler, bind mode (devices in the Binding; no admission call) | 3 | 300.0 (100.0–310.0) "
+        "| 100 ms | 500 ms | 20 ms | 0 | 4.00 / 2.00 / 8.00 |"
     ) in markdown
     assert "**1.50x**" in markdown and "**6.00x**" in markdown
     checked = evaluate(load(), headline_metrics(data))
@@ -306,14 +290,14 @@ def test_the_stack_floor_apps_read_the_body_and_allow():
 def test_a_target_whose_runner_has_an_incomplete_round_is_a_miss_whatever_the_median_of_the_others():
     data = results()
     runs = data["throughput"]["burst"]["runs"]
-    next(r for r in runs if r["key"] == "ours" and r["round"] == 3).update(complete=False, bound=400)
+    next(r for r in runs if r["key"] == "ours_bind" and r["round"] == 3).update(complete=False, bound=400)
     data["throughput"]["burst"].update(summarize_throughput(runs))
     checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
     # Rounds 1 and 2 alone give 1.5 and 2.0 (>= 1.0), but gpu-scheduler did not finish round 3.
-    ratio = checked["ratio.ours_over_kube_matched"]
+    ratio = checked["ratio.bind_over_kube_matched"]
     assert ratio["status"] == MISS and ratio["value"] == 1.75
     assert ratio["reason"] == "gpu-scheduler: round 3 incomplete (timed out; 100 of 500 pods not bound)"
-    assert checked["ours.latency_p99_s"]["status"] == MISS  # 0.5 s < 1 s, from the complete rounds only
+    assert checked["ours_bind.latency_p99_s"]["status"] == MISS  # 0.5 s < 1 s, from the complete rounds only
     markdown = render_markdown(data, list(checked.values()))
     assert "**MISS** (gpu-scheduler: round 3 incomplete (timed out; 100 of 500 pods not bound))" in markdown
 
@@ -324,24 +308,24 @@ def test_an_incomplete_round_of_the_reference_makes_only_the_targets_that_read_i
     next(r for r in runs if r["key"] == "kube_matched" and r["round"] == 1).update(complete=False)
     data["throughput"]["burst"].update(summarize_throughput(runs))
     checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
-    assert checked["ratio.ours_over_kube_matched"]["status"] == MISS
-    assert checked["ratio.ours_over_kube_matched"]["reason"] == "kube matched: round 1 incomplete (timed out)"
-    assert checked["cpu_ratio.total.ours_over_kube_matched"]["status"] == MISS
-    assert checked["ratio.ours_over_kube_defaults"]["status"] == PASS
-    assert checked["ours.latency_p99_s"]["status"] == PASS
+    assert checked["ratio.bind_over_kube_matched"]["status"] == MISS
+    assert checked["ratio.bind_over_kube_matched"]["reason"] == "kube matched: round 1 incomplete (timed out)"
+    assert checked["cpu_ratio.total.bind_over_kube_matched"]["status"] == MISS
+    assert checked["ratio.bind_over_kube_defaults"]["status"] == PASS
+    assert checked["ours_bind.latency_p99_s"]["status"] == PASS
 
 
 def test_every_round_incomplete_is_a_miss_not_a_target_not_measured():
     data = results()
     runs = data["throughput"]["burst"]["runs"]
     for r in runs:
-        if r["key"] == "ours":
+        if r["key"] == "ours_bind":
             r.update(complete=False, bound=0)
     data["throughput"]["burst"].update(summarize_throughput(runs))
     checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
-    assert checked["ratio.ours_over_kube_matched"]["status"] == MISS
-    assert math.isnan(checked["ratio.ours_over_kube_matched"]["value"])
-    assert checked["ratio.ours_over_kube_matched"]["reason"].startswith("gpu-scheduler: rounds 1, 2, 3 incomplete")
+    assert checked["ratio.bind_over_kube_matched"]["status"] == MISS
+    assert math.isnan(checked["ratio.bind_over_kube_matched"]["value"])
+    assert checked["ratio.bind_over_kube_matched"]["reason"].startswith("gpu-scheduler: rounds 1, 2, 3 incomplete")
 
 
 def test_the_rss_target_needs_its_burst_complete():
@@ -365,12 +349,12 @@ def test_the_rss_target_needs_its_burst_complete():
 
 
 def test_the_scale_rss_target_needs_every_scale_round_of_ours_complete():
-    scale_runs = [run("ours", 1, 100), run("kube_matched", 1, 150)]
+    scale_runs = [run("ours_bind", 1, 100), run("kube_matched", 1, 150)]
     scale_runs[0].update(complete=False, bound=9000, pods=10000, created=10000)
     data = {"scale": {"pods": 10000, "nodes": 5000, "runs": scale_runs, **summarize_throughput(scale_runs)}}
     checked = {t["metric"]: t for t in evaluate(load(run="scale"), headline_metrics(data))}
-    assert checked["scale.ours.peak_rss_mib"]["status"] == MISS
-    assert checked["scale.ours.peak_rss_mib"]["reason"].startswith("gpu-scheduler: round 1 incomplete")
+    assert checked["scale.ours_bind.peak_rss_mib"]["status"] == MISS
+    assert checked["scale.ours_bind.peak_rss_mib"]["reason"].startswith("gpu-scheduler: round 1 incomplete")
 
 
 def test_the_report_names_the_versions_read_from_the_binaries_never_a_typed_one():
@@ -439,10 +423,10 @@ def test_the_idle_rates_subtracted_and_the_settling_after_the_last_bind_are_repo
     runs = burst_runs()
     for r in runs:
         r.update(idle_cores={"runner": 0.01, "webhook": 0.02, "control_plane": 0.3}, settle_s=2.0, settled=True)
-    next(r for r in runs if r["key"] == "ours" and r["round"] == 2).update(settle_s=20.0, settled=False)
+    next(r for r in runs if r["key"] == "ours_bind" and r["round"] == 2).update(settle_s=20.0, settled=False)
     summary = summarize_throughput(runs)["summary"]
-    assert summary["ours"]["idle_cores"] == {"runner": 0.01, "webhook": 0.02, "control_plane": 0.3}
-    assert summary["ours"]["settle_s"] == 2.0 and summary["ours"]["unsettled"] == 1
+    assert summary["ours_bind"]["idle_cores"] == {"runner": 0.01, "webhook": 0.02, "control_plane": 0.3}
+    assert summary["ours_bind"]["settle_s"] == 2.0 and summary["ours_bind"]["unsettled"] == 1
     data = results()
     data["throughput"]["burst"] = {"runs": runs, **summarize_throughput(runs)}
     markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
@@ -457,115 +441,6 @@ def test_a_run_of_some_throughput_modes_names_them_so_the_readme_does_not_pass_i
     assert named({"modes": ["burst"]}).startswith("`make bench BENCH_MODES=burst` of 2026-11-26 05:03 UTC")
     assert named({"modes": ["burst", "drain"]}).startswith("`make bench` of")
     assert named({"modes": ["burst"], "scale": True}).startswith("`make bench-scale` of")
-
-
-def with_policy_runs(rates=(330, 110, 320), p99: float = 0.4) -> dict:
-    """results() with gpu-scheduler's pods also placed by the admission policies, each round beside the others:
-    no webhook CPU, a little more control plane (the policies' CEL runs in kube-apiserver)."""
-    data = results()
-    runs = data["throughput"]["burst"]["runs"]
-    for round_no, rate in enumerate(rates, start=1):
-        policy = run("ours_policy", round_no, rate, p99)
-        policy["cpu_s"] = {"runner": 2.0, "webhook": 0.0, "control_plane": 4.5}
-        runs.append(policy)
-    data["throughput"]["burst"] = {"runs": runs, **summarize_throughput(runs)}
-    return data
-
-
-def test_the_policy_runner_gets_its_own_ratios_against_kube_scheduler():
-    figures = with_policy_runs()["throughput"]["burst"]
-    assert figures["ratios"]["policy_over_kube_matched"]["per_round"] == [330 / 200, 110 / 50, 320 / 210]
-    assert figures["ratios"]["policy_over_kube_defaults"]["median"] == 320 / 50  # of 6.6, 5.5, 6.4
-    assert "policy_over_kube_pinned" not in figures["ratios"]  # that runner did not run
-    # 4 + 0 + 9 = 13 ms per pod against kube-scheduler matched's 4 + 0 + 8 = 12.
-    assert figures["cpu_ratios"]["policy_over_kube_matched"]["total"]["median"] == 13 / 12
-    assert figures["cpu_ratios"]["policy_over_kube_matched"]["runner"]["median"] == 1.0
-    assert figures["cpu_ratios"]["ours_over_kube_matched"]["total"]["median"] == 14 / 12  # ours' unchanged
-
-
-def test_the_policy_runners_targets_read_its_own_figures():
-    data = with_policy_runs()
-    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
-    assert checked["ratio.policy_over_kube_matched"]["status"] == PASS  # 1.65 >= 1.0
-    assert checked["ratio.policy_over_kube_defaults"]["status"] == PASS  # 6.4 >= 2.0
-    assert checked["ours_policy.latency_p99_s"]["status"] == PASS  # 0.4 < 1
-    assert checked["cpu_ratio.total.policy_over_kube_matched"]["status"] == MISS  # 13 / 12 > 1.0
-    assert checked["cpu_ratio.runner.policy_over_kube_matched"]["status"] == PASS
-    # ours' targets are still ours' own.
-    assert checked["ratio.ours_over_kube_matched"]["value"] == 1.5
-    assert checked["cpu_ratio.total.ours_over_kube_matched"]["threshold"] == 1.1
-    # An incomplete round of the policy runner makes its targets MISS, not ours'.
-    runs = data["throughput"]["burst"]["runs"]
-    next(r for r in runs if r["key"] == "ours_policy" and r["round"] == 2).update(complete=False)
-    data["throughput"]["burst"].update(summarize_throughput(runs))
-    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
-    assert checked["ours_policy.latency_p99_s"]["status"] == MISS
-    assert checked["ratio.policy_over_kube_defaults"]["reason"].startswith(
-        "gpu-scheduler, admission policy (CEL): round 2 incomplete"
-    )
-    assert checked["ours.latency_p99_s"]["status"] == PASS
-
-
-def test_the_policy_targets_are_set_as_asked_and_without_a_config_file_entry_of_their_own():
-    wanted = {
-        "cpu_ratio.total.policy_over_kube_matched": ("<=", 1.0),
-        "cpu_ratio.runner.policy_over_kube_matched": ("<=", 1.0),
-        "ratio.policy_over_kube_matched": (">=", 1.0),
-        "ratio.policy_over_kube_defaults": (">=", 2.0),
-        "ours_policy.latency_p99_s": ("<", 1.0),
-    }
-    loaded = {t["metric"]: t for t in load()}
-    assert {metric: (loaded[metric]["op"], loaded[metric]["threshold"]) for metric in wanted} == wanted
-    assert all(loaded[metric]["run"] == "bench" for metric in wanted)
-    assert len(load()) == len(loaded)  # each metric once
-    assert not set(wanted) & {t["metric"] for t in load(run="scale")}
-
-
-def test_the_report_says_how_each_gpu_scheduler_rows_pods_were_admitted():
-    data = with_policy_runs()
-    drain = [dict(r, mode="drain", launch_to_first_bind_s=0.5) for r in data["throughput"]["burst"]["runs"]]
-    data["throughput"]["drain"] = {"runs": drain, **summarize_throughput(drain)}
-    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
-    assert "| gpu-scheduler, admission policy (CEL) | 3 | 320.0 (110.0–330.0) | 80 ms | 400 ms |" in markdown
-    assert "| gpu-scheduler, admission webhook | 3 | 300.0 (100.0–310.0) |" in markdown
-    assert "| gpu-scheduler, admission policy (CEL) / kube-scheduler, matched (qps 500, burst 1000, default" in markdown
-    assert "| scheduler + webhook + control plane: gpu-scheduler, admission policy (CEL) / kube-scheduler" in markdown
-    # The mean attempt from its /metrics, as for ours; not for kube-scheduler.
-    assert "| gpu-scheduler, admission policy (CEL) | 3 | 320.0 (110.0–330.0) | 0.50 s | 4.0 ms |" in markdown
-    assert "| kube matched | 3 |" not in markdown and "| 0.50 s | — |" in markdown
-    assert "placed by the chart's `admission.mode: policy` objects" in markdown
-
-
-def test_the_statefulset_table_gains_a_column_for_the_policy_runner():
-    from bench.report import statefulset_lines
-
-    sts = {
-        "replicas": 500,
-        "pods_per_second": 90.0,
-        "created_per_second": 95.0,
-        "seen_to_bound_p50_s": 0.05,
-        "seen_to_bound_p99_s": 0.2,
-        "attempt_ms": 4.0,
-    }
-    alone = statefulset_lines(sts, None)
-    assert "| gpu-scheduler | bare pods | StatefulSet, 500-line map |" in alone
-    both = statefulset_lines(dict(sts, ours_policy=dict(sts, pods_per_second=80.0, attempt_ms=4.5)), None)
-    assert (
-        "| gpu-scheduler, admission webhook | bare pods | StatefulSet, 500-line map | "
-        "StatefulSet, 500-line map, admission policy (CEL) |"
-    ) in both
-    assert "| pods/s bound | — | 90.0 | 80.0 |" in both
-    assert "| scheduler's mean attempt (its /metrics) | — | 4.00 ms | 4.50 ms |" in both
-
-
-def test_the_profile_of_each_gpu_scheduler_runner_is_shown_under_its_label():
-    from bench.report import profile_lines
-
-    prof = {"samples": 100, "self": [{"function": "f", "share": 1.0}], "inclusive": [], "gil": False}
-    tp = {"burst": {"runs": [dict(run("ours", 1, 1), profile=prof), dict(run("ours_policy", 1, 1), profile=prof)]}}
-    text = "\n".join(profile_lines(tp))
-    assert "burst, gpu-scheduler, admission webhook, round 1" in text
-    assert "burst, gpu-scheduler, admission policy (CEL), round 1" in text
 
 
 def test_bind_modes_targets_are_issue_47s_and_read_its_own_figures():
@@ -587,7 +462,7 @@ def test_bind_modes_targets_are_issue_47s_and_read_its_own_figures():
 
 def test_a_scale_cpu_ratio_whose_windows_did_not_settle_cannot_pass():
     def scale_run(key, round_no, settled):
-        figures = run("ours" if key == "ours_bind" else key, round_no, 200.0)
+        figures = run("ours_bind" if key == "ours_bind" else key, round_no, 200.0)
         return {**figures, "key": key, "label": key, "settled": settled}
 
     runs = [scale_run("ours_bind", 1, False), scale_run("kube_matched", 1, True)]
@@ -599,7 +474,21 @@ def test_a_scale_cpu_ratio_whose_windows_did_not_settle_cannot_pass():
     assert checked["scale.cpu_ratio.total.bind_over_kube_matched"]["status"] == MISS
 
 
-def test_the_statefulset_table_gains_a_column_for_bind_mode():
+def test_the_report_names_only_gpu_schedulers_bind_mode_runner_and_no_removed_mode():
+    data = results()
+    drain = [dict(r, mode="drain", launch_to_first_bind_s=0.5) for r in data["throughput"]["burst"]["runs"]]
+    data["throughput"]["drain"] = {"runs": drain, **summarize_throughput(drain)}
+    markdown = render_markdown(data, evaluate(load(), headline_metrics(data)))
+    bind = "gpu-scheduler, bind mode (devices in the Binding; no admission call)"
+    assert f"| {bind} / kube-scheduler, matched (qps 500, burst 1000, default" in markdown
+    # The mean attempt from its /metrics; not for kube-scheduler.
+    assert f"| {bind} | 3 | 300.0 (100.0–310.0) | 0.50 s | 4.0 ms |" in markdown
+    assert "| kube matched | 3 |" not in markdown and "| 0.50 s | — |" in markdown
+    assert "admission.mode" not in markdown and "admission policy (CEL)" not in markdown
+    assert "admission webhook" not in markdown
+
+
+def test_the_statefulset_table_sets_the_statefulset_beside_the_bare_pods_of_the_burst():
     from bench.report import statefulset_lines
 
     sts = {
@@ -610,9 +499,13 @@ def test_the_statefulset_table_gains_a_column_for_bind_mode():
         "seen_to_bound_p99_s": 0.2,
         "attempt_ms": 4.0,
     }
-    lines = statefulset_lines(dict(sts, ours_bind=dict(sts, pods_per_second=95.0)), None)
-    assert (
-        "| gpu-scheduler, admission webhook | bare pods | StatefulSet, 500-line map | "
-        "StatefulSet, 500-line map, bind mode (devices in the Binding; no admission call) |"
-    ) in lines
-    assert "| pods/s bound | — | 90.0 | 95.0 |" in lines
+    alone = statefulset_lines(sts, None)
+    assert "| gpu-scheduler | bare pods | StatefulSet, 500-line map |" in alone
+    assert "| pods/s bound | — | 90.0 |" in alone
+    burst = {"ours_bind": {"pods_per_second": 300.0, "seen_to_bound_p50_s": 0.01, "seen_to_bound_p99_s": 0.03}}
+    beside = statefulset_lines(
+        sts, {"group": 100, "burst": {"summary": {"ours_bind": dict(burst["ours_bind"], attempt_ms=3.0)}}}
+    )
+    assert "| gpu-scheduler | bare pods, 100-line maps | StatefulSet, 500-line map |" in beside
+    assert "| pods/s bound | 300.0 | 90.0 |" in beside
+    assert "| scheduler's mean attempt (its /metrics) | 3.00 ms | 4.00 ms |" in beside

@@ -86,7 +86,7 @@ def test_the_baseline_is_learnt_once_and_every_later_settle_waits_for_it(monkeyp
 class FakeSettings:
     runs: int = 2
     modes: tuple[str, ...] = ("burst",)
-    runners: tuple[str, ...] = (contenders.OURS, contenders.KUBE_MATCHED, contenders.CEILING)
+    runners: tuple[str, ...] = (contenders.OURS_BIND, contenders.KUBE_MATCHED, contenders.CEILING)
     pods: int = 10
     nodes: int = 2
     group: int = 10
@@ -143,7 +143,7 @@ def test_a_warm_up_run_that_counts_nowhere_comes_before_round_1_and_the_baseline
 
 
 def test_the_scale_phase_warms_up_too(monkeypatch):
-    bench = FakeBench(FakeSettings(runners=(contenders.OURS, contenders.OURS_BIND, contenders.KUBE_MATCHED)))
+    bench = FakeBench(FakeSettings(runners=(contenders.OURS_BIND, contenders.KUBE_PINNED, contenders.KUBE_MATCHED)))
     bench.cluster = type("Cluster", (), {"ensure_nodes": lambda self, n: None})()
     monkeypatch.setattr(scale, "measure_burst", lambda bench, key, pods, nodes, label: figures(bench, key, label))
     result = scale.run(bench)
@@ -159,7 +159,7 @@ def test_a_failed_warm_up_still_learns_the_baseline_and_lets_the_rounds_run(tmp_
     def broken(bench, key, pods, nodes, label):
         raise TimeoutError("no pod bound")
 
-    kept = measure.warm_up(bench, contenders.OURS, broken, 10, 2)
+    kept = measure.warm_up(bench, contenders.OURS_BIND, broken, 10, 2)
     assert "no pod bound" in kept["error"] and kept["control_plane_baseline"] == 0.04 and deleted
 
 
@@ -174,9 +174,9 @@ def test_a_run_that_started_above_the_baseline_is_counted_in_the_report():
     from bench.summary import summarize_throughput
 
     runs = [
-        {**figures(FakeBench(), contenders.OURS, "ours burst"), "round": r, "at_baseline_at_start": r != 2}
+        {**figures(FakeBench(), contenders.OURS_BIND, "ours_bind burst"), "round": r, "at_baseline_at_start": r != 2}
         for r in (1, 2, 3)
     ]
     summary = summarize_throughput(runs)["summary"]
-    assert summary[contenders.OURS]["above_baseline_at_start"] == 1
+    assert summary[contenders.OURS_BIND]["above_baseline_at_start"] == 1
     assert "(1 run started above the control plane's baseline)" in "\n".join(burst_table(summary))

@@ -46,7 +46,7 @@ CLUSTER_SCOPED = {
     "MutatingAdmissionPolicyBinding",
 }
 # Argo CD renders with the cluster's API versions: the agent's node restriction needs the
-# first, admission.mode policy (the default where it is served) the second.
+# first, the bind mode's MutatingAdmissionPolicy the second.
 CLUSTER_API_VERSIONS = (
     "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
     "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",

@@ -1,8 +1,8 @@
-"""admission.mode bind, the default on every supported Kubernetes, as `helm template` renders it.
+"""Bind mode, the only admission mode, as `helm template` renders it.
 
 What the CEL means is proven against the real kube-apiserver (tests/e2e/test_bind_mode_admission.py:
 the MutatingAdmissionPolicy's patch, and the guard of the device annotations); here, which
-objects each version and mode gets and what they say.
+objects each version gets and what they say, and that the removed modes fail the render.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ VERSIONS = {"1.35": ("1.35.0", ()), "1.37": ("1.37.2", (MUTATING_POLICY_API,))}
 BIND_ENTRIES = "gpu-scheduler-bind-entries"
 WORKLOAD_ENTRIES = "gpu-scheduler-workload-bind-entries"
 GUARD = "gpu-scheduler-device-annotations"
+# The objects of the removed policy mode.
 POLICY_MODE = "gpu-scheduler-placement"
 MUTATING = "pods.mutate.gpu-scheduler"
 
@@ -64,11 +65,12 @@ def webhook_args(rendered: Rendered) -> list[str]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_bind_is_the_default_mode_on_every_supported_version(rendered, version):
+def test_bind_is_the_only_mode_on_every_supported_version(rendered, version):
     found = rendered[version]
 
-    assert "--devices-from=bind" in webhook_args(found)
-    # The per-pod grammar in CEL (policy mode) is not installed.
+    # The webhook has no other way to give devices: nothing to choose.
+    assert not any(arg.startswith("--devices-from") for arg in webhook_args(found))
+    # The per-pod grammar in CEL (the removed policy mode) is not installed.
     assert POLICY_MODE not in names(found, "ValidatingAdmissionPolicy")
     assert POLICY_MODE not in names(found, "MutatingAdmissionPolicy")
     assert list(conditions(mutating(found))) == ["scheduled-by-us", "needs-the-webhook"]
@@ -131,7 +133,8 @@ def test_the_policy_matches_only_pods_of_ours_with_a_map_and_a_container_lacking
     assert needs.endswith(f"{found['has-map']} && {found['lacks-bind-entry']})")
 
 
-WORKLOAD_RULES = [(["apps"], ["statefulsets"]), (["batch"], ["jobs"])]
+# A Job's template is immutable: only its creation is mutated.
+WORKLOAD_RULES = [(["apps"], ["statefulsets"], ["CREATE", "UPDATE"]), (["batch"], ["jobs"], ["CREATE"])]
 
 
 def test_statefulsets_and_jobs_get_the_entry_at_apply_from_a_policy_on_1_37(rendered):
@@ -141,12 +144,15 @@ def test_statefulsets_and_jobs_get_the_entry_at_apply_from_a_policy_on_1_37(rend
 
     assert binding["policyName"] == WORKLOAD_ENTRIES
     rules = policy["matchConstraints"]["resourceRules"]
-    assert [(r["apiGroups"], r["resources"]) for r in rules] == WORKLOAD_RULES
-    assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in rules] == WORKLOAD_RULES
     # A workload let through without the entries still runs: its pods get them one by one.
     assert policy["failurePolicy"] == "Ignore"
     found_conditions = conditions(policy)
-    assert list(found_conditions) == ["scheduled-by-us", "has-map", "lacks-bind-entry"]
+    assert list(found_conditions) == ["scheduled-by-us", "has-map", "lacks-bind-entry", "template-changed-on-update"]
+    # An update that leaves the template alone (a label) must not start a rollout.
+    assert found_conditions["template-changed-on-update"] == (
+        "request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template"
+    )
     assert "object.spec.template.spec.schedulerName == 'gpu-scheduler'" in found_conditions["scheduled-by-us"]
     assert "'gpu-scheduling-map' in object.spec.template.metadata.annotations" in found_conditions["has-map"]
     patch = " ".join(policy["mutations"][0]["jsonPatch"]["expression"].split())
@@ -163,14 +169,14 @@ def test_statefulsets_and_jobs_get_the_entry_at_apply_from_the_webhook_on_1_35(r
 
     assert hook["clientConfig"]["service"]["path"] == "/mutate-workloads"
     assert hook["failurePolicy"] == "Ignore" and hook["reinvocationPolicy"] == "IfNeeded"
-    assert [(r["apiGroups"], r["resources"]) for r in hook["rules"]] == WORKLOAD_RULES
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in hook["rules"]] == WORKLOAD_RULES
     # The same workloads as the policy on 1.37: one set of helpers writes both.
     policy = conditions(rendered["1.37"].one("MutatingAdmissionPolicy", WORKLOAD_ENTRIES)["spec"])
     assert conditions(hook) == policy
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_validating_webhooks_fail_open_in_bind_mode_and_the_mutating_one_keeps_its_policy(version):
+def test_validating_webhooks_fail_open_and_the_mutating_one_keeps_its_policy(version):
     found = render_for(version, "webhook.failurePolicy=Fail")
 
     policies = {w["name"]: w["failurePolicy"] for w in webhooks(found)}
@@ -179,20 +185,18 @@ def test_validating_webhooks_fail_open_in_bind_mode_and_the_mutating_one_keeps_i
 
 
 @pytest.mark.parametrize("mode", ["webhook", "policy"])
-def test_the_legacy_modes_write_literal_devices_as_before(helm, mode):
-    found = render_for("1.37", f"admission.mode={mode}")
+def test_a_removed_mode_fails_the_render_saying_bind_is_the_only_one(helm, mode):
+    # A values file of an earlier version that asked for a legacy mode must not silently get bind mode.
+    message = refused_render(helm, SCHEDULER_CHART, f"admission.mode={mode}")
 
-    assert not any(arg.startswith("--devices-from") for arg in webhook_args(found))
-    assert BIND_ENTRIES not in names(found, "MutatingAdmissionPolicy")
-    assert "needs-the-webhook" not in conditions(mutating(found))
-    assert {w["failurePolicy"] for w in webhooks(found)} == {"Fail"}
+    assert f"admission.mode={mode} was removed: bind is the only admission mode" in message
+    assert "Remove admission.mode (and admission.policyMaxLines) from your values" in message
+    assert "CHANGELOG.md" in message
 
 
-@pytest.mark.parametrize(
-    ("version", "mode"), [("1.35", "bind"), ("1.37", "bind"), ("1.35", "webhook"), ("1.37", "policy")]
-)
-def test_the_guard_of_the_device_annotations_is_installed_in_every_mode(helm, version, mode):
-    found = render_for(version, f"admission.mode={mode}")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_guard_of_the_device_annotations_is_installed(rendered, version):
+    found = rendered[version]
 
     policy = found.one("ValidatingAdmissionPolicy", GUARD)["spec"]
     binding = found.one("ValidatingAdmissionPolicyBinding", GUARD)["spec"]
@@ -219,11 +223,14 @@ def test_the_guard_of_the_device_annotations_is_installed_in_every_mode(helm, ve
     assert guarded == {DEVICES_ANNOTATION: "Forbidden", PLACEMENT_ANNOTATION: "Forbidden"}
 
 
-def test_schema_refuses_an_unknown_mode(helm):
-    assert "'/admission/mode': value must be one of '', 'bind'" in refused_render(
-        helm, SCHEDULER_CHART, "admission.mode=bound"
-    )
+def test_an_unknown_mode_fails_the_render_naming_the_only_one(helm):
+    message = refused_render(helm, SCHEDULER_CHART, "admission.mode=bound")
+
+    assert "admission.mode=bound is no admission mode: bind is the only admission mode" in message
 
 
-def test_an_empty_mode_is_bind(helm):
-    assert "--devices-from=bind" in webhook_args(render_for("1.35", "admission.mode="))
+@pytest.mark.parametrize("version", VERSIONS)
+def test_values_of_earlier_versions_that_name_bind_render_as_without_them(rendered, version):
+    # What a values file, or `helm upgrade --reuse-values`, of an earlier version carries.
+    for sets in (("admission.mode=",), ("admission.mode=bind", "admission.policyMaxLines=500")):
+        assert render_for(version, *sets) == rendered[version], sets

@@ -270,12 +270,10 @@ EVERY_OBJECT = [
     ),
     (("certs.mode=cert-manager",), ()),
     (("certs.mode=provided", "certs.existingSecret=tls"), ()),
-    # The legacy mode's policies (the first renders bind mode's).
-    (("admission.mode=policy",), API_VERSIONS),
 ]
 
 
-@pytest.mark.parametrize(("sets", "api_versions"), EVERY_OBJECT, ids=["job", "cert-manager", "provided", "policy"])
+@pytest.mark.parametrize(("sets", "api_versions"), EVERY_OBJECT, ids=["job", "cert-manager", "provided"])
 def test_common_labels_and_annotations_reach_every_object_but_no_selector(render, sets, api_versions):
     rendered = render(SCHEDULER_CHART, *COMMON, *sets, api_versions=api_versions)
     assert len(rendered.docs) > 20
@@ -467,3 +465,46 @@ def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(helm, droppe
     # missing (null removes it here), and the probes would silently vanish.
     stderr = refused_render(helm, SCHEDULER_CHART, f"{dropped}=null")
     assert "--reset-then-reuse-values" in stderr, stderr
+
+
+# -- security contexts ----------------------------------------------------------
+
+
+def security_contexts(rendered) -> dict[str, tuple[dict, list[dict]]]:
+    """Each pod owner's name -> (its pods' securityContext, its containers' securityContexts)."""
+    found = {}
+    for owner in rendered.of_kind("Deployment", "DaemonSet", "Job", "CronJob"):
+        spec = pod_spec(owner)
+        found[owner["metadata"]["name"]] = (spec["securityContext"], [c["securityContext"] for c in spec["containers"]])
+    return found
+
+
+def test_each_component_merges_its_own_security_contexts_over_the_charts(render):
+    default = security_contexts(render(SCHEDULER_CHART, "agent.enabled=true"))
+    told = security_contexts(
+        render(
+            SCHEDULER_CHART,
+            "agent.enabled=true",
+            "agent.securityContext.readOnlyRootFilesystem=false",
+            "webhook.podSecurityContext.runAsUser=2000",
+            "certs.job.securityContext.capabilities.add[0]=NET_BIND_SERVICE",
+        )
+    )
+
+    assert set(told) == set(default) and len(told) >= 6  # scheduler, webhook, agent, 3 for the certificates
+    for name, (pod, containers) in default.items():
+        # The chart's own: every component alike.
+        assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert all(c["readOnlyRootFilesystem"] is True and c["capabilities"] == {"drop": ["ALL"]} for c in containers)
+    changed = {name for name in told if told[name] != default[name]}
+    certificate_owners = {name for name in told if name.startswith("gpu-scheduler-certs")}
+    assert changed == {"gpu-scheduler-agent", WEBHOOK} | certificate_owners
+    assert told["gpu-scheduler-agent"][1][0] == {
+        **default["gpu-scheduler-agent"][1][0],
+        "readOnlyRootFilesystem": False,
+    }
+    # Merged at any depth: the rest of the chart's pod context stays.
+    assert told[WEBHOOK][0] == {**default[WEBHOOK][0], "runAsUser": 2000}
+    for name in certificate_owners:
+        (container,) = told[name][1]
+        assert container["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}, name

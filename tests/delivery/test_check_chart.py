@@ -113,7 +113,7 @@ def test_devices_node_pod_and_expected_placement_come_from_the_downward_api(rend
 
 @pytest.mark.parametrize("extra", [(), ("podAnnotations.team=a", "extraEnv[0].name=X", "extraEnv[0].value=1")])
 def test_every_container_reads_its_devices_from_the_bind_so_its_pods_need_no_admission(render, extra):
-    """admission.mode bind: a pod whose every init container and container has the entry that
+    """A pod whose every init container and container has the entry that
     reads the bind's annotation matches no webhook or policy of ours at creation; the
     scheduler refuses one that lacks it (fails closed)."""
     spec = pod_spec(statefulset(render(CHECK_CHART, *extra)))

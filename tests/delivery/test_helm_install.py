@@ -5,8 +5,7 @@ make test-compat) with RBAC:
   - every object of the gpu-scheduler release is accepted and stored, the
     webhook configurations' CEL matchConditions included (the API server
     compiles them on create);
-  - the webhook's blast radius: with no webhook answering (admission.mode bind,
-    the default), workloads and pods carrying the bind entry are created; only
+  - the webhook's blast radius: with no webhook answering, workloads and pods carrying the bind entry are created; only
     pods of our scheduler that need the webhook (created on a node; below 1.36,
     lacking the entry) are refused; other schedulers' objects, kube-system and
     the release namespace pass;
@@ -164,7 +163,7 @@ def deployment(name: str, scheduler_name: str) -> dict:
 
 def serves_mutating_policies(api_client) -> bool:
     """Whether the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.36+):
-    then bind mode (the chart's default) installs its MutatingAdmissionPolicy."""
+    then the chart installs its MutatingAdmissionPolicy."""
     resources = client.AdmissionregistrationV1Api(api_client).get_api_resources().resources
     return any(resource.kind == "MutatingAdmissionPolicy" for resource in resources)
 
@@ -191,7 +190,7 @@ def admission_error(create) -> str | None:
 def test_webhook_outage_stops_no_workload_and_refuses_only_our_pods_that_need_the_webhook(
     release, api_client, namespace
 ):
-    """admission.mode bind (the default), no webhook answering: workloads and pods whose
+    """No webhook answering: workloads and pods whose
     containers carry the bind entry are created; a pod created on a node (the webhook writes
     its devices) is refused, and so, below 1.36, is a pod lacking the entry (the webhook adds
     it; on 1.36+ the MutatingAdmissionPolicy does). Other schedulers' objects, kube-system and
@@ -392,7 +391,7 @@ def install_check_chart(helm, release: Release, namespace: str, scheduler_name: 
 
 
 def test_check_chart_installs_while_its_schedulers_webhook_is_down(release, helm, api_client, namespace):
-    # admission.mode bind: the validating webhooks fail open and the check's pods carry the
+    # The validating webhooks fail open and the check's pods carry the
     # bind entry, so nothing of the check waits for our webhook.
     result = install_check_chart(helm, release, namespace, release.scheduler_name)
 

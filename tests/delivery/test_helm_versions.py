@@ -58,7 +58,7 @@ def test_helm3_lints_the_charts_strictly(helm3, chart):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("api_versions", [(), (MUTATING_POLICY_API,)], ids=["webhook", "policy"])
+@pytest.mark.parametrize("api_versions", [(), (MUTATING_POLICY_API,)], ids=["1.35", "1.36+"])
 @pytest.mark.parametrize("chart", CHARTS, ids=lambda chart: chart.name)
 def test_helm3_and_helm4_render_the_same_objects(helm, helm3, chart, api_versions):
     # Helm 3 renders for Kubernetes 1.34 without a cluster (refused by kubeVersion), so both
@@ -90,16 +90,10 @@ def test_helm4_template_without_a_cluster_renders_bind_mode_through_the_webhook(
     kinds = {doc["kind"] for doc in docs}
     assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
     assert "MutatingAdmissionPolicy" not in kinds
-    (webhook,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-webhook")]
-    assert "--devices-from=bind" in webhook["spec"]["template"]["spec"]["containers"][0]["args"]
-
-
-def test_helm4_template_without_a_cluster_refuses_policy_mode_saying_how(helm):
-    result = run(
-        [helm, "template", "gpu-scheduler", SCHEDULER_CHART, "--set", REGISTRY_SET, "--set", "admission.mode=policy"]
-    )
-    assert result.returncode != 0
-    assert f"helm template: --api-versions {MUTATING_POLICY_API}" in result.stderr
+    (mutating,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (needs,) = [c for c in mutating["webhooks"][0]["matchConditions"] if c["name"] == "needs-the-webhook"]
+    # A pod with a map and a container lacking the entry goes to the webhook.
+    assert "'gpu-scheduling-map' in object.metadata.annotations" in needs["expression"]
 
 
 def test_helm3_template_without_kube_version_refuses_clearly(helm3):

@@ -75,8 +75,8 @@ def test_the_opt_out_label_keeps_namespaces_and_pods_away_from_the_webhook(relea
 
         create = core.create_namespaced_pod
         if serves_mutating_policies(api_client):
-            # admission.mode policy: the policies place what they are bound to (the webhook's
-            # scope, opt-out included); a pod they leave alone is admitted without devices.
+            # 1.36+: the MutatingAdmissionPolicy gives the bind entry to what it is bound to (the
+            # webhook's scope, opt-out included); a pod it leaves alone is admitted without it.
             deadline = time.monotonic() + 30
             while not placed(lambda: create(served, ours, dry_run="All")):
                 assert time.monotonic() < deadline, "the admission policies never placed a pod"

@@ -372,8 +372,8 @@ def status_message(body) -> str:
 
 def admission_problem(api_client, namespace: str, pod: dict, **request) -> str | None:
     """None when a dry-run create of `pod`, whose map gives its one container device 0, is
-    admitted with its container seeing CUDA_VISIBLE_DEVICES=0 (a literal, or in bind mode the
-    fieldRef on the devices annotation the webhook writes on a pod created on a node); else
+    admitted with its container seeing CUDA_VISIBLE_DEVICES=0 (the fieldRef on the devices
+    annotation the webhook writes on a pod created on a node, or a literal); else
     what went wrong ("refused (<status>): ..." when the API server refused it). `request`: the
     client's options, _request_timeout say."""
     try:

@@ -1,4 +1,4 @@
-"""admission.mode bind against the real kube-apiserver: the chart's CEL, evaluated where it runs.
+"""Bind mode against the real kube-apiserver: the chart's CEL, evaluated where it runs.
 
 The chart's objects are installed as `helm template` renders them for a 1.36+ API server
 (templates/bind-policies.yaml, templates/device-annotations-guard.yaml), renamed for this run
@@ -11,7 +11,7 @@ suite sharing the cluster binds these pods, and no other suite's pods meet these
   (b) After a Binding that carries the device annotations (POSTed here, as the scheduler does),
       the ValidatingAdmissionPolicy refuses changing or removing them, saying to delete the pod
       instead; other annotations, labels and finalizers still change, and the pod is deleted.
-  (c) Below 1.36, `gpu-scheduler webhook --devices-from bind` with the chart's configurations:
+  (c) Below 1.36, `gpu-scheduler webhook` with the chart's configurations:
       a pod lacking the entry gets it (and no annotation), one with it never calls the webhook,
       a pod created on a node gets its devices annotation, and a `kubectl debug` container of a
       bound pod reads the pod's devices.
@@ -348,13 +348,12 @@ def webhook_namespace(api_client):
 
 @pytest.fixture(scope="module")
 def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
-    """`gpu-scheduler webhook --devices-from bind` for this run's schedulerName, registered with
-    the chart's bind-mode configurations as a 1.35 API server gets them (no
+    """`gpu-scheduler webhook` for this run's schedulerName, registered with
+    the chart's configurations as a 1.35 API server gets them (no
     MutatingAdmissionPolicy: the webhook gives the entry), for `webhook_namespace` only."""
     directory = tmp_path_factory.mktemp("bind-webhook")
     certs = make_certs(directory / "certs")
     process = WebhookProcess(certs, directory / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
-    process.argv += ["--devices-from", "bind"]
     name = f"bind-webhook-{RUN_ID}"
     try:
         process.start_and_wait()
@@ -364,7 +363,6 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
             certs.ca_bundle,
             namespace_label=("kubernetes.io/metadata.name", webhook_namespace),
             scheduler_name=SCHEDULER,
-            values=("admission.mode=bind",),
         )
         (mutating_webhook,) = [
             w

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_nvml import library
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from .cluster import create, get_json, kwok_node, wait_for_event, wait_for_node_ready, wait_for_pods
 from .components import GPU_SCHEDULER
@@ -81,12 +79,13 @@ def test_the_agent_publishes_the_nodes_gpus_and_the_scheduler_keys_them_by_physi
             labels = {"node": node, "gpu": gpu0.lower(), "pod": f"{ns}/{pod}"}
             assert scheduler.metric("gpu_scheduler_gpu_holder", **labels) == 1.0, pod
 
-    # A GPU the node does not have: refused at admission (the webhook reads the node's GPUs),
-    # with the node's GPUs listed.
+    # A GPU the node does not have: nothing reads the map at the pod's creation; the scheduler
+    # refuses to bind it, with the node's GPUs listed.
     missing = "GPU-ffffffff-0000-4000-8000-000000000000"
-    with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(api_client).create_namespaced_pod(ns, bare_pod("missing-0", f"0={node}:{missing}\n"))
-    assert f"names GPU {missing} on node {node}, which has no such GPU (its GPUs: 0 {gpu0}" in refused.value.body
+    create(api_client, ns, [bare_pod("missing-0", f"0={node}:{missing}\n")])
+    event = wait_for_event(api_client, ns, "missing-0", "FailedScheduling", f"had no GPU {missing}", timeout=60)
+    assert f"(its GPUs: 0 {gpu0}" in event["message"], event["message"]
+    assert not get_json(api_client, f"/api/v1/namespaces/{ns}/pods/missing-0")["spec"].get("nodeName")
 
     # Who holds what, from the cluster's state.
     shown = subprocess.run(

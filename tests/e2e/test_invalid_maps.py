@@ -11,9 +11,8 @@ from kubernetes.client.rest import ApiException
 
 from . import webhook_registration
 from .charts import KUBECTL
-from .cluster import create, describe_events, list_pods, object_events
+from .cluster import create, list_pods, wait_for_event
 from .isolation import bring_under_webhook
-from .waiting import NotYet, wait_for
 from .workloads import deployment, statefulset
 
 pytestmark = pytest.mark.e2e
@@ -23,12 +22,13 @@ BROKEN_MAP = "0=node1:0\n1=node2\n"
 
 
 @pytest.mark.local_only
-def test_statefulset_whose_pods_the_webhook_denies_reports_the_broken_line_in_failed_create_events(
+def test_statefulset_created_before_the_webhook_gets_failed_scheduling_events_naming_the_broken_line(
     api_client, product, new_namespace
 ):
     """A StatefulSet that existed before the webhook was installed: the validating webhook never
-    saw it, so its map is first checked when its pods are created, and the StatefulSet
-    controller's FailedCreate event must carry the webhook's line-numbered message."""
+    saw it. Its pods are created (nothing on their creation path reads the map: the webhook only
+    adds the entry that reads the bind's devices), and the scheduler, which reads the map once,
+    at bind, refuses each with a FailedScheduling event carrying the line-numbered message."""
     namespace = new_namespace("e2e-broken", labelled=False)
     create(api_client, namespace, [statefulset("broken", BROKEN_MAP, replicas=0)])
     bring_under_webhook(api_client, namespace)
@@ -36,18 +36,10 @@ def test_statefulset_whose_pods_the_webhook_denies_reports_the_broken_line_in_fa
 
     client.AppsV1Api(api_client).patch_namespaced_stateful_set_scale("broken", namespace, {"spec": {"replicas": 2}})
 
-    def failed_create() -> dict:
-        events = object_events(api_client, namespace, "StatefulSet", "broken")
-        for event in events:
-            if event["reason"] == "FailedCreate" and "line 2" in event["message"]:
-                return event
-        raise NotYet(describe_events(events))
-
-    event = wait_for("a FailedCreate event on StatefulSet broken naming line 2 of the map", failed_create, 30)
-    print(f"\nFailedCreate: {event['message']}")
-    assert "denied the request" in event["message"]
-    assert "gpu-scheduling-map" in event["message"]
-    assert list_pods(api_client, namespace) == []
+    event = wait_for_event(api_client, namespace, "broken-0", "FailedScheduling", "line 2: ", 30)
+    print(f"\nFailedScheduling: {event['message']}")
+    assert "no ':' after the node" in event["message"]
+    assert not any(pod["spec"].get("nodeName") for pod in list_pods(api_client, namespace))
 
 
 @pytest.mark.compat

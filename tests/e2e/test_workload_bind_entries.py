@@ -4,7 +4,8 @@
       (templates/workload-bind-policies.yaml) stores a StatefulSet and an Indexed Job whose
       templates lack the entry with it (a literal CUDA_VISIBLE_DEVICES replaced), their
       controllers create pods that have it, and a server-side re-apply of the same manifest is
-      valid and changes nothing: no new generation, no rollout.
+      valid and changes nothing: no new generation, no rollout. Workloads created before it
+      take a label: no refusal, no rollout.
   (b) 1.35 (compat): `gpu-scheduler webhook` registered with the chart's configurations does
       the same for the StatefulSet, and its pod, created complete, never calls the webhook.
 
@@ -15,6 +16,7 @@ no other suite's workloads meet them.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import pytest
 import yaml
@@ -128,8 +130,9 @@ def kubectl(kubeconfig) -> Kubectl:
 # -- (a) 1.36+: the MutatingAdmissionPolicy ------------------------------------------------------
 
 
-@pytest.fixture
-def workload_policy(api_client, namespace, kubectl):
+@contextmanager
+def policy_installed(api_client, namespace: str, kubectl: Kubectl):
+    """The chart's workload policy, for this run's schedulerName and `namespace`, once it acts."""
     documents = helm_template(
         f"workloads-{RUN_ID}",
         SCHEDULER_CHART,
@@ -157,6 +160,12 @@ def workload_policy(api_client, namespace, kubectl):
         yield
     finally:
         admission_policies.delete(api_client, documents)
+
+
+@pytest.fixture
+def workload_policy(api_client, namespace, kubectl):
+    with policy_installed(api_client, namespace, kubectl):
+        yield
 
 
 def test_a_statefulset_and_a_job_lacking_the_entry_are_stored_with_it_and_so_are_their_pods(
@@ -187,6 +196,22 @@ def test_a_statefulset_and_a_job_lacking_the_entry_are_stored_with_it_and_so_are
     assert envs(again["spec"]["template"]["spec"]) == envs(stored["spec"]["template"]["spec"])
 
 
+def test_workloads_of_before_the_policy_take_labels_and_start_no_rollout(api_client, namespace, kubectl):
+    """Seen on kube-apiserver 1.37 without the template-changed-on-update condition: a label
+    added to a Job of before the install was refused (its template is immutable), and one
+    added to such a StatefulSet started a rollout (a new generation)."""
+    apply(kubectl, statefulset("before", namespace))
+    apply(kubectl, indexed_job("before-job", namespace))
+    generation = kubectl.get("-n", namespace, "statefulset", "before")["metadata"]["generation"]
+    with policy_installed(api_client, namespace, kubectl):
+        kubectl.ok("-n", namespace, "label", "statefulset/before", "job/before-job", "team=a")
+        stored = kubectl.get("-n", namespace, "statefulset", "before")
+        assert stored["metadata"]["labels"]["team"] == "a"
+        assert stored["metadata"]["generation"] == generation
+        assert STORED_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]
+        assert kubectl.get("-n", namespace, "job", "before-job")["metadata"]["labels"]["team"] == "a"
+
+
 # -- (b) 1.35: the webhook -----------------------------------------------------------------------
 
 
@@ -194,7 +219,6 @@ def test_a_statefulset_and_a_job_lacking_the_entry_are_stored_with_it_and_so_are
 def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
     certs = make_certs(tmp_path / "certs")
     process = WebhookProcess(certs, tmp_path / "webhook.log", scheduler_name=SCHEDULER, kubeconfig=kubeconfig)
-    process.argv += ["--devices-from", "bind"]
     name = f"workload-webhook-{RUN_ID}"
     try:
         process.start_and_wait()
@@ -204,7 +228,6 @@ def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
             certs.ca_bundle,
             namespace_label=("kubernetes.io/metadata.name", namespace),
             scheduler_name=SCHEDULER,
-            values=("admission.mode=bind",),
         )
         mutating = [w for c in configurations if c["kind"] == "MutatingWebhookConfiguration" for w in c["webhooks"]]
         assert {w["name"] for w in mutating} == {"pods.mutate.gpu-scheduler", "workloads.mutate.gpu-scheduler"}

@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from .charts import SCHEDULER_CHART, helm_template
-from .cluster import ignoring_not_found
+from .cluster import CUDA_ENV, DEVICES_FIELD_PATH, ignoring_not_found
 from .isolation import RUN_ID, RUN_LABEL, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 from .workloads import SCHEDULER_NAME
@@ -54,10 +54,6 @@ def render(
         "templates/webhook-configurations.yaml",
         "--set-string",
         f"schedulerName={scheduler_name}",
-        # The webhook places every pod here, whatever the API server serves;
-        # test_admission_policy_equality.py installs the policy mode's objects.
-        "--set-string",
-        "admission.mode=webhook",
         *(argument for value in values for argument in ("--set-string", value)),
     )
     kinds = sorted(doc["kind"] for doc in configurations)
@@ -120,7 +116,9 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = SCHEDULE
     The API server picks up a new configuration from its own watch, a moment
     after it is created. A server-side dry run of a pod (sideEffects: None
     allows it) goes through admission without storing anything: once the
-    answer carries CUDA_VISIBLE_DEVICES, the webhook is in the path.
+    answer carries the entry that reads the bind's devices (rendered without
+    --api-versions, the configuration sends the webhook every pod of ours that
+    lacks it, as on 1.35), the webhook is in the path.
     """
     core = client.CoreV1Api(api_client)
     pod = {
@@ -138,11 +136,16 @@ def wait_until_called(api_client, namespace: str, scheduler_name: str = SCHEDULE
             created = core.create_namespaced_pod(namespace, pod, dry_run="All")
         except ApiException as err:
             raise NotYet(f"dry-run create answered {err.status}: {err.body}") from None
-        env = {e.name: e.value for e in created.spec.containers[0].env or []}
-        if env.get("CUDA_VISIBLE_DEVICES") != "0":
-            raise NotYet(f"the pod came back without CUDA_VISIBLE_DEVICES=0 (env {env})")
+        env = created.spec.containers[0].env or []
+        if not any(_reads_the_bind(entry) for entry in env):
+            raise NotYet(f"the pod came back without the bind's {CUDA_ENV} entry (env {env})")
 
     wait_for(f"the API server to call the webhook for pods in namespace {namespace}", probe, REGISTRATION_TIMEOUT)
+
+
+def _reads_the_bind(entry: client.V1EnvVar) -> bool:
+    field_ref = entry.value_from.field_ref if entry.value_from else None
+    return entry.name == CUDA_ENV and field_ref is not None and field_ref.field_path == DEVICES_FIELD_PATH
 
 
 @contextmanager

@@ -74,17 +74,21 @@ def bare_pod(
     scheduler_name: str | None = SCHEDULER_NAME,
     labels: dict | None = None,
     bind_entries: bool = False,
+    node_name: str | None = None,
 ) -> dict:
     """A pod without a controller; its index is the number its name ends with. Its container has
     no CUDA_VISIBLE_DEVICES entry (admission gives it one) unless `bind_entries`: then it has the
     README's entry, the devices the bind writes, as a user who runs no admission of ours writes it
-    (without one the scheduler refuses the pod)."""
+    (without one the scheduler refuses the pod). With `node_name` it is created on that node
+    (spec.nodeName): no Binding will come, so the webhook reads its map and writes its devices."""
     metadata = {"name": name, "labels": labels or {"app": "e2e"}, "annotations": {MAP_ANNOTATION: scheduling_map}}
     spec: dict = {"containers": [container("main")], "terminationGracePeriodSeconds": 0}
     if scheduler_name is not None:
         spec["schedulerName"] = scheduler_name
     if bind_entries:
         with_bind_entries(spec)
+    if node_name is not None:
+        spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -2,8 +2,9 @@
 
 Every hostile body must be refused: answered 4xx with a message, or denied
 with a message. The one well-formed review they start from is a pod of our
-scheduler whose map has a broken line, so whatever a mutation leaves intact,
-the honest answer is still a denial. (with_valid_map is the exception: big
+scheduler, created on a node (spec.nodeName: the only pod whose map the webhook
+reads, since no Binding will come), whose map has a broken line, so whatever a
+mutation leaves intact, the honest answer is still a denial. (with_valid_map is the exception: big
 but valid, to be allowed, for the memory check.)
 """
 
@@ -20,7 +21,7 @@ BROKEN_MAP = "0=node1:0\nthis line is broken\n"
 
 
 def base_review(uid: str = "fuzz-uid") -> dict:
-    """A real-shaped review of a pod of our scheduler; its map's line 2 is broken."""
+    """A real-shaped review of a pod of our scheduler created on node1; its map's line 2 is broken."""
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -45,6 +46,7 @@ def base_review(uid: str = "fuzz-uid") -> dict:
                 },
                 "spec": {
                     "schedulerName": SCHEDULER_NAME,
+                    "nodeName": "node1",
                     "containers": [{"name": "main", "image": "x", "env": [{"name": "A", "value": "1"}]}],
                 },
             },

@@ -1,5 +1,5 @@
 """An outage of ours stops nothing: with every webhook of the chart unreachable, workloads are
-created and their pods placed and given their devices (admission.mode bind, the default).
+created and their pods placed and given their devices (on a 1.36+ API server).
 
 The chart's admission objects are installed as `helm template` renders them for a 1.36+ API
 server (the webhook configurations, the MutatingAdmissionPolicy and the device-annotation
@@ -14,8 +14,9 @@ port on 127.0.0.1 where nothing listens. Then:
   CUDA_VISIBLE_DEVICES as the kubelet resolves a fieldRef (e2e.cluster.container_env): every
   container of every pod must see its map line's devices, on its map line's node.
 
-OUTAGE_MODE=webhook renders the chart's former default instead (every pod of ours through a
-webhook that fails closed): the same test must then fail, the pods never created.
+OUTAGE_BROKEN=1 renders the chart as for an API server without MutatingAdmissionPolicy (1.35:
+no policy, so a pod lacking the entry goes through the webhook, which fails closed): the same
+test must then fail, the pods without the entry never created.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ TEMPLATES = (
 )
 MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n"
 LINES = {0: ("node1", "0,1"), 1: ("node2", "2"), 2: ("node3", "0,1,2")}
-MODE = os.environ.get("OUTAGE_MODE", "")
+# Set to render without the MutatingAdmissionPolicy on purpose: the test must then fail.
+BROKEN = os.environ.get("OUTAGE_BROKEN") == "1"
 PLURALS = {
     "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
     "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
@@ -57,28 +59,26 @@ def closed_port() -> int:
 
 
 def render(release: str, scheduler_name: str, namespace: str, ca_bundle: str) -> list[dict]:
-    # The former default renders no bind-mode policy.
-    templates = [t for t in TEMPLATES if t != "templates/bind-policies.yaml"] if MODE else TEMPLATES
+    # As for 1.35, bind-policies.yaml renders nothing (and --show-only of it would fail).
+    templates = [t for t in TEMPLATES if t != "templates/bind-policies.yaml"] if BROKEN else TEMPLATES
     shown = [argument for template in templates for argument in ("--show-only", template)]
     documents = helm_template(
         release,
         SCHEDULER_CHART,
         "gpu-scheduler",
         *shown,
-        "--api-versions",
-        MUTATING_POLICY_API,
+        *(() if BROKEN else ("--api-versions", MUTATING_POLICY_API)),
         "--set-string",
         f"schedulerName={scheduler_name}",
-        *(("--set-string", f"admission.mode={MODE}") if MODE else ()),
     )
-    if MODE:
+    if BROKEN:
         return _addressed(documents, release, namespace, ca_bundle)
     assert {doc["kind"] for doc in documents} >= {
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
         "MutatingAdmissionPolicy",
         "ValidatingAdmissionPolicy",
-    }, "the chart's default (bind mode) no longer renders what this test takes down"
+    }, "the chart no longer renders what this test takes down"
     return _addressed(documents, release, namespace, ca_bundle)
 
 

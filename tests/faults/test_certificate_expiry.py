@@ -158,7 +158,8 @@ def register(api_client, release: Release, port: int, ca_pem: bytes) -> None:
 
 
 def probe_pod(index: int) -> dict:
-    return bare_pod(f"renewal-probe-{index}", f"{index}=node1:0\n")
+    # Created on its line's node: the webhook writes its devices, which a dry run then shows.
+    return bare_pod(f"renewal-probe-{index}", f"{index}=node1:0\n", node_name="node1")
 
 
 def admit(api_client, namespace: str, index: int = 0) -> str | None:

@@ -88,18 +88,12 @@ class _BusyWatch:
             thread.join(timeout=10)
 
 
-# The contenders' devices: written by our webhook at creation, or by the binding (the README's
-# entry, read through the downward API), which is then also what the scheduler's ledger reads.
-@pytest.mark.parametrize("devices", ["webhook", "bind"])
-def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
-    api_client, webhook_serving, ns, start_scheduler, scheduler_name, devices
-):
+# The contenders' devices: written by the binding (the README's entry, read through the
+# downward API), which is then also what the scheduler's ledger reads.
+def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(api_client, ns, start_scheduler, scheduler_name):
     assert RELEASES < CONTENDERS
     nodes = kwok_fake_nodes(api_client)
     assert {GPU_NODE, NOISE_NODE} <= nodes, f"the local cluster's KWOK nodes are {sorted(nodes)}"
-    # Either way the pods' containers see the CUDA_VISIBLE_DEVICES the oracle reads.
-    if devices == "webhook":
-        webhook_serving(scheduler_name)
     start_scheduler("deny", "--gpu-sharing=deny", scheduler_name=scheduler_name)
     busy = _BusyWatch(api_client, ns)
     busy.start()
@@ -107,8 +101,7 @@ def test_deny_gives_a_freed_gpu_to_exactly_one_of_many_contenders(
     scheduling_map = "".join(f"{i}={GPU_NODE}:0\n" for i in range(CONTENDERS))
     try:
         contenders = [
-            bare_pod(f"gpu-{i}", scheduling_map, scheduler_name, bind_entries=devices == "bind")
-            for i in range(CONTENDERS)
+            bare_pod(f"gpu-{i}", scheduling_map, scheduler_name, bind_entries=True) for i in range(CONTENDERS)
         ]
         create(api_client, ns, contenders)
         seen: list[tuple[int, dict]] = []

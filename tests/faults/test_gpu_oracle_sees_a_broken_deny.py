@@ -18,13 +18,12 @@ BROKEN_BUILD = Path(__file__).parent / "broken_deny"
 RUN_FOR = 5.0
 
 
-# The contenders' devices: written by the webhook at creation, or by the binding (the README's
-# entry, read through the downward API): the oracle must see a GPU held twice either way.
-@pytest.mark.parametrize("devices", ["webhook", "bind"])
+# The contenders' devices are written by the binding (the README's entry, read through the
+# downward API), as everywhere.
 def test_the_gpu_oracle_reports_a_gpu_held_twice_by_a_scheduler_whose_deny_is_broken(
-    scheduler_name, start_scheduler, gpu_contention, devices
+    scheduler_name, start_scheduler, gpu_contention
 ):
-    contention = gpu_contention(scheduler_name, bind_entries=devices == "bind")
+    contention = gpu_contention(scheduler_name, bind_entries=True)
     broken = start_scheduler(
         "broken-deny",
         "--gpu-sharing=deny",

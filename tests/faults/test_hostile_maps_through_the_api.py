@@ -1,5 +1,7 @@
 """Broken and oversized maps as users send them: `kubectl apply` (the real .cache/bin/kubectl)
 through the real API server to the webhook, and the scheduler binding the biggest valid ones.
+A bare pod with a broken map is not refused at creation (nothing on a pod's creation path reads
+the map): the scheduler refuses it at bind (tests/e2e/test_invalid_maps.py).
 """
 
 from __future__ import annotations
@@ -41,12 +43,11 @@ BROKEN_MAPS = {
     "only-comments": ("# nothing yet\n\n", 1, "no entry"),
     "crlf-garbage": ("0=node1:0\r\n\x00\x07garbage\x1b[31m\r\n", 2, "no '='"),
 }
-KINDS = ("Pod", "Deployment", "StatefulSet", "Job")
+KINDS = ("Deployment", "StatefulSet", "Job")
 
 
 def objects_with_map(scheduling_map: str) -> list[dict]:
     return [
-        bare_pod("broken-0", scheduling_map),
         deployment("broken", scheduling_map),
         statefulset("broken", scheduling_map, replicas=2),
         indexed_job("broken", scheduling_map, completions=2, parallelism=2),
@@ -74,8 +75,7 @@ def test_kubectl_apply_refuses_every_kind_with_a_broken_map_naming_the_line(kube
     assert applied.returncode != 0, applied.stdout
     errors = [e for e in applied.stderr.splitlines() if e.startswith("Error from server")]
     for kind in KINDS:
-        name = "broken-0" if kind == "Pod" else "broken"
-        about = [e for e in errors if f"{kind.lower()} {ns}/{name}:" in e.lower()]
+        about = [e for e in errors if f"{kind.lower()} {ns}/broken:" in e.lower()]
         assert len(about) == 1, f"{kind}: expected one error naming it in:\n{applied.stderr}"
         assert "denied the request" in about[0]
         assert f"line {line}: " in about[0] and phrase in about[0], about[0]
@@ -139,10 +139,11 @@ def test_pods_with_a_ten_thousand_line_map_are_answered_fast_and_bound(api_clien
 
 
 def test_a_map_filling_the_annotation_limit_is_answered_fast_and_bound(api_client, webhook, ns, start_scheduler):
-    """The user's annotations take 256 KiB minus the room the webhook's placement
-    annotation needs: the API server stores the pod, and the scheduler binds it."""
+    """The user's annotations take 256 KiB minus the room the bind's annotations need: the API
+    server stores the pod, and the scheduler binds it."""
     start_scheduler("scheduler", "--gpu-sharing=allow")
-    # What the webhook adds: {"index": 9999, "node": "node4", "cudaVisibleDevices": "3"}.
+    # What the Binding adds: gpu-scheduler/cuda-visible-devices=3 and gpu-scheduler/placement=
+    # {"index": 9999, "node": "node4", "cudaVisibleDevices": "3"}.
     placement_room = 128
     scheduling_map = padded_to(ANNOTATIONS_LIMIT - placement_room, ten_thousand_lines())
 
@@ -156,14 +157,14 @@ def test_a_map_filling_the_annotation_limit_is_answered_fast_and_bound(api_clien
 
 
 def test_a_map_exactly_at_the_annotation_limit_is_refused_with_a_message_about_the_map(api_client, webhook, ns):
-    """Annotations of exactly 256 KiB leave no room for the placement annotation the
-    webhook adds: the pod cannot be stored either way, and the refusal must tell the user
-    what to shorten rather than blame an annotation they never wrote."""
+    """Annotations of exactly 256 KiB leave no room for the device annotations the webhook
+    adds to a pod created on a node: the pod cannot be stored either way, and the refusal must
+    tell the user what to shorten rather than blame an annotation they never wrote."""
     scheduling_map = padded_to(ANNOTATIONS_LIMIT, ten_thousand_lines())
     assert len(MAP) + len(scheduling_map.encode()) == ANNOTATIONS_LIMIT
 
     with pytest.raises(ApiException) as refused:
-        create_timed(api_client, ns, bare_pod("full-0", scheduling_map))
+        create_timed(api_client, ns, bare_pod("full-0", scheduling_map, node_name=expected_node(0)))
 
     message = refused.value.body
     print(f"\nrefused: {message[:600]}")
@@ -176,10 +177,10 @@ def test_one_byte_over_the_annotation_limit_is_refused_naming_the_limit(api_clie
     scheduling_map = padded_to(ANNOTATIONS_LIMIT + 1, ten_thousand_lines())
 
     with pytest.raises(ApiException) as refused:
-        create_timed(api_client, ns, bare_pod("over-0", scheduling_map))
+        create_timed(api_client, ns, bare_pod("over-0", scheduling_map, node_name=expected_node(0)))
 
-    # The webhook sees the pod before the API server's own size check and
-    # refuses it first, saying which annotation to shorten.
+    # The webhook sees a pod created on a node before the API server's own size
+    # check and refuses it first, saying which annotation to shorten.
     assert refused.value.status == 422
     assert "gpu-scheduling-map" in refused.value.body
     assert "262144" in refused.value.body

@@ -40,7 +40,8 @@ CLIENTS = 6
 
 
 def probe_pod(scheduler_name: str, index: int) -> dict:
-    return bare_pod(f"rotation-probe-{index}", f"{index}=node1:0\n", scheduler_name)
+    # Created on its line's node: the webhook writes its devices, which a dry run then shows.
+    return bare_pod(f"rotation-probe-{index}", f"{index}=node1:0\n", scheduler_name, node_name="node1")
 
 
 class Admissions(Background):

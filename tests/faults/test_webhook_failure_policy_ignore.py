@@ -18,7 +18,15 @@ import uuid
 
 import pytest
 from e2e import webhook_registration
-from e2e.cluster import DEVICES_FIELD_PATH, container_env, get_pod, pod_events, wait_for_event
+from e2e.cluster import (
+    DEVICES_FIELD_PATH,
+    FROM_BIND,
+    container_env,
+    devices_entry,
+    get_pod,
+    pod_events,
+    wait_for_event,
+)
 from e2e.components import WebhookProcess
 from e2e.isolation import create_namespace, delete_namespace
 from e2e.waiting import NotYet, wait_for
@@ -112,8 +120,9 @@ def test_ignore_admits_our_pods_without_devices_while_no_webhook_answers_and_the
         delete_namespace(api_client, namespace)
 
     assert policies and set(policies) == {POLICY}, policies
-    # While it answered, the webhook gave our pod its line's devices; then nothing listened.
-    assert container_env(api_client.sanitize_for_serialization(answered)) == {"main": "1"}
+    # While it answered, the webhook gave our pod the entry that reads the bind's devices; then
+    # nothing listened.
+    assert devices_entry(api_client.sanitize_for_serialization(answered)["spec"]["containers"][0]) == FROM_BIND
     assert down, f"something still answers on the webhook's port {webhook.port}"
     # Admitted unchanged: our scheduler and map, and no devices.
     assert container_env(stored) == {"main": None}, stored["spec"]["containers"]

@@ -134,8 +134,8 @@ class Admissions:
     """Server-side dry-run creates of a pod of gpu-scheduler, one every INTERVAL, in the
     background: each goes through the API server's call to our webhook over TLS (failurePolicy
     Fail), so a handshake that fails, or a pod without its CUDA_VISIBLE_DEVICES, is a failure.
-    The pod is created on the node its map names (spec.nodeName): in every admission mode, bind
-    mode included (where a pod to be bound needs no webhook), such a pod goes to the webhook."""
+    The pod is created on the node its map names (spec.nodeName): a pod to be bound needs no
+    webhook, but such a pod goes to the webhook."""
 
     kubeconfig: str
     namespace: str

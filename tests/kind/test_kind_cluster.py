@@ -444,25 +444,19 @@ def test_under_deny_one_gpu_is_one_gpu_in_any_spelling_and_gpus_shows_who_holds_
         # GPU 1 by its UUID, GPU 0 whole (its MIG devices are held).
         for name, devices in (("by-uuid-0", gpu1), ("whole-0", "0")):
             kind.apply(pinned_pod(name, "node3", devices), namespace)
-        # A GPU node3 does not have, listing node3's GPUs: the webhook refuses the pod at creation;
-        # where a MutatingAdmissionPolicy gives pods their entries (admission.mode bind, the
-        # chart's default, on KinD's 1.37; or policy) the scheduler refuses to bind it, saying so
-        # (docs/placement.md, "Admission modes").
+        # A GPU node3 does not have, listing node3's GPUs: nothing reads the map at the pod's
+        # creation; the scheduler refuses to bind it, saying so (docs/placement.md, "Admission mode").
         gpus = f"(its GPUs: 0 {node3[0]['uuid']}"
         created = kind.kubectl(
             "apply", "-n", namespace, "-f", "-", stdin=json.dumps(pinned_pod("missing-0", "node3", missing))
         )
-        if not kind.get("mutatingadmissionpolicies")["items"]:  # admission.mode webhook
-            assert created.returncode != 0, tail(created)
-            assert f"names GPU {missing} on node node3, which has no such GPU {gpus}" in created.stderr, tail(created)
-        else:
-            assert created.returncode == 0, tail(created)
-            unbound = kind.wait_for(
-                "FailedScheduling for the pod on a GPU node3 does not have",
-                lambda: [m for m in failed_scheduling(kind, namespace, "missing-0") if f"had no GPU {missing}" in m],
-            )
-            assert gpus in unbound[0], unbound
-            assert not kind.get("-n", namespace, "pod", "missing-0")["spec"].get("nodeName")
+        assert created.returncode == 0, tail(created)
+        unbound = kind.wait_for(
+            "FailedScheduling for the pod on a GPU node3 does not have",
+            lambda: [m for m in failed_scheduling(kind, namespace, "missing-0") if f"had no GPU {missing}" in m],
+        )
+        assert gpus in unbound[0], unbound
+        assert not kind.get("-n", namespace, "pod", "missing-0")["spec"].get("nodeName")
         held = kind.wait_for(
             "FailedScheduling for the pod on GPU 1's UUID",
             lambda: [m for m in failed_scheduling(kind, namespace, "by-uuid-0") if "already held" in m],

@@ -1,10 +1,9 @@
 """`gpu-scheduler smoke-test`: prove an installed release works, the way a user's pod meets it.
 
-One pod of ours goes through the real path: admission must give its container a
-CUDA_VISIBLE_DEVICES entry (in bind mode the one that reads the devices annotation,
-added by the chart's MutatingAdmissionPolicy or webhook; in the legacy modes the
-map line's devices, from a webhook that must answer over TLS the caBundle trusts),
-then the scheduler must bind it to the node its map names, and once bound its
+One pod of ours goes through the real path: admission must give its container the
+CUDA_VISIBLE_DEVICES entry that reads the devices annotation (added by the chart's
+MutatingAdmissionPolicy, or on 1.35 by its webhook, which must answer over TLS the
+caBundle trusts), then the scheduler must bind it to the node its map names, and once bound its
 container must see the map line's devices. The pod is deleted afterwards, pass or fail. The chart's `helm test`
 hook runs this in a pod; it works from a laptop with a kubeconfig too.
 
@@ -24,7 +23,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from .config import DEFAULT_SCHEDULER_NAME, env, env_help, positive_float
 from .kube.client import ApiError, KubeClient, load_configuration
-from .placement import DEVICES_ANNOTATION, InvalidMapError, container_devices, parse_map_uncached
+from .placement import DEVICES_ANNOTATION, FROM_BIND, InvalidMapError, container_devices, parse_map_uncached
 from .scheduling.nodes import NodeInfo
 
 log = logging.getLogger(__name__)
@@ -137,23 +136,22 @@ def choose_node(kube: KubeClient) -> str:
     return usable[0].name
 
 
-def check_admission(pod: dict, devices: str, namespace: str) -> None:
-    """Admission gave every container a CUDA_VISIBLE_DEVICES entry: the one that reads the
-    bind's devices annotation (admission.mode bind), or `devices` itself (webhook, policy)."""
+def check_admission(pod: dict, namespace: str) -> None:
+    """Admission gave every container the CUDA_VISIBLE_DEVICES entry that reads the bind's
+    devices annotation."""
     given = container_devices(pod)
-    wrong = [name for name, value in given.values if value is None or (isinstance(value, str) and value != devices)]
+    wrong = [name for name, value in given.values if value is not FROM_BIND]
     if wrong:
         raise SmokeTestFailed(
-            f"the pod was admitted without a CUDA_VISIBLE_DEVICES entry reading {DEVICES_ANNOTATION} nor the "
-            f"value {devices} ({given.describe()}): admission did not give it one. Is namespace {namespace} "
+            f"the pod was admitted without a CUDA_VISIBLE_DEVICES entry reading {DEVICES_ANNOTATION} "
+            f"({given.describe()}): admission did not give it one. Is namespace {namespace} "
             "labelled gpu-scheduler.io/webhook=disabled, or is it the release namespace? "
             f"`kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations` ({TROUBLESHOOTING})"
         )
 
 
 def check_seen(pod: dict, devices: str) -> None:
-    """Once the pod is bound, every container sees `devices` (through the Binding's annotation in
-    bind mode)."""
+    """Once the pod is bound, every container sees `devices` (through the Binding's annotation)."""
     given = container_devices(pod)
     seen = {name: given.seen(name, value) for name, value in given.values}
     wrong = {name: value for name, value in seen.items() if value != devices}
@@ -212,7 +210,7 @@ def smoke_test(kube: KubeClient, args: argparse.Namespace) -> str:
             f"means the webhook is unreachable or its certificate is not trusted ({TROUBLESHOOTING})"
         ) from None
     try:
-        check_admission(created, args.devices, args.namespace)
+        check_admission(created, args.namespace)
         log.info("admitted with a CUDA_VISIBLE_DEVICES entry in every container")
         seconds, bound = wait_bound(kube, args.namespace, name, node, args.timeout)
         check_seen(bound, args.devices)

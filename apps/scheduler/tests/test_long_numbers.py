@@ -108,19 +108,20 @@ def review(obj, kind="Pod", group="", operation="CREATE"):
 
 
 def our_pod(annotations, name="train-0"):
+    """Created on a node: the webhook reads the map only of such a pod (no Binding will come)."""
     return {
         "metadata": {"name": name, "annotations": annotations},
-        "spec": {"schedulerName": SCHEDULER, "containers": [{"name": "main", "image": "x"}]},
+        "spec": {"schedulerName": SCHEDULER, "nodeName": "node1", "containers": [{"name": "main", "image": "x"}]},
     }
 
 
-def test_webhook_denies_a_pod_whose_map_has_a_huge_index_naming_the_line():
+def test_webhook_denies_a_pod_created_on_a_node_whose_map_has_a_huge_index_naming_the_line():
     decision = mutate(review(our_pod({"gpu-scheduling-map": f"0=node1:0\n{DIGITS}=node2:1\n"})), SCHEDULER)
     assert decision.result == DENIED
     assert "gpu-scheduling-map: line 2: index 99999" in decision.review["response"]["status"]["message"]
 
 
-def test_webhook_denies_a_pod_with_a_huge_job_index_naming_the_pod():
+def test_webhook_denies_a_pod_created_on_a_node_with_a_huge_job_index_naming_the_pod():
     annotations = {"gpu-scheduling-map": "0=node1:0\n", "batch.kubernetes.io/job-completion-index": DIGITS}
     decision = mutate(review(our_pod(annotations)), SCHEDULER)
     assert decision.result == DENIED

@@ -8,11 +8,13 @@ PodScheduled condition; the port's, the claim's, the CSI volume's and the anti-a
 are bound once the pod in their way is gone, the spread's once the other nodes have as many.
 (A volume's node affinity cannot be changed, so the volume's pod stays refused; the unit tests
 wake it with a changed volume.) And a claim of a WaitForFirstConsumer class: it gets node3 from
-the map, and its pod is bound once the claim is bound to a volume there."""
+the map, and its pod is bound once the claim is bound to a volume there; a gang's claims each get
+their member's node, and no member is bound before every claim is."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -326,12 +328,102 @@ def test_a_wait_for_first_consumer_claim_gets_node3_and_the_pod_is_bound_once_it
         storage.delete_storage_class(cls)
 
 
-def waiting_for_volumes(api_client, namespace: str, pod: str) -> list[str]:
-    """The notes of the pod's Normal WaitingForVolumes Events. Read raw: the client's model
-    refuses the Events the PV controller writes about the claim, which have no eventTime."""
+def test_a_gangs_claims_are_all_bound_before_any_member_is(start_scheduler, core, api_client, namespace):
+    """All or none includes the volumes: each member's WaitForFirstConsumer claim gets its
+    member's node, and no member is bound while one claim is still unbound."""
+    storage = client.StorageV1Api(api_client)
+    cls = f"wffc-{uuid.uuid4().hex[:6]}"
+    storage.create_storage_class(
+        {"metadata": {"name": cls}, "provisioner": "example.com/test", "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+    members = {"rank-0": ("node3", "data-0"), "rank-1": ("node2", "data-1")}
+    volumes = []
+    try:
+        claim = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": cls,
+        }
+        for _, name in members.values():
+            core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": name}, "spec": claim})
+        start_scheduler("--leader-elect=false")
+        gang = {"gpu-scheduler/gang": "true", "gpu-scheduler/gang-label": "job"}
+        for pod, (_, name) in members.items():
+            make_pod(
+                core,
+                namespace,
+                pod,
+                start_scheduler.scheduler_name,
+                "0=node3:3\n1=node2:3\n",
+                labels={"job": "ckpt"},
+                annotations=gang,
+                spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]},
+            )
+
+        def selected() -> dict[str, str | None]:
+            found = {}
+            for _, name in members.values():
+                annotations = core.read_namespaced_persistent_volume_claim(name, namespace).metadata.annotations or {}
+                found[name] = annotations.get("volume.kubernetes.io/selected-node")
+            return found if all(found.values()) else None
+
+        assert wait_until(selected, 15, "both claims to get their member's node") == {
+            "data-0": "node3",
+            "data-1": "node2",
+        }
+
+        def provision(pod: str) -> None:
+            """What a provisioner does for the claim of `pod`: a volume on its node, bound to it."""
+            node, name = members[pod]
+            uid = core.read_namespaced_persistent_volume_claim(name, namespace).metadata.uid
+            volume = f"pv-{uuid.uuid4().hex[:6]}"
+            volumes.append(volume)
+            spec = {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": cls,
+                "hostPath": {"path": f"/tmp/{name}"},
+                "nodeAffinity": affinity_of((node,)),
+                "claimRef": {"namespace": namespace, "name": name, "uid": uid},
+            }
+            core.create_persistent_volume({"metadata": {"name": volume}, "spec": spec})
+            wait_until(
+                lambda: core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound",
+                30,
+                f"{name} bound by the PV controller",
+                interval=0.5,
+            )
+
+        def waiting_for_its_volumes() -> list[str]:
+            # Other GangWaiting notes may come first (a member being tried by another worker).
+            notes = events_of(api_client, namespace, "rank-1", "GangWaiting")
+            return [note for note in notes if "waits for the volumes of its pods" in note]
+
+        wait_until(waiting_for_its_volumes, 15, "rank-1's GangWaiting for the volumes")
+        provision("rank-0")
+        # rank-0's volume is there, rank-1's is not: the gang waits whole. A claim's change
+        # wakes the gang at once, so 3 s hold many attempts in which rank-0 alone would pass.
+        time.sleep(3)
+        assert (node_of(core, namespace, "rank-0"), node_of(core, namespace, "rank-1")) == (None, None)
+
+        provision("rank-1")
+        assert wait_until(
+            lambda: all(node_of(core, namespace, pod) for pod in members), 30, "both members bound", interval=0.5
+        )
+        assert {pod: node_of(core, namespace, pod) for pod in members} == {"rank-0": "node3", "rank-1": "node2"}
+    finally:
+        for volume in volumes:
+            core.delete_persistent_volume(volume)
+        storage.delete_storage_class(cls)
+
+
+def events_of(api_client, namespace: str, pod: str, reason: str) -> list[str]:
+    """The notes of the pod's Events of `reason`. Read raw: the client's model refuses the
+    Events the PV controller writes about the claim, which have no eventTime."""
     listed = json.loads(client.EventsV1Api(api_client).list_namespaced_event(namespace, _preload_content=False).data)
-    return [
-        e.get("note")
-        for e in listed["items"]
-        if e["regarding"].get("name") == pod and (e.get("reason"), e.get("type")) == ("WaitingForVolumes", "Normal")
-    ]
+    return [e.get("note") for e in listed["items"] if e["regarding"].get("name") == pod and e.get("reason") == reason]
+
+
+def waiting_for_volumes(api_client, namespace: str, pod: str) -> list[str]:
+    """The notes of the pod's WaitingForVolumes Events (Normal)."""
+    return events_of(api_client, namespace, pod, "WaitingForVolumes")

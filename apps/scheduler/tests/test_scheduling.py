@@ -37,8 +37,8 @@ BIND = "<from the bind>"
 
 def pod(name, map_text, injected=BIND, uid=None, annotated=None):
     """A pending pod as admission leaves it: by default its container reads the bind's devices;
-    `injected` a literal CUDA_VISIBLE_DEVICES (admission.mode webhook, and then, unless
-    `annotated` says otherwise, in the placement annotation too), None no entry at all."""
+    `injected` a literal CUDA_VISIBLE_DEVICES (the user's, or an earlier version's webhook's, and
+    then, unless `annotated` says otherwise, in the placement annotation too), None no entry at all."""
     annotations = {"gpu-scheduling-map": map_text}
     recorded = injected if annotated is None and injected is not BIND else annotated
     if recorded:

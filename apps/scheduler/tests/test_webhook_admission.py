@@ -83,6 +83,13 @@ def workload(kind, spec=None, annotations=None, scheduler=SCHEDULER, name="train
     }
 
 
+def created_on(node_name, obj):
+    """`obj` created with spec.nodeName: no Binding will give it its devices, so the
+    webhook reads its map (and refuses what the scheduler would have refused)."""
+    obj["spec"]["nodeName"] = node_name
+    return obj
+
+
 def patch_of(decision):
     return json.loads(base64.b64decode(decision.review["response"]["patch"]))
 
@@ -194,7 +201,7 @@ def test_mistyped_pod_fields_are_bad_requests_naming_the_field(mangle, where):
 
 @pytest.mark.pipeline_sample
 def test_patched_decision_reports_index_node_and_devices_for_the_log():
-    decision = mutate(review(pod(2)), SCHEDULER)
+    decision = mutate(review(created_on("node3", pod(2))), SCHEDULER)
     assert decision.result == PATCHED
     assert decision.fields == {
         "pod": "ml/train-2",
@@ -318,7 +325,7 @@ def test_a_node_that_cannot_be_read_gets_a_warning_not_a_failed_admission():
 def test_a_device_the_lines_node_does_not_have_is_refused_listing_its_gpus():
     # Issue 19, point 3: checked at admission where the node publishes its GPUs.
     nodes = Nodes({"node3": "node3"}, inventories={"node3": ONE_A100})
-    decision = mutate(pinned(None, "node3"), SCHEDULER, nodes)
+    decision = mutate(pinned("node3", "node3"), SCHEDULER, nodes)
     assert decision.result == DENIED
     assert decision.review["response"]["status"]["message"] == (
         "pod ml/train-2: line 1 of its gpu-scheduling-map names GPU 1, 2 on node node3, which has no such GPU "
@@ -327,8 +334,8 @@ def test_a_device_the_lines_node_does_not_have_is_refused_listing_its_gpus():
 
 
 def test_devices_are_not_checked_where_the_node_publishes_no_inventory_or_cannot_be_read():
-    assert mutate(pinned(None, "node3"), SCHEDULER, Nodes({"node3": "node3"})).result == PATCHED
-    assert mutate(pinned(None, "node3"), SCHEDULER, Nodes({}, error="no answer")).result == PATCHED
+    assert mutate(pinned("node3", "node3"), SCHEDULER, Nodes({"node3": "node3"})).result == PATCHED
+    assert mutate(pinned("node3", "node3"), SCHEDULER, Nodes({}, error="no answer")).result == PATCHED
 
 
 def test_a_line_node_too_long_for_an_alias_is_refused_without_reading_the_node():
@@ -449,7 +456,7 @@ def test_only_pods_of_our_scheduler_count_as_examined_for_the_log():
     assert mutate(review(pod(2, scheduler="default-scheduler")), SCHEDULER).examined is False
     assert mutate(review(pod(2), operation="UPDATE"), SCHEDULER).examined is False
     assert mutate(review(pod(2)), SCHEDULER).examined is True
-    assert mutate(review(pod(9)), SCHEDULER).examined is True  # denied: no line 9
+    assert mutate(review(created_on("node3", pod(9))), SCHEDULER).examined is True  # denied: no line 9
 
 
 def test_scheduler_name_is_configurable():
@@ -458,7 +465,7 @@ def test_scheduler_name_is_configurable():
 
 
 def test_denial_names_the_pod_with_the_request_namespace_and_every_bad_line():
-    broken = pod(1, annotations={"gpu-scheduling-map": "0=node1:0\n1=node2:a\n2=:1\n"})
+    broken = created_on("node2", pod(1, annotations={"gpu-scheduling-map": "0=node1:0\n1=node2:a\n2=:1\n"}))
     decision = mutate(review(broken, namespace="team-a"), SCHEDULER)
     assert decision.result == DENIED
     status = decision.review["response"]["status"]
@@ -470,13 +477,13 @@ def test_denial_names_the_pod_with_the_request_namespace_and_every_bad_line():
 
 def test_denial_message_stays_short_for_an_enormous_map():
     huge = "\n".join(f"{i}=node{i}:{'x' * 200}" for i in range(5000))
-    decision = mutate(review(pod(1, annotations={"gpu-scheduling-map": huge})), SCHEDULER)
+    decision = mutate(review(created_on("node1", pod(1, annotations={"gpu-scheduling-map": huge}))), SCHEDULER)
     assert decision.result == DENIED
     assert len(decision.review["response"]["status"]["message"]) <= MAX_MESSAGE
 
 
 def test_pod_without_name_or_index_is_denied_naming_its_generate_name():
-    bare = pod(0)
+    bare = created_on("node1", pod(0))
     bare["metadata"] = {
         "generateName": "worker-",
         "annotations": {"gpu-scheduling-map": MAP},
@@ -652,29 +659,3 @@ def test_decisions_do_not_modify_the_review():
     mutate(original, SCHEDULER)
     validate(original, SCHEDULER)
     assert original == kept
-
-
-def test_a_pod_whose_annotations_would_overflow_with_ours_is_denied_naming_the_map():
-    from gpu_scheduler.webhook.admission import TOTAL_ANNOTATION_BYTES, mutate
-
-    filler = "# " + "x" * (TOTAL_ANNOTATION_BYTES - 60) + "\n"  # the map alone fits
-    pod = {
-        "metadata": {"name": "big-0", "annotations": {"gpu-scheduling-map": filler + "0=node1:0\n"}},
-        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "c", "image": "i"}]},
-    }
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "ml",
-            "object": pod,
-        },
-    }
-    response = mutate(review, "gpu-scheduler").review["response"]
-    assert response["allowed"] is False
-    message = response["status"]["message"]
-    assert "gpu-scheduling-map" in message and "gpu-scheduler/placement" in message
-    assert str(TOTAL_ANNOTATION_BYTES) in message

@@ -1,5 +1,5 @@
-"""`gpu-scheduler webhook --devices-from bind` (the chart's admission.mode bind on 1.35, and
-on every version for pods created on a node and `kubectl debug`).
+"""`gpu-scheduler webhook` (on 1.35 for every pod of ours lacking the bind entry, and on every
+version for pods created on a node and `kubectl debug`).
 
 Every container gets the env entry that reads the devices annotation the scheduler's Binding
 writes, so what the scheduler's fail-closed check reads (placement.container_devices) is
@@ -18,7 +18,7 @@ from gpu_scheduler.placement import (
     bind_env_entry,
     container_devices,
 )
-from gpu_scheduler.webhook.admission import ALLOWED, BIND, DENIED, PATCHED, TOTAL_ANNOTATION_BYTES, mutate
+from gpu_scheduler.webhook.admission import ALLOWED, DENIED, PATCHED, TOTAL_ANNOTATION_BYTES, mutate
 from gpu_scheduler.webhook.patch import bind_patch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -34,7 +34,7 @@ STORED_BIND_ENTRY = {
 
 
 def bind_mutate(body, **kwargs):
-    return mutate(body, SCHEDULER, devices_from=BIND, **kwargs)
+    return mutate(body, SCHEDULER, **kwargs)
 
 
 def applied(body, decision):

@@ -1,7 +1,6 @@
 """Golden AdmissionReviews: testdata/admission/<case>.input.json -> <case>.output.json.
 
-Case names start with the operation (mutate-..., validate-...); mutate-bind-...
-cases run as `--devices-from bind` (admission.mode bind) does. In the output
+Case names start with the operation (mutate-..., validate-...). In the output
 files the response's base64 `patch` is stored decoded, as the JSON Patch it
 carries, so a reviewer can read it. Regenerate after an intended change with
 UPDATE_GOLDEN=1 and review the diff.
@@ -21,14 +20,10 @@ TESTDATA = Path(__file__).parent / "testdata" / "admission"
 CASES = sorted(TESTDATA.glob("*.input.json"))
 
 
-def devices_from(case: Path) -> str:
-    return admission.BIND if case.name.startswith("mutate-bind-") else admission.LITERAL
-
-
 def decide(case: Path, review: dict) -> admission.Answer:
     operation = case.name.split("-", 1)[0]
     if operation == "mutate":
-        return admission.mutate(review, SCHEDULER, devices_from=devices_from(case))
+        return admission.mutate(review, SCHEDULER)
     return admission.validate(review, SCHEDULER)
 
 
@@ -36,7 +31,6 @@ def test_there_are_golden_cases_for_both_operations():
     names = [case.name for case in CASES]
     assert sum(name.startswith("mutate-") for name in names) >= 5
     assert sum(name.startswith("validate-") for name in names) >= 5
-    assert sum(name.startswith("mutate-bind-") for name in names) >= 5
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name.removesuffix(".input.json"))

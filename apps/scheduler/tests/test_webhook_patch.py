@@ -1,15 +1,15 @@
-"""The JSON Patch that injects CUDA_VISIBLE_DEVICES, applied for real with `jsonpatch`."""
+"""The JSON Patch that gives containers the CUDA_VISIBLE_DEVICES entry reading the bind's
+devices (and a pod created on a node its annotations), applied for real with `jsonpatch`."""
 
 import copy
 import json
 
 import jsonpatch
-from gpu_scheduler.placement import MapEntry, container_devices
+from gpu_scheduler.placement import DEVICES_ANNOTATION, MapEntry, bind_annotations, bind_env_entry
 from gpu_scheduler.webhook.patch import (
+    bind_patch,
     env_with,
     new_ephemeral_containers_patch,
-    placement_annotation,
-    placement_patch,
     pointer_token,
 )
 from hypothesis import given
@@ -17,7 +17,10 @@ from hypothesis import strategies as st
 
 ENTRY = MapEntry(index=2, node="node3", devices=("0", "1", "2"), line=3)
 PLACEMENT = '{"index":2,"node":"node3","cudaVisibleDevices":"0,1,2"}'
+# What a pod created on node3 gets from the webhook (no Binding will annotate it).
+ANNOTATIONS = {DEVICES_ANNOTATION: "0,1,2", "gpu-scheduler/placement": PLACEMENT}
 CUDA = "CUDA_VISIBLE_DEVICES"
+BIND = bind_env_entry()
 # The map's ordinals are nvidia-smi's, which CUDA follows only in PCI bus order.
 ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
 
@@ -48,22 +51,9 @@ def apply(pod, operations):
 
 def test_containers_without_env_get_a_new_env_list():
     pod = statefulset_pod([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
+    patched = apply(pod, bind_patch(pod))
     for container in patched["spec"]["containers"]:
-        assert container["env"] == [{"name": CUDA, "value": "0,1,2"}, ORDER]
-
-
-def test_init_containers_get_the_devices_too():
-    pod = statefulset_pod(
-        [{"name": "main"}],
-        init_containers=[{"name": "prepare", "env": [{"name": "X", "value": "1"}]}],
-    )
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["spec"]["initContainers"][0]["env"] == [
-        {"name": "X", "value": "1"},
-        {"name": CUDA, "value": "0,1,2"},
-        ORDER,
-    ]
+        assert container["env"] == [BIND, ORDER]
 
 
 def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first_position():
@@ -78,10 +68,10 @@ def test_existing_value_from_and_duplicates_collapse_into_one_entry_at_the_first
         {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
     ]
     pod = statefulset_pod([{"name": "main", "env": env}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
+    patched = apply(pod, bind_patch(pod))
     assert patched["spec"]["containers"][0]["env"] == [
         {"name": "A", "value": "1"},
-        {"name": CUDA, "value": "0,1,2"},
+        BIND,
         ORDER,
         {"name": "B", "value": "2"},
         {"name": "C", "value": "$(CUDA_VISIBLE_DEVICES)"},
@@ -94,47 +84,40 @@ def test_a_container_that_sets_cuda_device_order_keeps_its_own():
     pod = statefulset_pod(
         [{"name": "a", "env": [own]}, {"name": "b", "env": [from_config, {"name": CUDA, "value": "7"}]}]
     )
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["spec"]["containers"][0]["env"] == [own, {"name": CUDA, "value": "0,1,2"}]
-    assert patched["spec"]["containers"][1]["env"] == [from_config, {"name": CUDA, "value": "0,1,2"}]
+    patched = apply(pod, bind_patch(pod))
+    assert patched["spec"]["containers"][0]["env"] == [own, BIND]
+    assert patched["spec"]["containers"][1]["env"] == [from_config, BIND]
 
 
 def test_cuda_device_order_follows_the_devices_and_is_not_added_twice():
     pod = statefulset_pod([{"name": "a", "env": [{"name": CUDA, "value": "7"}, {"name": "Z", "value": "1"}]}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["spec"]["containers"][0]["env"] == [
-        {"name": CUDA, "value": "0,1,2"},
-        ORDER,
-        {"name": "Z", "value": "1"},
-    ]
-    assert placement_patch(patched, ENTRY) == []
+    patched = apply(pod, bind_patch(pod))
+    assert patched["spec"]["containers"][0]["env"] == [BIND, ORDER, {"name": "Z", "value": "1"}]
+    assert bind_patch(patched) == []
 
 
-def test_placement_annotation_is_added_next_to_the_existing_ones():
+def test_the_annotations_of_a_pod_created_on_a_node_are_added_next_to_the_existing_ones():
     pod = statefulset_pod([{"name": "main"}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["metadata"]["annotations"] == {
-        "gpu-scheduling-map": "2=node3:0,1,2\n",
-        "gpu-scheduler/placement": PLACEMENT,
-    }
+    patched = apply(pod, bind_patch(pod, bind_annotations(ENTRY)))
+    assert patched["metadata"]["annotations"] == {"gpu-scheduling-map": "2=node3:0,1,2\n", **ANNOTATIONS}
     assert json.loads(PLACEMENT) == {
         "index": 2,
         "node": "node3",
         "cudaVisibleDevices": "0,1,2",
     }
-    assert placement_annotation(ENTRY) == PLACEMENT
+    assert bind_annotations(ENTRY) == ANNOTATIONS
 
 
 def test_pod_without_annotations_gets_the_annotations_object():
     pod = statefulset_pod([{"name": "main"}])
     del pod["metadata"]["annotations"]
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert patched["metadata"]["annotations"] == {"gpu-scheduler/placement": PLACEMENT}
+    patched = apply(pod, bind_patch(pod, ANNOTATIONS))
+    assert patched["metadata"]["annotations"] == ANNOTATIONS
 
 
 def test_stale_placement_annotation_is_replaced():
     pod = statefulset_pod([{"name": "main"}], annotations={"gpu-scheduler/placement": '{"index":0}'})
-    patched = apply(pod, placement_patch(pod, ENTRY))
+    patched = apply(pod, bind_patch(pod, ANNOTATIONS))
     assert patched["metadata"]["annotations"]["gpu-scheduler/placement"] == PLACEMENT
 
 
@@ -149,35 +132,35 @@ def test_applying_the_patch_twice_changes_nothing_more():
         ],
         init_containers=[{"name": "init"}],
     )
-    operations = placement_patch(pod, ENTRY)
+    operations = bind_patch(pod, ANNOTATIONS)
     once = apply(pod, operations)
     assert apply(once, operations) == once
 
 
-def test_a_pod_that_already_has_its_placement_gets_no_operations():
+def test_a_pod_that_already_has_its_entries_and_annotations_gets_no_operations():
     pod = statefulset_pod([{"name": "main"}], init_containers=[{"name": "init"}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    assert placement_patch(patched, ENTRY) == []
+    patched = apply(pod, bind_patch(pod, ANNOTATIONS))
+    assert bind_patch(patched, ANNOTATIONS) == []
 
 
 def test_only_what_differs_is_patched():
     pod = statefulset_pod(
         [
-            {"name": "right", "env": [{"name": CUDA, "value": "0,1,2"}, ORDER]},
+            {"name": "right", "env": [BIND, ORDER]},
             {"name": "wrong", "env": []},
         ],
-        annotations={"gpu-scheduler/placement": PLACEMENT},
+        annotations=ANNOTATIONS,
     )
-    assert placement_patch(pod, ENTRY) == [
+    assert bind_patch(pod, ANNOTATIONS) == [
         {
             "op": "add",
             "path": "/spec/containers/1/env",
-            "value": [{"name": CUDA, "value": "0,1,2"}, ORDER],
+            "value": [BIND, ORDER],
         }
     ]
 
 
-def test_only_ephemeral_containers_new_in_the_request_are_patched():
+def test_only_ephemeral_containers_new_in_the_request_are_patched_with_a_literal_to_copy():
     old = statefulset_pod([{"name": "main"}])
     old["spec"]["ephemeralContainers"] = [{"name": "debugger-1", "image": "busybox"}]
     pod = copy.deepcopy(old)
@@ -221,15 +204,3 @@ def test_env_with_keeps_every_other_entry_in_order_and_exactly_one_cuda_entry(en
     assert [item for item in result if item["name"] != CUDA] == [item for item in env if item["name"] != CUDA]
     assert [item for item in result if item["name"] == CUDA] == [{"name": CUDA, "value": devices}]
     assert env_with(result, CUDA, devices) == result
-
-
-@given(st.lists(st.lists(ENV_ITEM, max_size=4), min_size=1, max_size=3), st.lists(ENV_ITEM, max_size=4))
-def test_the_scheduler_reads_back_exactly_the_devices_the_patch_gives_every_container(envs, init_env):
-    # What a live pod holds is read from its containers (placement.container_devices), so the
-    # reader must see what the writer wrote, whatever env the pod came with.
-    containers = [{"name": f"c{i}", "env": env} for i, env in enumerate(envs)]
-    pod = statefulset_pod(containers, init_containers=[{"name": "init", "env": init_env}])
-    patched = apply(pod, placement_patch(pod, ENTRY))
-    given_devices = container_devices(patched)
-    assert given_devices.agreed == "0,1,2" and not given_devices.disagree
-    assert given_devices.devices() == ("0", "1", "2")

@@ -98,7 +98,7 @@ def decision_count(server, operation, result):
 # -- admission over TLS ----------------------------------------------------
 
 
-def test_mutate_answers_with_the_placement_patch(server):
+def test_mutate_answers_with_the_bind_entries_patch(server):
     response = post(server, "/mutate", golden("mutate-statefulset-pod"))
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "application/json"
@@ -110,7 +110,10 @@ def test_mutate_answers_with_the_placement_patch(server):
         "op": "add",
         "path": "/spec/containers/1/env",
         "value": [
-            {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2"},
+            {
+                "name": "CUDA_VISIBLE_DEVICES",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['gpu-scheduler/cuda-visible-devices']"}},
+            },
             {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
         ],
     } in operations
@@ -128,7 +131,7 @@ def test_validate_denies_an_invalid_map_with_its_line(server):
 
 
 def test_a_map_index_too_long_for_int_is_denied_naming_the_line_not_a_500(server):
-    review = golden("mutate-statefulset-pod")
+    review = golden("mutate-created-on-its-node")  # the webhook reads the map of such a pod only
     review["request"]["object"]["metadata"]["annotations"]["gpu-scheduling-map"] = "0=node1:0\n" + "7" * 5000 + "=n:0\n"
     response = post(server, "/mutate", review)
     assert response.status_code == 200, response.text[:500]
@@ -140,11 +143,12 @@ def test_a_map_index_too_long_for_int_is_denied_naming_the_line_not_a_500(server
 def test_each_decision_is_logged_on_one_line(server):
     # A pod of another scheduler passes unexamined: not worth an info line.
     assert post(server, "/mutate", golden("mutate-other-scheduler")).status_code == 200
-    assert post(server, "/mutate", golden("mutate-statefulset-pod")).status_code == 200
+    assert post(server, "/mutate", golden("mutate-created-on-its-node")).status_code == 200
     deadline = time.monotonic() + 15
-    while "mutate patched" not in server.log() and time.monotonic() < deadline:
+    # Other tests' pods were patched before, by the same server: wait for this one's line.
+    while "node=node3" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
-    lines = [line for line in server.log().splitlines() if "mutate patched" in line]
+    lines = [line for line in server.log().splitlines() if "mutate patched" in line and "node=node3" in line]
     assert lines, server.log()
     assert re.search(
         r" INFO +gpu_scheduler.webhook.app: mutate patched operation=mutate result=patched "

@@ -32,16 +32,21 @@ def workload(containers, init_containers=(), scheduler=SCHEDULER, annotations=No
     return {"metadata": {"name": "train", "namespace": "ml"}, "spec": {"replicas": 1, "template": template}}
 
 
-def admitted(obj, kind=STATEFULSET, operation="CREATE"):
+def admitted(obj, kind=STATEFULSET, operation="CREATE", old=None):
     body = review(obj, kind=kind, operation=operation)
+    if operation == "UPDATE":
+        # By default an update that changes the template: from one without the container "side".
+        if old is None:
+            old = copy.deepcopy(obj)
+            old["spec"]["template"]["spec"]["containers"] = obj["spec"]["template"]["spec"]["containers"][:1]
+        body["request"]["oldObject"] = old
     decision = mutate_workload(body, SCHEDULER)
     if decision.result != PATCHED:
         return decision, obj
     return decision, jsonpatch.JsonPatch(patch_of(decision)).apply(obj)
 
 
-@pytest.mark.parametrize("kind", [STATEFULSET, JOB])
-@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+@pytest.mark.parametrize(("kind", "operation"), [(STATEFULSET, "CREATE"), (STATEFULSET, "UPDATE"), (JOB, "CREATE")])
 def test_every_container_of_the_template_gets_the_bind_entry(kind, operation):
     obj = workload(
         [{"name": "main", "env": [{"name": "A", "value": "1"}, {"name": CUDA, "value": "7"}]}, {"name": "side"}],
@@ -72,13 +77,33 @@ def test_a_template_that_has_the_entries_gets_no_patch():
     assert placed == obj
 
 
+def test_an_update_that_leaves_the_template_alone_changes_nothing():
+    """Seen on kube-apiserver 1.37: adding the entries at a label's update of a StatefulSet
+    of before the install started a rollout (a new generation)."""
+    obj = workload([{"name": "main"}])
+    decision, placed = admitted(obj, operation="UPDATE", old=copy.deepcopy(obj))
+    assert decision.result == ALLOWED and placed == obj
+    assert "patch" not in decision.review["response"]
+
+
+def test_a_jobs_update_is_left_alone():
+    """Seen on kube-apiserver 1.37: a Job's template is immutable, so adding the entries at
+    an update (a label) made the API server refuse the update."""
+    obj = workload([{"name": "main"}])
+    old = copy.deepcopy(obj)
+    old["spec"]["template"]["spec"]["containers"][0]["image"] = "other"
+    decision, placed = admitted(obj, kind=JOB, operation="UPDATE", old=old)
+    assert decision.result == ALLOWED and placed == obj
+
+
 def test_a_literal_value_merged_into_the_entry_by_a_server_side_apply_is_replaced():
     """Seen on kube-apiserver 1.37: re-applying a template whose entry had a literal value
     merges that value into the stored entry admission wrote, and an entry with both a value
     and a valueFrom is invalid: the entry must be written again."""
     merged = {**bind_env_entry(), "value": "3"}
     obj = workload([{"name": "main", "env": [merged, ORDER]}])
-    decision, placed = admitted(obj, operation="UPDATE")
+    stored = workload([{"name": "main", "env": [bind_env_entry(), ORDER]}])
+    decision, placed = admitted(obj, operation="UPDATE", old=stored)
     assert decision.result == PATCHED
     assert placed["spec"]["template"]["spec"]["containers"][0]["env"] == [bind_env_entry(), ORDER]
 

@@ -155,14 +155,27 @@ podAntiAffinity:
 {{- end -}}
 {{- end -}}
 
-{{/* The pod-level settings every pod of the chart shares. */}}
+{{/*
+The pod-level settings every pod of the chart shares, for one component
+(.root, .values: the component's values, e.g. .Values.scheduler): its
+securityContext is the chart's podSecurityContext with the component's own
+podSecurityContext merged over it.
+*/}}
 {{- define "gpu-scheduler.podCommon" -}}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
+  {{- include "gpu-scheduler.mergedContext" (list .root.Values.podSecurityContext .values.podSecurityContext) | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+{{/* A container's securityContext: the chart's, with the component's (.values.securityContext) merged over it. */}}
+{{- define "gpu-scheduler.containerSecurityContext" -}}
+{{- include "gpu-scheduler.mergedContext" (list .root.Values.securityContext .values.securityContext) -}}
+{{- end -}}
+{{/* (list base override) as YAML: override's keys replace base's, at every depth; neither is changed. */}}
+{{- define "gpu-scheduler.mergedContext" -}}
+{{- toYaml (mergeOverwrite (deepCopy (index . 0)) (deepCopy (index . 1 | default dict))) -}}
 {{- end -}}
 
 {{/* Python on a read-only root filesystem still needs somewhere to write: /tmp. */}}
@@ -325,7 +338,7 @@ template:
     serviceAccountName: {{ .serviceAccount }}
     # The ServiceAccount leaves the token out; these pods need it.
     automountServiceAccountToken: true
-    {{- include "gpu-scheduler.podCommon" $root | nindent 4 }}
+    {{- include "gpu-scheduler.podCommon" (dict "root" $root "values" $root.Values.certs.job) | nindent 4 }}
     {{- /* Where the hook Jobs and the renewal run: an all-tainted cluster otherwise never runs them, and the install waits for ever. */}}
     {{- with $root.Values.certs.job.priorityClassName }}
     priorityClassName: {{ . }}
@@ -360,7 +373,7 @@ template:
         resources:
           {{- toYaml $root.Values.certs.job.resources | nindent 10 }}
         securityContext:
-          {{- toYaml $root.Values.securityContext | nindent 10 }}
+          {{- include "gpu-scheduler.containerSecurityContext" (dict "root" $root "values" $root.Values.certs.job) | nindent 10 }}
         volumeMounts:
           {{- include "gpu-scheduler.tmpVolumeMount" $root | nindent 10 }}
     volumes:
@@ -368,35 +381,37 @@ template:
 {{- end -}}
 
 {{/*
-How a new pod of ours gets its devices (values: admission.mode):
-"bind" (the default, "" too): the scheduler writes them in the Binding and
-  every container reads them through a fieldRef; pods that arrive without
-  that entry get it from a MutatingAdmissionPolicy where the API server
-  serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
-  (Kubernetes 1.36+), else from the webhook (gpu-scheduler.bindByPolicy).
-"webhook", "policy": the legacy modes, which write the map line's devices
-  into every pod at CREATE. A mode the cluster cannot serve fails the
-  render, saying why.
+A new pod of ours gets its devices from the bind: the scheduler writes them in
+the Binding and every container reads them through a fieldRef; pods that
+arrive without that entry get it from a MutatingAdmissionPolicy where the API
+server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+(Kubernetes 1.36+), else from the webhook (gpu-scheduler.bindByPolicy).
+admission.mode webhook and policy, which wrote the map line's devices into
+every pod at CREATE, were removed: a values file that still asks for one fails
+the render rather than silently getting bind mode. ("bind" and "" are still
+accepted, and admission.policyMaxLines is ignored, so that values files and
+`--reuse-values` of earlier versions render.)
 */}}
-{{- define "gpu-scheduler.admissionMode" -}}
-{{- $served := include "gpu-scheduler.mutatingPolicyServed" . -}}
-{{- $mode := .Values.admission.mode | default "bind" -}}
-{{- if and (eq $mode "policy") (not $served) -}}
-{{- fail (printf "admission.mode=policy needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), which this API server (%s) does not serve: leave admission.mode at bind (the default) or set webhook (helm template: --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy)" .Capabilities.KubeVersion.Version) -}}
+{{- define "gpu-scheduler.refuseRemovedAdmissionModes" -}}
+{{- $mode := (.Values.admission).mode | default "bind" -}}
+{{- $only := "bind is the only admission mode (the scheduler writes a pod's devices in its Binding; containers read them through a fieldRef). Remove admission.mode (and admission.policyMaxLines) from your values" -}}
+{{- if has $mode (list "webhook" "policy") -}}
+{{- fail (printf "admission.mode=%s was removed: %s; CHANGELOG.md says what else changes" $mode $only) -}}
+{{- else if ne $mode "bind" -}}
+{{- fail (printf "admission.mode=%s is no admission mode: %s" $mode $only) -}}
 {{- end -}}
-{{- $mode -}}
 {{- end -}}
 {{/* "true" where the API server serves MutatingAdmissionPolicy v1, else "". */}}
 {{- define "gpu-scheduler.mutatingPolicyServed" -}}
 {{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
 {{- end -}}
-{{/* "true" in bind mode on 1.36+: the MutatingAdmissionPolicy, not the webhook, gives a pod the entry it lacks. */}}
+{{/* "true" on 1.36+: the MutatingAdmissionPolicy, not the webhook, gives a pod the entry it lacks. */}}
 {{- define "gpu-scheduler.bindByPolicy" -}}
-{{- if and (eq (include "gpu-scheduler.admissionMode" .) "bind") (include "gpu-scheduler.mutatingPolicyServed" .) -}}true{{- end -}}
+{{- if include "gpu-scheduler.mutatingPolicyServed" . -}}true{{- end -}}
 {{- end -}}
 
 {{/*
-CEL, bind mode: the env entry whose value is the bind's devices annotation
+CEL: the env entry whose value is the bind's devices annotation
 (placement/environment.py: bind_env_entry, reads_bind_annotation), and
 whether container c's CUDA_VISIBLE_DEVICES reads it (every entry of that
 name does, and there is one: with the name twice the kubelet takes the last).
@@ -412,6 +427,29 @@ policy wrote, and only replacing the entry again keeps the object valid.
 {{- define "gpu-scheduler.cel.lacksBindEntry" -}}
 ({{ .path }}.spec.?initContainers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}) ||
 {{ .path }}.spec.?containers.orValue([]).exists(c, !{{ include "gpu-scheduler.cel.readsBind" . }}))
+{{- end -}}
+{{/*
+The matchConditions of the workload mutation (the policy on 1.36+, the webhook
+on 1.35): a template of ours with a map that lacks the bind entry, and on
+UPDATE only when the template itself changed. An UPDATE that leaves it alone
+(a label, a finalizer, a StatefulSet of before the install) would otherwise
+change the template: a rollout nobody asked for. A server-side re-apply of a
+manifest without the entries takes them out and so changes the template: they
+are put back, and the object is as it was.
+*/}}
+{{- define "gpu-scheduler.cel.workloadEntryConditions" -}}
+- name: scheduled-by-us
+  expression: >-
+    {{ include "gpu-scheduler.celScheduledByUs" (dict "path" "object.spec.template" "schedulerName" .Values.schedulerName) }}
+- name: has-map
+  expression: >-
+    {{ include "gpu-scheduler.celHasMap" "object.spec.template" }}
+- name: lacks-bind-entry
+  expression: >-
+    {{- include "gpu-scheduler.cel.lacksBindEntry" (dict "path" "object.spec.template") | nindent 4 }}
+- name: template-changed-on-update
+  expression: >-
+    request.operation != 'UPDATE' || object.spec.template != oldObject.spec.template
 {{- end -}}
 {{- define "gpu-scheduler.mutatingPolicyVersion" -}}v1{{- end -}}
 

@@ -6,7 +6,8 @@ A container gets the variable one of two ways:
   from the pod's DEVICES_ANNOTATION, which the scheduler writes in the same Binding that
   gives the pod its node. The kubelet reads it at every container start; until the bind
   the key is absent and the value would be empty, so CUDA would see no GPU (fails closed).
-- a literal value, written at creation (admission.mode webhook or policy) or by the user.
+- a literal value the user wrote (or an admission webhook of an earlier version, which
+  wrote the map line's devices at creation).
 
 A container with neither sees every GPU the runtime gives it, so the scheduler binds no
 pod with a map while one of its containers lacks the entry (scheduling.decide). The

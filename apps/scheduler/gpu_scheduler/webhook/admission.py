@@ -1,12 +1,11 @@
 """AdmissionReview in, AdmissionReview out: the webhook's decisions, as pure functions.
 
-`mutate` gives a pod of our scheduler the placement its map names: the
-CUDA_VISIBLE_DEVICES env in every container and the placement annotation; it
-refuses a pod created on a node (spec.nodeName) other than its map line's
-(reading that node's alias label when it may read nodes). With devices_from
-BIND (admission.mode bind) the env entry reads the devices annotation the
-scheduler's Binding writes, and the map is read only for a pod created on a
-node, which no Binding annotates: the webhook writes its annotations instead.
+`mutate` gives every container of a new pod of our scheduler that lacks it
+the CUDA_VISIBLE_DEVICES entry that reads the devices annotation the
+scheduler's Binding writes. The map is read only for a pod created on a node
+(spec.nodeName), which no Binding annotates: the webhook writes its
+annotations instead, and refuses it when that node is not its map line's
+(reading the node's alias label when it may read nodes).
 `validate` rejects a workload whose map does not parse, so the mistake shows
 at `kubectl apply` instead of as pods that never start.
 
@@ -27,7 +26,6 @@ from ..placement import (
     CUDA_ENV,
     DEVICES_ANNOTATION,
     MAP_ANNOTATION,
-    PLACEMENT_ANNOTATION,
     InvalidMapError,
     MapEntry,
     PlacementError,
@@ -44,24 +42,19 @@ from .patch import (
     CONTAINER_LISTS,
     bind_patch,
     new_ephemeral_containers_patch,
-    placement_annotation,
-    placement_patch,
 )
 
 # Kubernetes' limit on the annotations of one object together (keys + values).
 TOTAL_ANNOTATION_BYTES = 256 * 1024
 
 
-def annotation_overflow(pod: Mapping, entry: MapEntry, added: Mapping[str, str] | None = None) -> str | None:
-    """Why the annotations this webhook adds (`added`; by default the placement
-    annotation) cannot be added, or None when they fit.
+def annotation_overflow(pod: Mapping, added: Mapping[str, str]) -> str | None:
+    """Why the annotations this webhook adds (`added`) cannot be added, or None when they fit.
 
     Without this check the API server would refuse the patched pod with
     "metadata.annotations: Too long", which does not say that our annotation
     pushed it over nor what to shorten.
     """
-    if added is None:
-        added = {PLACEMENT_ANNOTATION: placement_annotation(entry)}
     annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
     annotations.update(added)
     total = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
@@ -84,13 +77,6 @@ DENIED_CODE = 422
 MAX_MESSAGE = 4000
 
 ALLOWED, PATCHED, DENIED = "allowed", "patched", "denied"
-
-# Where the CUDA_VISIBLE_DEVICES entries this webhook writes take their value from
-# (`gpu-scheduler webhook --devices-from`): the map line's devices as a literal
-# (admission.mode webhook), or the annotation the scheduler's Binding writes
-# (admission.mode bind).
-LITERAL, BIND = "literal", "bind"
-DEVICES_FROM = (LITERAL, BIND)
 
 
 class BadRequest(ValueError):
@@ -225,20 +211,20 @@ def _map_errors(err: InvalidMapError) -> str:
 # -- /mutate ---------------------------------------------------------------
 
 
-def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None, devices_from: str = LITERAL) -> Answer:
-    """Give a new pod of `scheduler_name` its placement, or deny it with the reason;
-    give a debug container added to a running pod of ours the devices of its pod.
+def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None) -> Answer:
+    """Give a new pod of `scheduler_name` the entry that reads the bind's devices, or deny
+    a pod created on a node with the reason; give a debug container added to a running
+    pod of ours the devices of its pod.
 
-    `nodes` reads a node's alias label; without it a pod created on a node
-    that may be its map line's alias is allowed with a warning. `devices_from`
-    BIND: every container gets the entry that reads the bind's annotation, and
-    only a pod created on a node is judged by its map (see the module's doc)."""
+    Only a pod created on a node is judged by its map (see the module's doc). `nodes`
+    reads a node's alias label; without it such a pod, on a node that may be its map
+    line's alias, is allowed with a warning."""
     request = read_review(review)
     if _request_kind(request) != ("", "Pod"):
         raise BadRequest(f"/mutate handles Pods, got {_request_kind(request)[1][:60]!r}; fix the webhook's rules")
     operation, subresource = request.get("operation"), request.get("subResource") or ""
     if operation == "UPDATE" and subresource == "ephemeralcontainers":
-        return _debug_containers(request, scheduler_name, devices_from)
+        return _debug_containers(request, scheduler_name)
     if operation != "CREATE":
         # Any other update leaves a running pod alone.
         return _pass(request, {"operation": operation})
@@ -250,7 +236,7 @@ def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None,
         return _pass(request, fields)
     _check_pod_spec(pod.get("spec") or {}, "request.object.spec")
     node_name = _string((pod.get("spec") or {}).get("nodeName"), "request.object.spec.nodeName")
-    if devices_from == BIND and not node_name:
+    if not node_name:
         return _bind_entries(request, pod, fields)
     try:
         entry = placement_for(pod, namespace)
@@ -276,21 +262,16 @@ def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None,
     missing = _devices_not_on_node(fields["pod"], entry, nodes)
     if missing:
         return _deny(request, missing, fields)
-    if devices_from == BIND:
-        # Created on a node: no Binding will write its devices, so they are written here.
-        annotations = bind_annotations(entry)
-        overflow = annotation_overflow(pod, entry, annotations)
-        if overflow:
-            return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
-        return _patched(request, bind_patch(pod, annotations), fields, warnings)
-    overflow = annotation_overflow(pod, entry)
+    # Created on a node: no Binding will write its devices, so they are written here.
+    annotations = bind_annotations(entry)
+    overflow = annotation_overflow(pod, annotations)
     if overflow:
         return _deny(request, f"pod {fields['pod']}: {overflow}", fields)
-    return _patched(request, placement_patch(pod, entry), fields, warnings)
+    return _patched(request, bind_patch(pod, annotations), fields, warnings)
 
 
 def _bind_entries(request: dict, pod: dict, fields: dict) -> Answer:
-    """Bind mode, a pod the scheduler will bind: each container lacking it gets the entry
+    """A pod the scheduler will bind: each container lacking it gets the entry
     that reads the bind's devices annotation. The map is not read here: the scheduler reads
     it once, at bind, and refuses a pod whose map is broken (FailedScheduling); a pod
     without a map is left alone, as the chart's matchConditions leave it."""
@@ -374,7 +355,7 @@ def _patched(request: dict, operations: list[dict], fields: dict, warnings: list
     return Answer(review_out, PATCHED, fields)
 
 
-def _debug_containers(request: dict, scheduler_name: str, devices_from: str = LITERAL) -> Answer:
+def _debug_containers(request: dict, scheduler_name: str) -> Answer:
     """`kubectl debug` on a pod of ours (the pods/ephemeralcontainers subresource).
 
     The new ephemeral containers get the devices the pod's other containers
@@ -383,9 +364,11 @@ def _debug_containers(request: dict, scheduler_name: str, devices_from: str = LI
     anyone who may edit the pod can rewrite. Containers already in oldObject
     are left alone, since the API server refuses any change to them; and
     nothing is ever denied here, since a map mistake must not stop anyone from
-    debugging. In bind mode a pod whose devices come from the bind (its containers
-    read the annotation, or the bind wrote it) gives its new ephemeral containers the
-    entry that reads it too: they see what its other containers see.
+    debugging. A pod whose devices come from the bind (its containers read the
+    annotation, or the bind wrote it) gives its new ephemeral containers the entry
+    that reads it too: they see what its other containers see. A pod whose
+    containers hold one literal value (written by their user, or by a webhook of
+    an earlier version) gives them that value.
     """
     pod = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(pod, "request.object")
@@ -397,12 +380,12 @@ def _debug_containers(request: dict, scheduler_name: str, devices_from: str = LI
     old = _mapping(request.get("oldObject"), "request.oldObject (required for UPDATE)", optional=False)
     _check_pod_spec(_mapping(old.get("spec"), "request.oldObject.spec"), "request.oldObject.spec")
     given = container_devices(pod)
-    if devices_from == BIND and (given.from_bind or given.bound is not None):
+    if given.from_bind or given.bound is not None:
         fields["devices"] = f"from {DEVICES_ANNOTATION}"
         return _patched(request, new_ephemeral_containers_patch(pod, old, None), fields)
     devices = given.agreed
     if devices is None:
-        # Created without the webhook: its containers have no one value to copy.
+        # Its containers have no one value to copy.
         return _allow(request, dict(fields, devices="none given"))
     fields["devices"] = devices
     return _patched(request, new_ephemeral_containers_patch(pod, old, devices), fields)
@@ -541,18 +524,21 @@ def _index_range(start: object, count: object) -> range:
 # -- /mutate-workloads -----------------------------------------------------
 
 # The workloads whose pod template gets the bind entries at apply (the chart's
-# MutatingAdmissionPolicy of workload-bind-policies.yaml on 1.36+, this on 1.35).
+# MutatingAdmissionPolicy of workload-bind-policies.yaml on 1.36+, this on 1.35), and
+# the operations at which: a Job's template cannot change after its creation.
 # Not ReplicaSets (a Deployment's would no longer match its Deployment, which then
 # makes another), nor Deployments and DaemonSets (no index), nor CronJobs (each of
 # their Jobs is mutated when created).
-ENTRY_WORKLOADS = {("apps", "StatefulSet"), ("batch", "Job")}
+ENTRY_WORKLOADS = {("apps", "StatefulSet"): ("CREATE", "UPDATE"), ("batch", "Job"): ("CREATE",)}
 
 
 def mutate_workload(review: object, scheduler_name: str) -> Answer:
-    """Give a StatefulSet or Job of `scheduler_name` with a map, at CREATE or UPDATE, the
-    entry that reads the bind's devices annotation in every init container and container
-    of its pod template that lacks it: its pods are then created complete, and no pod of
-    it calls anything of ours at creation. The map is not read (validate does)."""
+    """Give a StatefulSet or Job of `scheduler_name` with a map the entry that reads the
+    bind's devices annotation in every init container and container of its pod template
+    that lacks it: its pods are then created complete, and no pod of it calls anything of
+    ours at creation. At CREATE, and at a StatefulSet's UPDATE that changes its template:
+    one that leaves the template alone (a label, a StatefulSet of before the install) must
+    not start a rollout. The map is not read (validate does)."""
     request = read_review(review)
     group, kind = _request_kind(request)
     if (group, kind) not in ENTRY_WORKLOADS:
@@ -560,8 +546,10 @@ def mutate_workload(review: object, scheduler_name: str) -> Answer:
         got = f"{group or 'core'}/{kind}"
         raise BadRequest(f"/mutate-workloads handles {supported}; got {got}; fix the webhook's rules")
     operation = request.get("operation")
-    if operation not in ("CREATE", "UPDATE") or request.get("subResource"):
+    if operation not in ENTRY_WORKLOADS[(group, kind)] or request.get("subResource"):
         return _pass(request, {"operation": operation})
+    if operation == "UPDATE" and _template_unchanged(request):
+        return _pass(request, {"operation": operation, "template": "unchanged"})
     obj = _mapping(request.get("object"), "request.object", optional=False)
     metadata = _check_metadata(obj, "request.object")
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
@@ -578,3 +566,14 @@ def mutate_workload(review: object, scheduler_name: str) -> Answer:
     # bind_patch's operations address a pod; the template is one, one level down.
     operations = [dict(op, path="/spec/template" + op["path"]) for op in bind_patch(template)]
     return _patched(request, operations, dict(fields, devices=f"from {DEVICES_ANNOTATION}"))
+
+
+def _template_unchanged(request: dict) -> bool:
+    """Whether the UPDATE leaves the pod template as oldObject had it (the chart's
+    template-changed-on-update matchCondition, for a webhook registered without it)."""
+    old, new = request.get("oldObject"), request.get("object")
+    old_spec = old.get("spec") if isinstance(old, dict) else None
+    new_spec = new.get("spec") if isinstance(new, dict) else None
+    if not isinstance(old_spec, dict) or not isinstance(new_spec, dict):
+        return False
+    return old_spec.get("template") == new_spec.get("template")

@@ -77,12 +77,10 @@ def create_app(
     metrics: WebhookMetrics,
     ready: Callable[[], object],
     nodes: NodeReader | None = None,
-    devices_from: str = admission.LITERAL,
 ) -> Flask:
     """The WSGI app. `ready()` tells /readyz whether a good serving certificate is loaded
     (truthy) and, as text, until when it is valid; `nodes`, when given, reads the
-    node a pod is created on; `devices_from` says what the env entries it writes read
-    (admission.mutate)."""
+    node a pod is created on."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
@@ -137,7 +135,7 @@ def create_app(
 
     @app.post("/mutate")
     def mutate() -> Response:
-        return admit("mutate", functools.partial(admission.mutate, nodes=nodes, devices_from=devices_from))
+        return admit("mutate", functools.partial(admission.mutate, nodes=nodes))
 
     @app.post("/mutate-workloads")
     def mutate_workloads() -> Response:

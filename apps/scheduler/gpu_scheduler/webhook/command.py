@@ -54,18 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=env_help("schedulerName of the pods to handle", "SCHEDULER_NAME"),
     )
     parser.add_argument(
-        "--devices-from",
-        choices=("literal", "bind"),
-        default=env("WEBHOOK_DEVICES_FROM", "literal"),
-        help=env_help(
-            "what the CUDA_VISIBLE_DEVICES entries it writes hold: literal, the map line's devices "
-            "(admission.mode webhook); bind, a fieldRef on the gpu-scheduler/cuda-visible-devices "
-            "annotation that the scheduler's Binding writes (admission.mode bind: only a pod created "
-            "on a node has its map read, and gets that annotation from the webhook)",
-            "WEBHOOK_DEVICES_FROM",
-        ),
-    )
-    parser.add_argument(
         "--read-nodes",
         type=boolean,
         default=boolean(env("WEBHOOK_READ_NODES", "false")),
@@ -123,9 +111,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_dir=metrics_dir,
     )
     log.info(
-        "webhook for schedulerName %s (devices from %s) on %s with %d workers of %d threads",
+        "webhook for schedulerName %s on %s with %d workers of %d threads",
         args.scheduler_name,
-        args.devices_from,
         bind_address(args.bind, args.port),
         args.workers,
         args.threads,
@@ -168,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
             WebhookMetrics(lambda: status().not_after),
             ready=status,
             nodes=reader,
-            devices_from=args.devices_from,
         )
 
     return serve(options, tls, app_factory)

@@ -1,16 +1,17 @@
-"""The JSON Patch (RFC 6902) that gives a pod its placement.
+"""The JSON Patch (RFC 6902) that gives a pod the entry that reads its devices.
 
 Every operation is an `add` that sets a whole value: a container's complete
-`env` list, or the placement annotation. `add` on an existing object member
+`env` list, or an annotation. `add` on an existing object member
 replaces it (RFC 6902, 4.1), so the same patch works whether the member is
 there or not, and applying it a second time changes nothing. Building the
 patch from the pod's current state also means a pod that already carries the
 right env and annotation gets no operation at all, which is what a reinvoked
 webhook (reinvocationPolicy: IfNeeded) must see.
 
-In bind mode (`--devices-from bind`) the entry is not the map line's value but
-the one that reads the devices annotation the scheduler's Binding writes
-(placement.bind_env_entry); a container that has it is left alone.
+The entry is the one that reads the devices annotation the scheduler's Binding
+writes (placement.bind_env_entry); a container that has it is left alone. Only
+a debug container added to a pod whose containers hold a literal value gets
+that value (new_ephemeral_containers_patch).
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from ..placement import (
     CUDA_ORDER_ENV,
     FROM_BIND,
     GIVEN_CONTAINER_LISTS,
-    PLACEMENT_ANNOTATION,
-    MapEntry,
     bind_env_entry,
     given_value,
-    placement_annotation,
 )
 
 # Every list of containers in a pod spec. Ephemeral containers only ever
@@ -98,19 +96,8 @@ def _env_operation(field: str, position: int, container: dict, devices: str) -> 
     return [{"op": "add", "path": f"/spec/{field}/{position}/env", "value": wanted}]
 
 
-def placement_patch(pod: dict, entry: MapEntry) -> list[dict]:
-    """The operations that make a new `pod` match `entry`; empty when it already does."""
-    operations = []
-    spec = pod.get("spec") or {}
-    for field in CONTAINER_LISTS:
-        for position, container in enumerate(spec.get(field) or []):
-            operations.extend(_env_operation(field, position, container, entry.cuda_visible_devices))
-    operations.extend(_annotation_operations(pod, {PLACEMENT_ANNOTATION: placement_annotation(entry)}))
-    return operations
-
-
 def bind_patch(pod: dict, annotations: Mapping[str, str] | None = None) -> list[dict]:
-    """Bind mode: the operations that give every init container and container of a new
+    """The operations that give every init container and container of a new
     `pod` that lacks it the entry reading the bind's devices annotation (what the
     scheduler's fail-closed check reads: placement.given_value), and set `annotations`
     (a pod created on a node, which no Binding will annotate); empty when it has all."""
