@@ -10,6 +10,10 @@ WaitForFirstConsumer claim, so the pod waits for it for ever and the test must f
 
 from gpu_scheduler.scheduler import schedule_one
 
+# The name the scheduler calls; an AttributeError here (the scheduler then fails to start, and
+# the test with it) says the hook no longer breaks anything and must follow the code.
+assert callable(schedule_one.select_node)
+
 
 def _never_selected(client, select, timeout=None):
     return None
