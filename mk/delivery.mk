@@ -14,7 +14,7 @@ KIND_ENV        := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(KIND_CLUSTER) \
 
 .PHONY: kind-up kind-down images e2e lint-tools lint-delivery test-delivery
 
-kind-up: ## KinD cluster gpu-scheduler: 1 control plane + workers node1..node4, all Ready, CoreDNS up (idempotent; needs Docker; KIND_NODE_IMAGE)
+kind-up: ## KinD cluster gpu-scheduler: 1 control plane + workers node1..node4, all Ready, CoreDNS up, a default WaitForFirstConsumer StorageClass (idempotent; needs Docker; KIND_NODE_IMAGE)
 	$(KIND_ENV) scripts/kind.sh up
 
 kind-down: ## delete the KinD cluster, its kubeconfig, and the docker network kind-up created

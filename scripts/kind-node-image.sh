@@ -37,11 +37,6 @@ KIND_VERSION="$(mod_version "$KIND_MODULE_DIR/go.mod" sigs.k8s.io/kind)"
 
 export GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
 
-# hash_files FILE...: one short hash over the files' paths and contents.
-hash_files() {
-  (cd "$REPO_ROOT" && for f in "$@"; do echo "${f#"$REPO_ROOT"/}"; cat "$f"; done) | sha256sum | cut -c1-12
-}
-
 # The node base depends on the Debian base, kind's node files and ours.
 base_tag() {
   hash_files "$REPO_ROOT/scripts/debian-base.sh" "$KIND_MODULE_DIR/go.mod" "$KIND_MODULE_DIR/go.sum" \
@@ -54,19 +49,7 @@ node_tag() {
 }
 
 IMAGE="$REPOSITORY:$(node_tag)"
-if [[ "${1:-}" == tag ]]; then
-  echo "$IMAGE"
-  exit 0
-fi
-[[ -z "${1:-}" ]] || die "usage: $0 [tag]"
-
-command -v docker >/dev/null && docker info >/dev/null 2>&1 ||
-  die "no Docker engine answers: building $IMAGE needs one (scripts/docker-engine.sh ensure)"
-if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  echo "$IMAGE"
-  exit 0
-fi
-command -v go >/dev/null || die "go not found: building the offline node image $IMAGE needs Go >= 1.24"
+print_image_unless_to_build "$IMAGE" "${1:-}" "the offline node image"
 
 START=$SECONDS
 log "node image: building $IMAGE (Kubernetes $K8S_VERSION, kind $KIND_VERSION)"

@@ -4,8 +4,10 @@
 #            control plane + workers node1..node4; waits until every node is
 #            Ready and CoreDNS runs; each worker advertises 4 nvidia.com/gpu and
 #            gets a fake NVML library with its own GPU layout for the chart's
-#            GPU agent (KIND_FAKE_GPUS=0: not; needs gcc); kubeconfig in
-#            $KIND_KUBECONFIG
+#            GPU agent (KIND_FAKE_GPUS=0: not; needs gcc); a default
+#            WaitForFirstConsumer StorageClass (upstream's `standard`, or where
+#            the node image lacks it the same built here: default_storage);
+#            kubeconfig in $KIND_KUBECONFIG
 #   down     delete the cluster, its kubeconfig, and the docker network `kind`
 #            when `up` created it and nothing else uses it
 #   logs     DIR: kind export logs of the cluster into DIR (CI keeps them when
@@ -361,6 +363,50 @@ EOF
   echo "$file"
 }
 
+# default_storage: a default WaitForFirstConsumer StorageClass, as upstream kindest/node
+# images bring (`standard`, rancher's local-path-provisioner): a claim's volume is made on
+# the node its pod is scheduled to, the way EKS's and GKE's default classes work. A cluster
+# that has one keeps it untouched. Otherwise (our offline node image, for which kind
+# installs its fallback `standard`, an Immediate class of kubernetes.io/host-path) the
+# provisioner is built here (scripts/local-path-image.sh), loaded into the workers and
+# installed with the class `standard` (cluster/kind/local-path/local-path-storage.yaml),
+# replacing kind's fallback (a class's binding mode cannot change). A `standard` of anyone
+# else is left alone, and ours is the default only where no other class is. Idempotent.
+LOCAL_PATH_MANIFEST="$REPO_ROOT/cluster/kind/local-path/local-path-storage.yaml"
+LOCAL_PATH_PROVISIONER=rancher.io/local-path
+default_storage() {
+  local classes found standard image others
+  classes="$(node_kubectl get storageclasses -o jsonpath='{range .items[*]}{.metadata.name} {.provisioner} {.volumeBindingMode} {.metadata.annotations.storageclass\.kubernetes\.io/is-default-class}{"\n"}{end}')"
+  found="$(awk '$3 == "WaitForFirstConsumer" && $4 == "true" { print $1 " (" $2 ")"; exit }' <<<"$classes")"
+  if [[ -n "$found" ]]; then
+    log "kind: default StorageClass $found is WaitForFirstConsumer"
+    return 0
+  fi
+  standard="$(awk '$1 == "standard" { print $2, $3 }' <<<"$classes")"
+  case "$standard" in
+    "" | "kubernetes.io/host-path Immediate" | "$LOCAL_PATH_PROVISIONER "*) ;;
+    *)
+      log "kind: StorageClass standard ($standard) is not kind's nor ours: left alone, and no default WaitForFirstConsumer class added"
+      return 0
+      ;;
+  esac
+  image="$("$REPO_ROOT/scripts/local-path-image.sh")"
+  load_images "$image"
+  if [[ "$standard" == kubernetes.io/host-path* ]]; then
+    node_kubectl delete storageclass standard >/dev/null
+    log "kind: removed kind's fallback StorageClass standard (Immediate, kubernetes.io/host-path)"
+  fi
+  sed "s|IMAGE|$image|g" "$LOCAL_PATH_MANIFEST" | node_kubectl_apply
+  others="$(awk '$1 != "standard" && $4 == "true" { print $1 }' <<<"$classes" | paste -sd, -)"
+  if [[ -n "$others" ]]; then
+    node_kubectl annotate storageclass standard --overwrite storageclass.kubernetes.io/is-default-class=false >/dev/null
+    log "kind: StorageClass standard (WaitForFirstConsumer) added beside the default class $others, which stays the default"
+  fi
+  node_kubectl -n local-path-storage rollout status deployment/local-path-provisioner --timeout=120s >/dev/null ||
+    { node_kubectl -n local-path-storage get pods -o wide >&2; die "local-path-provisioner did not roll out within 120s (above)"; }
+  log "kind: StorageClass standard (WaitForFirstConsumer), its volumes made by $image"
+}
+
 # install_pod_network: the identity each node's gpu-scheduler-cni service
 # uses to read Nodes (offline node image only; cluster/kind/pod-network.yaml),
 # as a kubeconfig in every node. Idempotent.
@@ -473,6 +519,7 @@ cmd_up() {
   configure_registry
   simulate_gpus
   fake_gpus
+  default_storage
   write_kubeconfig
   log "kind: cluster $CLUSTER up in $((SECONDS - start))s; export KUBECONFIG=$KIND_KUBECONFIG"
   node_kubectl get nodes -o wide

@@ -133,6 +133,32 @@ with_heartbeat() {
   wait "$pid"
 }
 
+# hash_files FILE...: one short hash over the files' paths (from the checkout's top) and
+# contents: the tag of an image built here from them.
+hash_files() {
+  (cd "$REPO_ROOT" && for f in "$@"; do echo "${f#"$REPO_ROOT"/}"; cat "$f"; done) | sha256sum | cut -c1-12
+}
+
+# print_image_unless_to_build IMAGE ARG WHAT: how a script that prints the reference of an
+# image it builds here starts (scripts/kind-node-image.sh, scripts/local-path-image.sh).
+# ARG `tag`: prints IMAGE and exits; IMAGE in Docker's store: prints it and exits; else it
+# returns, once Docker and Go are there, for the script to build WHAT.
+print_image_unless_to_build() {
+  local image="$1" arg="$2" what="$3"
+  if [[ "$arg" == tag ]]; then
+    echo "$image"
+    exit 0
+  fi
+  [[ -z "$arg" ]] || die "usage: $0 [tag]"
+  command -v docker >/dev/null && docker info >/dev/null 2>&1 ||
+    die "no Docker engine answers: building $image needs one (scripts/docker-engine.sh ensure)"
+  if docker image inspect "$image" >/dev/null 2>&1; then
+    echo "$image"
+    exit 0
+  fi
+  command -v go >/dev/null || die "go not found: building $what $image needs Go >= 1.24"
+}
+
 # find_binary NAME: first of KUBEBUILDER_ASSETS/NAME, then NAME on PATH.
 # Prints the path, or nothing.
 find_binary() {

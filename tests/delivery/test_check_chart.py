@@ -146,12 +146,47 @@ def test_check_pods_get_no_api_token(render):
     assert pod_spec(statefulset(render(CHECK_CHART)))["automountServiceAccountToken"] is False
 
 
+def test_without_persistence_the_pods_have_no_volume_and_count_nothing(render):
+    sts = statefulset(render(CHECK_CHART))
+
+    assert "volumeClaimTemplates" not in sts["spec"]
+    (container,) = pod_spec(sts)["containers"]
+    assert "volumeMounts" not in container
+    assert not [a for a in container["args"] if a.startswith("--state-dir")]
+
+
+@pytest.mark.parametrize(("storage_class", "expected"), [("standard", "standard"), ("", None)])
+def test_persistence_gives_each_pod_a_claim_of_its_class_mounted_where_the_check_counts_its_starts(
+    render, storage_class, expected
+):
+    sts = statefulset(
+        render(
+            CHECK_CHART,
+            "persistence.enabled=true",
+            f"persistence.storageClassName={storage_class}",
+            "persistence.size=32Mi",
+        )
+    )
+
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "32Mi"
+    # Empty: the key is left out, so the cluster's default class applies ("" would mean none).
+    assert claim["spec"].get("storageClassName") == expected
+    (container,) = pod_spec(sts)["containers"]
+    assert container["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert flag(container["args"], "state-dir") == "/data"
+
+
 @pytest.mark.parametrize(
     ("assignment", "complaint"),
     [
         ("replica=3", "replica"),
         ("image.pullpolicy=Always", "pullpolicy"),
         ("replicas=-1", "replicas"),
+        ("persistence.enable=true", "enable"),
+        ("persistence.storageClassName=Fast_SSD", "storageClassName"),
     ],
 )
 def test_schema_rejects_a_mistyped_value(helm, assignment, complaint):
@@ -349,6 +384,7 @@ def test_values_of_an_older_chart_are_refused_saying_how_to_upgrade(cluster):
     helm, _ = cluster(KIND_NODES)
 
     for verb in ("install", "template"):
-        result = helm(verb, "nodeCheck=null")
+        result = helm(verb, "nodeCheck=null", "persistence=null")
         assert result.returncode != 0, verb
+        assert "(nodeCheck, persistence)" in result.stderr, result.stderr
         assert "--reset-then-reuse-values" in result.stderr, result.stderr

@@ -43,6 +43,33 @@ def test_kind_nodes_run_one_kubernetes_1_37_image_pinned_by_digest():
     assert re.fullmatch(r"kindest/node:v1\.37\.\d+@sha256:[0-9a-f]{64}", image), image
 
 
+LOCAL_PATH_MANIFEST = REPO / "cluster" / "kind" / "local-path" / "local-path-storage.yaml"
+LOCAL_PATH = list(yaml.safe_load_all(LOCAL_PATH_MANIFEST.read_text()))
+
+
+def test_local_path_storage_is_upstream_kinds_default_class_with_every_image_the_one_kind_sh_fills_in():
+    """scripts/kind.sh replaces IMAGE by the image it built and loaded: the provisioner's and
+    its helper pod's (inside the ConfigMap), which runs on the node a volume is made for."""
+    by_kind = {}
+    for doc in LOCAL_PATH:
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    (storage_class,) = by_kind["StorageClass"]
+    (deployment,) = by_kind["Deployment"]
+    (config,) = by_kind["ConfigMap"]
+    (account,) = by_kind["ServiceAccount"]
+    helper = yaml.safe_load(config["data"]["helperPod.yaml"])
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+
+    assert storage_class["metadata"]["name"] == "standard"
+    assert storage_class["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert storage_class["provisioner"] == "rancher.io/local-path"
+    assert storage_class["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert container["image"] == helper["spec"]["containers"][0]["image"] == "IMAGE"
+    # The helper pods run as this account: the provisioner is told its name.
+    assert f"--service-account-name={account['metadata']['name']}" in container["command"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+
+
 def dockerfile(app: str) -> list[str]:
     """The Dockerfile's instructions, one string each, comments dropped."""
     text = (REPO / "apps" / app / "Dockerfile").read_text()

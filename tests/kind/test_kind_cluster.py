@@ -4,7 +4,9 @@ One cluster for the module (tests/kind/conftest.py), in order: the nodes the
 task's map names; the release `make e2e` installed (its webhook port, its certificate
 renewed for real by the chart's CronJob with no admission failing, its webhook moved to the
 host network and back); the chart's GPU agents publishing each worker's fake NVML layout,
-and the scheduler under deny keying those GPUs by physical GPU (issue 19); a pod placed on
+and the scheduler under deny keying those GPUs by physical GPU (issue 19); the check chart as a
+gang, and with a volume per pod of the default WaitForFirstConsumer class, made by a real
+provisioner on each pod's map node and read back after a restart (issue 49); a pod placed on
 node3 by the real kube-scheduler whose
 container's output `kubectl logs` shows; a Service reached by its DNS name
 from a pod on another node (CoreDNS, kube-proxy, the pod network); `kind
@@ -17,15 +19,20 @@ scripts' own logs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import hashlib
 import json
+import os
 import ssl
 import time
 import uuid
 
 import pytest
 from cryptography import x509
+from e2e.waiting import NotYet, wait_for
+from gpu_scheduler.placement import parse_map
 from prerequisites import missing
 
 from . import renewal
@@ -340,7 +347,8 @@ def _quietly(probe):
 GPU_SCHEDULER = REPO / ".venv" / "bin" / "gpu-scheduler"
 LAYOUTS = REPO / "tests" / "fake_nvml" / "layouts"
 AGENT = f"{renewal.RELEASE}-agent"
-CHECK_IMAGE = "gpu-scheduler-check:dev"
+# The image scripts/kind.sh loaded (its CHECK_IMAGE too).
+CHECK_IMAGE = os.environ.get("CHECK_IMAGE", "gpu-scheduler-check:dev")
 
 
 def layout(node: str) -> dict:
@@ -542,6 +550,157 @@ def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
 
         kind.wait_for("the gang's 4 pods Running, each on its map's node", all_running, timeout=300)
     finally:
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# -- issue 49: the volumes of a WaitForFirstConsumer class, made by a real provisioner
+# (make kind-up's default class: upstream's local-path-provisioner, or the same built here) on
+# the node each pod's map line names. Checked against the claims, volumes, pods and the
+# containers' logs, never the scheduler's.
+
+VOLUME_MAP = "0=node1:3\n1=node2:3\n"
+# VOLUMES_BROKEN=1: the same test against a scheduler that never writes selected-node on a
+# claim (broken_claims/sitecustomize.py, mounted into the installed release's scheduler for
+# the test and rolled back after): no volume is made, the pods wait, and the test must fail.
+VOLUMES_BROKEN = os.environ.get("VOLUMES_BROKEN") == "1"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+FIRST_START = "volume /data: start 1"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def default_wait_for_first_consumer_class(kind: Kind) -> str:
+    classes = kind.get("storageclasses")["items"]
+    found = [
+        c["metadata"]["name"]
+        for c in classes
+        if c.get("volumeBindingMode") == "WaitForFirstConsumer"
+        and (c["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"
+    ]
+    seen = [(c["metadata"]["name"], c["provisioner"], c.get("volumeBindingMode")) for c in classes]
+    assert found, f"make kind-up left no default WaitForFirstConsumer StorageClass; the cluster has {seen}"
+    return found[0]
+
+
+@contextlib.contextmanager
+def scheduler_that_never_selects_a_node(kind: Kind):
+    """The installed scheduler's pods with broken_claims/ on PYTHONPATH (from a ConfigMap), until
+    the block ends; then the Deployment's previous template again."""
+    namespace, deployment, name = renewal.NAMESPACE, f"{renewal.RELEASE}-scheduler", "broken-claims"
+    hook = REPO / "tests" / "kind" / "broken_claims" / "sitecustomize.py"
+    kind.ok("-n", namespace, "create", "configmap", name, f"--from-file={hook}")
+    mount = f"/opt/{name}"
+    container = "/spec/template/spec/containers/0"
+    patch = [
+        {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": name, "configMap": {"name": name}}},
+        {"op": "add", "path": f"{container}/volumeMounts/-", "value": {"name": name, "mountPath": mount}},
+        {"op": "add", "path": f"{container}/env/-", "value": {"name": "PYTHONPATH", "value": mount}},
+    ]
+    try:
+        kind.ok("-n", namespace, "patch", "deployment", deployment, "--type=json", "-p", json.dumps(patch))
+        kind.ok("-n", namespace, "rollout", "status", f"deployment/{deployment}", "--timeout=180s", timeout=200)
+        yield
+    finally:
+        kind.kubectl("-n", namespace, "rollout", "undo", f"deployment/{deployment}")
+        kind.kubectl("-n", namespace, "rollout", "status", f"deployment/{deployment}", "--timeout=180s", timeout=200)
+        kind.kubectl("-n", namespace, "delete", "configmap", name)
+
+
+def placed_with_volume(kind: Kind, namespace: str, pod_name: str, node: str, storage_class: str) -> dict:
+    """The pod, once it runs on `node` with its claim bound to a volume of `storage_class` made
+    for that node; NotYet saying what the cluster shows meanwhile."""
+    pod = kind.get("-n", namespace, "pod", pod_name)
+    claim = kind.get("-n", namespace, "pvc", f"data-{pod_name}")
+    selected = (claim["metadata"].get("annotations") or {}).get(SELECTED_NODE)
+    conditions = {c["type"]: c for c in pod["status"].get("conditions", [])}
+    scheduled = conditions.get("PodScheduled", {})
+    state = (
+        f"pod {pod_name}: {pod['status'].get('phase')} on {pod['spec'].get('nodeName') or 'no node'}"
+        f" (PodScheduled {scheduled.get('status')}: {scheduled.get('message', '')[:300]});"
+        f" claim data-{pod_name}: {claim['status'].get('phase')}, {SELECTED_NODE}={selected or 'none'}"
+    )
+    if pod["status"].get("phase") != "Running" or claim["status"].get("phase") != "Bound":
+        raise NotYet(state)
+    assert pod["spec"]["nodeName"] == node, state
+    assert selected == node, state
+    assert claim["spec"]["storageClassName"] == storage_class, claim["spec"]
+    volume = kind.get("pv", claim["spec"]["volumeName"])
+    hostname = kind.get("node", node)["metadata"]["labels"][HOSTNAME_LABEL]
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}], terms
+    return pod
+
+
+def logged(kind: Kind, namespace: str, pod_name: str, text: str) -> str:
+    log = kind.ok("-n", namespace, "logs", pod_name, "-c", "check")
+    if text not in log:
+        raise NotYet(f"{pod_name} has not logged {text!r}; its log: {log[-600:]!r}")
+    return log
+
+
+def test_check_pods_write_to_volumes_made_on_their_map_nodes_and_read_them_back_after_a_restart(kind):
+    """charts/gpu-scheduler-check with persistence on the cluster's default WaitForFirstConsumer
+    class: the installed scheduler writes each claim's selected-node (the map's node), the real
+    provisioner makes the volume there, the pod is bound there once its claim is, and its
+    container counts its start on the volume. A pod deleted comes back on the same node and
+    reads the count it wrote."""
+    installed_release(kind)
+    storage_class = default_wait_for_first_consumer_class(kind)
+    namespace = kind.namespace(f"volumes-{uuid.uuid4().hex[:6]}")
+    release = "volume-check"
+    repository, _, tag = CHECK_IMAGE.rpartition(":")
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
+    expected = {f"{release}-gpu-scheduler-check-{i}": entry.node for i, entry in parse_map(VOLUME_MAP).items()}
+    broken = scheduler_that_never_selects_a_node(kind) if VOLUMES_BROKEN else contextlib.nullcontext()
+    started = time.monotonic()
+    try:
+        with broken:
+            done = run(
+                [*helm, "install", release, REPO / "charts" / "gpu-scheduler-check", "--set", "replicas=2"]
+                + ["--set-string", f"schedulingMap={VOLUME_MAP}", "--set", "image.registry="]
+                + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"]
+                + ["--set", "persistence.enabled=true", "--set", f"persistence.storageClassName={storage_class}"],
+                timeout=300,
+            )
+            assert done.returncode == 0, tail(done)
+            first = {}
+            for pod_name, node in expected.items():
+                first[pod_name] = wait_for(
+                    f"{pod_name} Running on {node}, its claim bound to a volume made there",
+                    functools.partial(placed_with_volume, kind, namespace, pod_name, node, storage_class),
+                    timeout=180,
+                    interval=1,
+                )
+                wait_for(
+                    f"{pod_name}'s first start counted on its volume",
+                    functools.partial(logged, kind, namespace, pod_name, f"{FIRST_START} (the first on this volume)"),
+                    timeout=60,
+                    interval=1,
+                )
+            placed_seconds = time.monotonic() - started
+
+            restarted, node = next(iter(expected.items()))
+            kind.ok("-n", namespace, "delete", "pod", restarted, "--wait=true", timeout=120)
+
+            def came_back() -> dict:
+                pod = placed_with_volume(kind, namespace, restarted, node, storage_class)
+                if pod["metadata"]["uid"] == first[restarted]["metadata"]["uid"]:
+                    raise NotYet(f"{restarted} is still the pod that was deleted")
+                return pod
+
+            wait_for(f"{restarted} back on {node} with its volume", came_back, timeout=120, interval=1)
+            read_back = f"volume /data: start 2 (1 before this one, written by {node})"
+            log = wait_for(
+                f"{restarted} to read what it wrote before",
+                functools.partial(logged, kind, namespace, restarted, read_back),
+                timeout=60,
+                interval=1,
+            )
+            print(
+                f"\n{len(expected)} pods placed with their volumes in {placed_seconds:.0f}s, {restarted} back on {node}"
+                f" and reading its volume after {time.monotonic() - started:.0f}s; its log:\n{log}"
+            )
+    finally:
+        run([*helm, "uninstall", release, "--wait"], timeout=180)
         kind.kubectl("delete", "namespace", namespace, "--wait=false")
 
 

@@ -13,6 +13,13 @@ MIG UUID) is among them, else `meant=false` and the devices that are not.
 Diagnostics that are not ticks (NVML missing, a bad EXPECTED_PLACEMENT) go to
 stderr, so `--once` prints exactly one line on stdout for report generators.
 
+With `--state-dir DIR` (the chart's persistence: the pod's own volume) it counts its
+starts in DIR/starts and says, once at start on stderr,
+
+    2025-01-01T12:00:05.000Z volume /data: start 2 (1 before this one, written by node3)
+
+so that a pod that came back shows whether its volume kept what it wrote.
+
 Environment (set from the downward API in the pod spec):
   NODE_NAME           spec.nodeName; the hostname when unset
   POD_NAME            metadata.name; printed when set
@@ -207,6 +214,32 @@ def not_meant(devices: str | None, gpus: list[Gpu]) -> list[str]:
     return missing
 
 
+STARTS_FILE = "starts"
+
+
+def count_start(state_dir: str, node: str) -> tuple[int, str | None]:
+    """Adds this start to the count in `state_dir`/starts ("<count> <node>"); returns the new
+    count and the node that wrote the previous one (None on the volume's first start). The
+    count is written beside and renamed, so a pod killed mid-write keeps the previous one."""
+    path = os.path.join(state_dir, STARTS_FILE)
+    before, by = 0, None
+    try:
+        with open(path, encoding="utf-8") as f:
+            count, _, by = f.read().strip().partition(" ")
+        before = int(count)
+    except FileNotFoundError:
+        pass
+    except ValueError as err:
+        raise ValueError(f"{path} does not hold a count of starts: {err}") from None
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{before + 1} {node}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return before + 1, by or None
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="gpu-scheduler-check",
@@ -220,6 +253,10 @@ def parse_args(argv):
         help="seconds between log lines (default 10)",
     )
     parser.add_argument("--once", action="store_true", help="print one line and exit")
+    parser.add_argument(
+        "--state-dir",
+        help="a directory that outlives the container (the pod's volume): count this start there and log it",
+    )
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error(f"--interval must be positive, got {args.interval}")
@@ -262,6 +299,14 @@ def main(argv=None) -> int:
         except (ValueError, TypeError) as err:
             log.warning("%s; match not checked", err)
     gpus = GpuLister()
+    if args.state_dir:
+        try:
+            count, by = count_start(args.state_dir, observe(os.environ).node)
+        except (OSError, ValueError) as err:
+            log.warning("volume %s: this start not counted (%s)", args.state_dir, err)
+        else:
+            before = f"{count - 1} before this one, written by {by}" if by else "the first on this volume"
+            log.info("volume %s: start %d (%s)", args.state_dir, count, before)
 
     while True:
         ticks.info(tick_line(observe(os.environ), expected, gpus.list()))

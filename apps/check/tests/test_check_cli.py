@@ -36,9 +36,9 @@ def clean_env(**overrides):
     return env
 
 
-def run_once(**env):
+def run_once(*args, **env):
     result = subprocess.run(
-        [CLI, "--once"],
+        [CLI, "--once", *args],
         check=False,
         env=clean_env(**env),
         capture_output=True,
@@ -136,6 +136,25 @@ def test_invalid_expected_placement_is_explained_on_stderr_and_not_compared():
 def test_expected_placement_without_fields_is_explained():
     _, stderr = run_once(NODE_NAME="node3", EXPECTED_PLACEMENT='{"index": 1}')
     assert '"node" and "cudaVisibleDevices"' in stderr
+
+
+def test_each_start_is_counted_on_the_volume_and_logged_with_the_node_that_wrote_the_last(tmp_path):
+    _, first = run_once(f"--state-dir={tmp_path}", NODE_NAME="node3")
+    _, second = run_once(f"--state-dir={tmp_path}", NODE_NAME="node3")
+
+    assert f"volume {tmp_path}: start 1 (the first on this volume)" in first
+    assert f"volume {tmp_path}: start 2 (1 before this one, written by node3)" in second
+    assert (tmp_path / "starts").read_text() == "2 node3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["starts"]
+
+
+def test_a_volume_that_cannot_hold_the_count_is_said_and_the_check_still_runs(tmp_path):
+    (tmp_path / "starts").write_text("not a number\n")
+
+    line, stderr = run_once(f"--state-dir={tmp_path}", NODE_NAME="node3")
+
+    assert line.startswith("node=node3 ")
+    assert "this start not counted" in stderr and "does not hold a count of starts" in stderr
 
 
 def test_gpu_list_or_a_single_nvml_notice():

@@ -113,9 +113,13 @@ skipped, the node between "=" and ":".
 the map names nodes this cluster does not have, so these pods can never be placed and would stay Pending: {{ join ", " $check.missing }}. The cluster's nodes: {{ include "gpu-scheduler-check.someNames" $check.nodes }}; values of their {{ .Values.nodeCheck.aliasLabel }} label: {{ include "gpu-scheduler-check.someNames" $check.aliases }}. Give the chart a map of your nodes and GPUs: --set-file schedulingMap=<file>, one <index>=<node>:<devices> line per pod (replicas: {{ .Values.replicas }}); `gpu-scheduler map generate` writes one from the GPUs your nodes publish (docs/gpu-inventory.md).
 {{- end -}}
 
-{{/* As in the gpu-scheduler chart: `helm upgrade --reuse-values` keeps the previous chart's defaults, without nodeCheck. */}}
+{{/* As in the gpu-scheduler chart: `helm upgrade --reuse-values` keeps the previous chart's defaults, without the values added since (nodeCheck, persistence). */}}
 {{- define "gpu-scheduler-check.valuesOfThisChart" -}}
-{{- if not (hasKey .Values "nodeCheck") -}}
-{{- fail "these values lack ones this chart version added (nodeCheck): `helm upgrade --reuse-values` takes the previous chart's defaults. Upgrade with your values files (-f), or --reset-then-reuse-values (Helm 3.14+), which starts from this chart's defaults and keeps what you set" -}}
+{{- $lacking := list -}}
+{{- range list "nodeCheck" "persistence" -}}
+{{- if not (hasKey $.Values .) }}{{ $lacking = append $lacking . }}{{ end -}}
+{{- end -}}
+{{- with $lacking -}}
+{{- fail (printf "these values lack ones this chart version added (%s): `helm upgrade --reuse-values` takes the previous chart's defaults. Upgrade with your values files (-f), or --reset-then-reuse-values (Helm 3.14+), which starts from this chart's defaults and keeps what you set" (join ", " .)) -}}
 {{- end -}}
 {{- end -}}
