@@ -445,6 +445,9 @@ def test_certificate_rewritten_in_place_is_served_once_whole(tmp_path, start_web
     live = tmp_path / "live"
     shutil.copytree(old, live)
     server = start_webhook(live / "tls.crt", live / "tls.key", trust, tmp_path)
+    # Both workers hold the old pair before it is broken (a worker still starting would read
+    # the half-written files, fail and be respawned: seen once under load).
+    server.wait_until_workers_serve()
     with HandshakeLoop(server.port, trust) as loop:
         time.sleep(0.3)
         # Written in place, certificate first: for a while the key does not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import ssl
@@ -84,6 +85,16 @@ class WebhookProcess:
 
     def log(self) -> str:
         return self.log_file.read_text()
+
+    def wait_until_workers_serve(self, count: int = 2, timeout: float = 20.0) -> None:
+        """Until `count` workers have each logged that they serve a certificate. /healthz answers
+        once the first one does: a worker still starting reads the files later, and one that
+        finds them mid-rewrite cannot start (granian respawns it)."""
+        deadline = time.monotonic() + timeout
+        while len(set(re.findall(r"worker (\d+) serving", self.log()))) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{count} workers did not serve within {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
 
     def _wait_until_serving(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
