@@ -607,8 +607,14 @@ def scheduler_that_never_selects_a_node(kind: Kind):
 
 def placed_with_volume(kind: Kind, namespace: str, pod_name: str, node: str, storage_class: str) -> dict:
     """The pod, once it runs on `node` with its claim bound to a volume of `storage_class` made
-    for that node; NotYet saying what the cluster shows meanwhile."""
-    pod = kind.get("-n", namespace, "pod", pod_name)
+    for that node; NotYet saying what the cluster shows meanwhile, also while the pod does not
+    exist (after its deletion, until its StatefulSet makes it again: seen in CI under load)."""
+    found = kind.kubectl("-n", namespace, "get", "pod", pod_name, "-o", "json")
+    if found.returncode != 0:
+        if "NotFound" in found.stderr:
+            raise NotYet(f"pod {pod_name}: not (yet again) created by its StatefulSet")
+        raise AssertionError(f"kubectl get pod {pod_name}: {found.stderr}")
+    pod = json.loads(found.stdout)
     claim = kind.get("-n", namespace, "pvc", f"data-{pod_name}")
     selected = (claim["metadata"].get("annotations") or {}).get(SELECTED_NODE)
     conditions = {c["type"]: c for c in pod["status"].get("conditions", [])}
