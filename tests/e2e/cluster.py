@@ -32,6 +32,10 @@ CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 DEVICES_ANNOTATION = "gpu-scheduler/cuda-visible-devices"
 DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
 BIND_ENTRY = {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"fieldPath": DEVICES_FIELD_PATH}}}
+# BIND_ENTRY as the API server stores it (it defaults fieldRef.apiVersion), and the entry
+# admission puts after it.
+STORED_BIND_ENTRY = {"name": CUDA_ENV, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+ORDER_ENTRY = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
 # The scheduler's --alias-label: a map may name a node by this label's value.
 ALIAS_LABEL = "gpu-node-name"
 CONTAINER_LISTS = ("initContainers", "containers")

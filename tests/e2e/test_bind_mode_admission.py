@@ -24,13 +24,13 @@ import json
 import uuid
 
 import pytest
-from gpu_scheduler.placement import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, PLACEMENT_ANNOTATION
+from gpu_scheduler.placement import DEVICES_ANNOTATION, PLACEMENT_ANNOTATION
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import admission_policies, webhook_registration
 from .charts import SCHEDULER_CHART, helm_template
-from .cluster import Kubectl, get_pod, ignoring_not_found, status_message
+from .cluster import ORDER_ENTRY, STORED_BIND_ENTRY, Kubectl, get_pod, ignoring_not_found, status_message
 from .components import WebhookProcess
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
@@ -43,12 +43,6 @@ RELEASE = f"bind-{RUN_ID}"
 MUTATING_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 TEMPLATES = ("templates/bind-policies.yaml", "templates/device-annotations-guard.yaml")
 MAP = "0=node1:0,1\n1=node2:2\n"
-ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
-# As the API server stores the entry: it defaults fieldRef.apiVersion.
-BIND_ENTRY = {
-    "name": "CUDA_VISIBLE_DEVICES",
-    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}},
-}
 ACTIVE_TIMEOUT = 30.0
 
 
@@ -125,7 +119,7 @@ def mutating(api_client, bind_namespace, installed):
 
     def acting() -> None:
         created = dry_run_create(api_client, bind_namespace, pod("probe-0", [container("main")]))
-        if env_of(created)["main"] != [BIND_ENTRY, ORDER]:
+        if env_of(created)["main"] != [STORED_BIND_ENTRY, ORDER_ENTRY]:
             raise NotYet(f"not mutated yet: {env_of(created)}")
 
     wait_for("the MutatingAdmissionPolicy to act on this namespace's pods", acting, ACTIVE_TIMEOUT)
@@ -144,16 +138,18 @@ def test_a_pod_without_entries_gets_them_from_the_policy_and_one_with_them_is_un
     )
     core.create_namespaced_pod(bind_namespace, lacking)
     assert env_of(get_pod(api_client, bind_namespace, "lacking-0")) == {
-        "fetch": [{"name": "A", "value": "1"}, BIND_ENTRY, ORDER],
-        "main": [BIND_ENTRY, ORDER],
+        "fetch": [{"name": "A", "value": "1"}, STORED_BIND_ENTRY, ORDER_ENTRY],
+        "main": [STORED_BIND_ENTRY, ORDER_ENTRY],
         # A container that orders its GPUs itself keeps its choice.
-        "sidecar": [{"name": "CUDA_DEVICE_ORDER", "value": "FASTEST_FIRST"}, BIND_ENTRY],
+        "sidecar": [{"name": "CUDA_DEVICE_ORDER", "value": "FASTEST_FIRST"}, STORED_BIND_ENTRY],
     }
 
-    written = [BIND_ENTRY, {"name": "EPOCHS", "value": "10"}]
-    complete = pod("complete-1", [container("main", written)], init_containers=[container("fetch", [BIND_ENTRY])])
+    written = [STORED_BIND_ENTRY, {"name": "EPOCHS", "value": "10"}]
+    complete = pod(
+        "complete-1", [container("main", written)], init_containers=[container("fetch", [STORED_BIND_ENTRY])]
+    )
     core.create_namespaced_pod(bind_namespace, complete)
-    assert env_of(get_pod(api_client, bind_namespace, "complete-1")) == {"fetch": [BIND_ENTRY], "main": written}
+    assert env_of(get_pod(api_client, bind_namespace, "complete-1")) == {"fetch": [STORED_BIND_ENTRY], "main": written}
 
 
 @pytest.mark.parametrize(
@@ -187,7 +183,7 @@ def bound(api_client, bind_namespace, installed, kubeconfig):
     # A name of its own each time: a pod deleted a moment ago may still be on its way out.
     name = f"bound-{uuid.uuid4().hex[:6]}-0"
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [BIND_ENTRY, ORDER])]))
+    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])]))
     bind(api_client, bind_namespace, name, "node1", "0,1", 0)
     kubectl = Kubectl(kubeconfig)
 
@@ -297,7 +293,7 @@ def test_devices_written_on_a_pod_before_its_bind_are_replaced_by_the_binding(
     name = f"pending-{uuid.uuid4().hex[:6]}-1"
     core = client.CoreV1Api(api_client)
     kubectl = Kubectl(kubeconfig)
-    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [BIND_ENTRY, ORDER])]))
+    core.create_namespaced_pod(bind_namespace, pod(name, [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])]))
     try:
         kubectl.ok("-n", bind_namespace, "annotate", f"pod/{name}", f"{DEVICES_ANNOTATION}=0,1,2,3")
         refused = kubectl.kubectl(
@@ -347,7 +343,7 @@ def bind_webhook(api_client, kubeconfig, webhook_namespace, tmp_path_factory):
 
         def called() -> None:
             created = dry_run_create(api_client, webhook_namespace, pod("probe-0", [container("main")]))
-            if env_of(created)["main"] != [BIND_ENTRY, ORDER]:
+            if env_of(created)["main"] != [STORED_BIND_ENTRY, ORDER_ENTRY]:
                 raise NotYet(f"not mutated yet: {env_of(created)}")
 
         wait_for("the API server to call the bind-mode webhook", called, ACTIVE_TIMEOUT)
@@ -378,14 +374,16 @@ def test_the_webhook_gives_the_entry_to_a_pod_lacking_it_and_never_sees_one_that
         webhook_namespace, pod("lacking-0", [container("main")], init_containers=[container("fetch")])
     )
     stored = get_pod(api_client, webhook_namespace, "lacking-0")
-    assert env_of(stored) == {"fetch": [BIND_ENTRY, ORDER], "main": [BIND_ENTRY, ORDER]}
+    assert env_of(stored) == {"fetch": [STORED_BIND_ENTRY, ORDER_ENTRY], "main": [STORED_BIND_ENTRY, ORDER_ENTRY]}
     # The scheduler's Binding writes the annotations, not the webhook.
     assert DEVICES_ANNOTATION not in stored["metadata"]["annotations"]
     assert PLACEMENT_ANNOTATION not in stored["metadata"]["annotations"]
     wait_for_call(bind_webhook, "lacking-0")
 
-    core.create_namespaced_pod(webhook_namespace, pod("complete-1", [container("main", [BIND_ENTRY, ORDER])]))
-    assert env_of(get_pod(api_client, webhook_namespace, "complete-1")) == {"main": [BIND_ENTRY, ORDER]}
+    core.create_namespaced_pod(
+        webhook_namespace, pod("complete-1", [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])])
+    )
+    assert env_of(get_pod(api_client, webhook_namespace, "complete-1")) == {"main": [STORED_BIND_ENTRY, ORDER_ENTRY]}
     # A pod created after it that does call the webhook, logged: the first would be by now.
     core.create_namespaced_pod(webhook_namespace, pod("marker-2", [container("main")]))
     wait_for_call(bind_webhook, "marker-2")
@@ -396,7 +394,7 @@ def test_the_webhook_gives_the_entry_to_a_pod_lacking_it_and_never_sees_one_that
 def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
     api_client, webhook_namespace, bind_webhook
 ):
-    on_node = pod("on-node-1", [container("main", [BIND_ENTRY, ORDER])])
+    on_node = pod("on-node-1", [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])])
     on_node["spec"]["nodeName"] = "node2"
     client.CoreV1Api(api_client).create_namespaced_pod(webhook_namespace, on_node)
 
@@ -405,7 +403,7 @@ def test_a_pod_created_on_a_node_gets_its_devices_annotation_from_the_webhook(
     assert json.loads(annotations[PLACEMENT_ANNOTATION]) == {"index": 1, "node": "node2", "cudaVisibleDevices": "2"}
 
     # Without a map no line says its devices: refused, as no scheduler will ever check it.
-    unmapped = pod("unmapped-0", [container("main", [BIND_ENTRY, ORDER])], map_text=None)
+    unmapped = pod("unmapped-0", [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])], map_text=None)
     unmapped["spec"]["nodeName"] = "node1"
     with pytest.raises(ApiException) as refused:
         dry_run_create(api_client, webhook_namespace, unmapped)
@@ -417,7 +415,7 @@ def test_a_debug_container_of_a_bound_pod_reads_the_pods_devices(
     api_client, webhook_namespace, bind_webhook, kubeconfig
 ):
     client.CoreV1Api(api_client).create_namespaced_pod(
-        webhook_namespace, pod("debugged-0", [container("main", [BIND_ENTRY, ORDER])])
+        webhook_namespace, pod("debugged-0", [container("main", [STORED_BIND_ENTRY, ORDER_ENTRY])])
     )
     bind(api_client, webhook_namespace, "debugged-0", "node1", "0,1", 0)
     Kubectl(kubeconfig).ok(
@@ -426,4 +424,4 @@ def test_a_debug_container_of_a_bound_pod_reads_the_pods_devices(
 
     (debugger,) = get_pod(api_client, webhook_namespace, "debugged-0")["spec"]["ephemeralContainers"]
     assert debugger["name"] == "debugger"
-    assert debugger["env"] == [BIND_ENTRY, ORDER]
+    assert debugger["env"] == [STORED_BIND_ENTRY, ORDER_ENTRY]

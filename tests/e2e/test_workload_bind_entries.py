@@ -24,7 +24,7 @@ from kubernetes import client
 
 from . import admission_policies, webhook_registration
 from .charts import SCHEDULER_CHART, helm_template
-from .cluster import Kubectl, get_pod
+from .cluster import ORDER_ENTRY, STORED_BIND_ENTRY, Kubectl, get_pod
 from .isolation import RUN_ID, create_namespace, delete_namespace
 from .waiting import NotYet, wait_for
 
@@ -33,14 +33,6 @@ pytestmark = pytest.mark.cluster
 SCHEDULER = f"workload-entries-{RUN_ID}"
 MUTATING_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 MAP = "0=node1:0,1\n1=node2:2\n"
-ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
-# As the API server stores the entry: it defaults fieldRef.apiVersion.
-STORED_ENTRY = {
-    "name": "CUDA_VISIBLE_DEVICES",
-    "valueFrom": {
-        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['gpu-scheduler/cuda-visible-devices']"}
-    },
-}
 ACTIVE_TIMEOUT = 30.0
 
 
@@ -152,7 +144,7 @@ def policy_installed(api_client, namespace: str, kubectl: Kubectl):
 
         def acting() -> None:
             stored = dry_run_create(kubectl, probe)
-            if STORED_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]:
+            if STORED_BIND_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]:
                 raise NotYet("not mutated yet")
 
         wait_for("the workload policy to act on this namespace", acting, ACTIVE_TIMEOUT)
@@ -175,17 +167,17 @@ def test_a_statefulset_and_a_job_lacking_the_entry_are_stored_with_it_and_so_are
 
     stored = kubectl.get("-n", namespace, "statefulset", "train")
     assert envs(stored["spec"]["template"]["spec"]) == {
-        "fetch": [STORED_ENTRY, ORDER],
-        "main": [{"name": "RANK_OF", "value": "train"}, STORED_ENTRY, ORDER],
-        "side": [STORED_ENTRY, ORDER],
+        "fetch": [STORED_BIND_ENTRY, ORDER_ENTRY],
+        "main": [{"name": "RANK_OF", "value": "train"}, STORED_BIND_ENTRY, ORDER_ENTRY],
+        "side": [STORED_BIND_ENTRY, ORDER_ENTRY],
     }
     job = kubectl.get("-n", namespace, "job", "job")
-    assert envs(job["spec"]["template"]["spec"])["main"][:2] == [STORED_ENTRY, ORDER]
+    assert envs(job["spec"]["template"]["spec"])["main"][:2] == [STORED_BIND_ENTRY, ORDER_ENTRY]
 
     pod = wait_for_pod(api_client, namespace, "train-0")
     assert envs(pod["spec"]) == envs(stored["spec"]["template"]["spec"])
     (job_pod,) = [p for name, p in pods_of(api_client, namespace).items() if name.startswith("job-0-")]
-    assert envs(job_pod["spec"])["main"][:2] == [STORED_ENTRY, ORDER]
+    assert envs(job_pod["spec"])["main"][:2] == [STORED_BIND_ENTRY, ORDER_ENTRY]
 
     # The same manifest again, the sidecar's literal value included: valid, and no new revision.
     generation = stored["metadata"]["generation"]
@@ -207,7 +199,7 @@ def test_workloads_of_before_the_policy_take_labels_and_start_no_rollout(api_cli
         stored = kubectl.get("-n", namespace, "statefulset", "before")
         assert stored["metadata"]["labels"]["team"] == "a"
         assert stored["metadata"]["generation"] == generation
-        assert STORED_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]
+        assert STORED_BIND_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]
         assert kubectl.get("-n", namespace, "job", "before-job")["metadata"]["labels"]["team"] == "a"
 
 
@@ -228,7 +220,7 @@ def workload_webhook(api_client, kubeconfig, namespace, tmp_path):
 
         def called() -> None:
             stored = dry_run_create(kubectl, probe)
-            if STORED_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]:
+            if STORED_BIND_ENTRY not in envs(stored["spec"]["template"]["spec"])["main"]:
                 raise NotYet("not mutated yet")
 
         wait_for("the API server to call the webhook for workloads", called, ACTIVE_TIMEOUT)
@@ -241,11 +233,11 @@ def test_below_1_36_the_webhook_gives_the_statefulset_its_entries_and_its_pods_n
 ):
     apply(kubectl, statefulset("train", namespace))
     stored = kubectl.get("-n", namespace, "statefulset", "train")
-    assert envs(stored["spec"]["template"]["spec"])["side"] == [STORED_ENTRY, ORDER]
+    assert envs(stored["spec"]["template"]["spec"])["side"] == [STORED_BIND_ENTRY, ORDER_ENTRY]
     assert envs(stored["spec"]["template"]["spec"])["main"] == [
         {"name": "RANK_OF", "value": "train"},
-        STORED_ENTRY,
-        ORDER,
+        STORED_BIND_ENTRY,
+        ORDER_ENTRY,
     ]
     pod = wait_for_pod(api_client, namespace, "train-0")
     assert envs(pod["spec"]) == envs(stored["spec"]["template"]["spec"])
@@ -270,4 +262,4 @@ def test_below_1_36_the_webhook_gives_the_statefulset_its_entries_and_its_pods_n
         "a pod with every entry called the webhook"
     )
     assert any(f"StatefulSet {namespace}/train" in line for line in lines), "the StatefulSet never reached the webhook"
-    assert get_pod(api_client, namespace, "marker-1")["spec"]["containers"][0]["env"][0] == STORED_ENTRY
+    assert get_pod(api_client, namespace, "marker-1")["spec"]["containers"][0]["env"][0] == STORED_BIND_ENTRY

@@ -158,6 +158,15 @@ def _check_pod_spec(spec: dict, where: str) -> None:
             _list_of_objects(container.get("env"), f"{where}.{name}[{position}].env")
 
 
+def _named_object(request: dict, kind: str) -> tuple[dict, dict, str]:
+    """The request's object, its checked metadata, and how messages name it: "<kind> <namespace>/<name>"."""
+    obj = _mapping(request.get("object"), "request.object", optional=False)
+    metadata = _check_metadata(obj, "request.object")
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
+    return obj, metadata, f"{kind} {namespace}/{name}"
+
+
 def _scheduler_name(template: dict, where: str) -> str:
     spec = _mapping(template.get("spec"), f"{where}.spec")
     return _string(spec.get("schedulerName"), f"{where}.spec.schedulerName")
@@ -408,11 +417,7 @@ def validate(review: object, scheduler_name: str) -> Answer:
         raise BadRequest(f"/validate handles {supported}; got {group or 'core'}/{kind}; fix the webhook's rules")
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
         return _pass(request, {"operation": request.get("operation")})
-    obj = _mapping(request.get("object"), "request.object", optional=False)
-    metadata = _check_metadata(obj, "request.object")
-    namespace = request.get("namespace") or metadata.get("namespace") or "default"
-    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
-    what = f"{kind} {namespace}/{name}"
+    obj, metadata, what = _named_object(request, kind)
     fields = {"object": what}
     if metadata.get("deletionTimestamp"):
         # Removing finalizers must never be blocked by a map mistake.
@@ -540,11 +545,8 @@ def mutate_workload(review: object, scheduler_name: str) -> Answer:
         return _pass(request, {"operation": operation})
     if operation == "UPDATE" and _template_unchanged(request):
         return _pass(request, {"operation": operation, "template": "unchanged"})
-    obj = _mapping(request.get("object"), "request.object", optional=False)
-    metadata = _check_metadata(obj, "request.object")
-    namespace = request.get("namespace") or metadata.get("namespace") or "default"
-    name = metadata.get("name") or request.get("name") or f"{metadata.get('generateName') or ''}<generated>"
-    fields = {"object": f"{kind} {namespace}/{name}"}
+    obj, _, what = _named_object(request, kind)
+    fields = {"object": what}
     spec = _mapping(obj.get("spec"), "request.object.spec")
     template = _mapping(spec.get("template"), "request.object.spec.template")
     _check_metadata(template, "request.object.spec.template")
