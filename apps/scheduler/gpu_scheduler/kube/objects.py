@@ -50,7 +50,7 @@ from gpu_scheduler.placement import (
     bind_env_entry,
     container_devices,
     given_value,
-    placement_for,
+    pinned_placement_for,
 )
 from gpu_scheduler.placement.environment import Given
 from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_of
@@ -322,9 +322,10 @@ def held_devices(pod: Mapping) -> tuple[str, ...]:
     if not given.none_given:
         return given.devices()
     try:
-        return placement_for(pod).devices
+        entry = pinned_placement_for(pod)
     except PlacementError:
         return ()
+    return entry.devices if entry is not None else ()
 
 
 # The pods that take a node's resources: on a node and not finished (kube-scheduler's selector).

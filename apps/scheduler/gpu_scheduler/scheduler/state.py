@@ -46,9 +46,10 @@ from dataclasses import replace
 from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
-from gpu_scheduler.placement import PlacementError, placement_for, pod_key
+from gpu_scheduler.placement import GpuRequest, PlacementError, pinned_placement_for, placement_for, pod_key
 from gpu_scheduler.placement.gang import GangError, gang_of
 from gpu_scheduler.scheduling import (
+    ANY_NODE_CHANGE,
     AssignedPod,
     Claim,
     ClusterCache,
@@ -268,7 +269,7 @@ class SchedulerState:
             return False
         # A node that comes, or is relabelled, changes the topology domains (PODS_ON_NODES).
         relabelled = PODS_ON_NODES if before is None or before.labels != after.labels else None
-        return self._wake(after.name, after.alias, before.alias if before else None, relabelled)
+        return self._wake(after.name, after.alias, before.alias if before else None, relabelled, ANY_NODE_CHANGE)
 
     @_event
     def node_deleted(self, name: str) -> bool:
@@ -419,11 +420,32 @@ class SchedulerState:
             return Decision(pod_key(pod), None, None, Code.UNRESOLVABLE, reason=str(err))
         if gang is not None:
             return self._decide_gang(uid, pod, gang, wall)
-        decision = decide(pod, self._cache, self.policy, self.reservations(wall))
+        pinned = self._pinned_wants(uid) if _asks_for_a_count(pod) else None
+        decision = decide(pod, self._cache, self.policy, self.reservations(wall), pinned=pinned)
         if decision.bind:
             self._assume(uid, pod, decision)
         self._reserve_volumes(decision)
         return self._timed(uid, decision, wall)
+
+    def _pinned_wants(self, uid: str) -> dict[tuple[str, str], str]:
+        """(node, GPU key) -> the pending pod whose pinned line names it: what a line asking for
+        a count leaves alone, since pinned pods keep priority over what they name. Read from
+        the queue at each such decision (a dict of the pending pods' lines)."""
+        wants: dict[tuple[str, str], str] = {}
+        nodes, ledger = self._cache.nodes, self._cache.ledger
+        for other in self._queue.keys():
+            pending = self._queue.pod_of(other)
+            if other == uid or pending is None:
+                continue
+            try:
+                entry = pinned_placement_for(pending)
+                node = nodes.resolve(entry.node).name if entry is not None else None
+            except PlacementError:
+                continue
+            if node is not None:
+                for device in entry.devices:
+                    wants.setdefault((node, ledger.key(node, device)), f"pod {pod_key(pending)}")
+        return wants
 
     def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:
         """A pod waiting for its claims' volumes says so with a Normal Event at each attempt;
@@ -451,6 +473,12 @@ class SchedulerState:
         scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             return self._gang_waits(view, pod, f"waits: {scheduling_map}", (), wall)
+        if scheduling_map.requests:
+            why = (
+                "waits: its map has lines that ask the scheduler to choose GPUs (gpus=<count>), and gangs "
+                "are placed only from lines that name their node and devices"
+            )
+            return self._gang_waits(view, pod, why, (), wall)
         nodes = map_nodes(scheduling_map, self._cache.nodes)
         missing = view.missing(scheduling_map)
         if missing:
@@ -526,7 +554,7 @@ class SchedulerState:
         changing or appearing, which this pod's own queue entry would not notice."""
         event, message = waiting(view, why, wall, self.gang_timeout)
         try:
-            entry = placement_for(pod)
+            entry = pinned_placement_for(pod)
         except PlacementError:
             entry = None
         return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
@@ -734,8 +762,16 @@ def _topology_changed(before: AssignedPod | None, after: AssignedPod) -> bool:
     )
 
 
+def _asks_for_a_count(pod: dict) -> bool:
+    try:
+        return isinstance(placement_for(pod), GpuRequest)
+    except PlacementError:
+        return False
+
+
 def _index(pod: dict) -> str:
     try:
-        return str(placement_for(pod).index)
+        index = placement_for(pod).index
     except PlacementError:
         return "?"
+    return "*" if index is None else str(index)

@@ -1,0 +1,228 @@
+"""Lines that ask for a number of GPUs: the grammar, and the node and GPUs the scheduler
+chooses for them (scheduling.dynamic), on plain data."""
+
+import json
+
+import pytest
+from gpu_scheduler.kube.objects import node_info
+from gpu_scheduler.placement import (
+    PLACEMENT_ANNOTATION,
+    GpuRequest,
+    InvalidMapError,
+    MapEntry,
+    MissingEntryError,
+    bind_annotations,
+    bind_env_entry,
+    parse_map_uncached,
+    placement_for,
+)
+from gpu_scheduler.scheduling import AssignedPod, ClusterCache, Code, SharingPolicy, decide
+from gpu_scheduler.scheduling.dynamic import best_set
+from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Gpu, Inventory, Link
+
+NVLINK_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+def eight_gpus(node_name: str) -> Inventory:
+    """Eight GPUs joined by NVLink in pairs (0-1, 2-3, 4-5, 6-7); the rest one NUMA node apart."""
+    gpus = tuple(
+        Gpu(i, f"GPU-{node_name[-1]:0>8}-0000-4000-8000-{i:012d}", f"0000:{i:02x}:00.0", "A100", 40960)
+        for i in range(8)
+    )
+    links = tuple(
+        Link(a, b, 12 if (a, b) in NVLINK_PAIRS else 0, "NVLINK" if (a, b) in NVLINK_PAIRS else "NODE")
+        for a in range(8)
+        for b in range(a + 1, 8)
+    )
+    return Inventory("550.54.15", gpus, links)
+
+
+def gpu_node(name: str, labels: dict | None = None, inventory: bool = True, gpus: int = 8):
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    annotations = {INVENTORY_ANNOTATION: eight_gpus(name).to_annotation()} if inventory else {}
+    return node_info(
+        {
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+
+
+def pod(name: str, map_text: str, env=None, owner: str | None = None):
+    meta = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "annotations": {"gpu-scheduling-map": map_text}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True, "uid": "o"}]
+    containers = [{"name": "main", "env": [bind_env_entry()] if env is None else env}]
+    return {"metadata": meta, "spec": {"containers": containers}}
+
+
+def holding(cache: ClusterCache, name: str, node: str, devices: tuple[str, ...]) -> None:
+    cache.add_pod(AssignedPod(f"uid-{name}", f"ml/{name}", node, (), devices))
+
+
+@pytest.fixture
+def cache():
+    cache = ClusterCache()
+    for name in ("node1", "node2", "node3"):
+        cache.nodes.upsert(gpu_node(name, labels={"pool": "a100" if name != "node3" else "h100"}))
+    return cache
+
+
+# -- the grammar ----------------------------------------------------------------------------------
+
+
+def test_a_pinned_map_means_what_it_meant():
+    parsed = parse_map_uncached("0=node1:0,1\n1=node2:2\n")
+    assert dict(parsed) == {0: MapEntry(0, "node1", ("0", "1"), 1), 1: MapEntry(1, "node2", ("2",), 2)}
+    assert parsed.requests == {}
+
+
+def test_counts_selectors_and_the_line_of_every_pod_are_read():
+    parsed = parse_map_uncached("0=node1:0\n1=*:gpus=2\n2=*[pool=a100, rack in (r1,r2), !spot]:gpus=4\n*=*:gpus=1\n")
+    assert parsed.line_for(0) == MapEntry(0, "node1", ("0",), 1)
+    two = parsed.line_for(1)
+    assert isinstance(two, GpuRequest) and (two.count, two.selector, two.line) == (2, (), 2)
+    four = parsed.line_for(2)
+    assert four.admits({"pool": "a100", "rack": "r2"})
+    assert not four.admits({"pool": "a100", "rack": "r2", "spot": "yes"})
+    assert not four.admits({"pool": "h100", "rack": "r1"})
+    assert parsed.line_for(9) == parsed.line_for(None) == GpuRequest(None, 1, (), "", 4)
+    assert parsed.to_json()["*"] == {"node": "*", "node_selector": "", "gpus": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("0=*:2", "asks for a number of GPUs, `gpus=<count>`"),
+        ("0=*:gpus=0", "the count must be a whole number from 1 to 1024"),
+        ("0=*:gpus=99999999999999999999", "the count must be a whole number"),
+        ("0=*[]:gpus=1", "empty node selector"),
+        ("0=*[pool==]:gpus=1", None),  # an empty value is a valid label value
+        ("0=*[a b]:gpus=1", "'a b' in the node selector"),
+        ("0=*[pool in (a b)]:gpus=1", "'pool in (a b)' in the node selector"),
+        ("0=*pool:gpus=1", "is neither a node nor `*`"),
+        ("*=node1:0", "the line of every pod (`*`) must leave the node to the scheduler"),
+        ("0=*:gpus=1\n0=node1:1", "line 2: index 0 is already given on line 1"),
+        ("*=*:gpus=1\n*=*:gpus=2", "line 2: index * is already given on line 1"),
+    ],
+)
+def test_a_wrong_count_line_is_refused_saying_where(text, says):
+    if says is None:
+        parse_map_uncached(text)
+        return
+    with pytest.raises(InvalidMapError) as refused:
+        parse_map_uncached(text)
+    assert says in str(refused.value)
+    assert str(refused.value).startswith("line ")
+
+
+def test_a_pod_without_an_index_takes_the_line_of_every_pod_and_only_that():
+    deployment_pod = pod("web-7d9f-abcde", "*=*:gpus=1\n", owner="ReplicaSet")
+    assert placement_for(deployment_pod) == GpuRequest(None, 1, (), "", 1)
+    with pytest.raises(MissingEntryError, match="a line `\\*=\\*:gpus=<count>` places every pod"):
+        placement_for(pod("ranks-5", "0=*:gpus=1\n"))
+
+
+# -- the choice -----------------------------------------------------------------------------------
+
+
+def test_a_pod_goes_where_gpus_are_in_use_and_untouched_nodes_stay_whole(cache):
+    holding(cache, "a", "node2", ("0",))
+    decision = decide(pod("p-0", "0=*:gpus=1\n"), cache)
+    assert decision.code is Code.SUCCESS and decision.node == "node2"
+    # GPU 1, NVLink partner of the busy GPU 0: no free NVLink pair is broken.
+    assert decision.devices == "1"
+    assert "node2 was already in use (7 of 8 GPUs free)" in decision.chosen
+
+
+def test_two_gpus_get_an_nvlink_pair(cache):
+    holding(cache, "a", "node1", ("0", "2", "4", "6"))  # every pair of node1 broken
+    holding(cache, "b", "node2", ("0",))
+    decision = decide(pod("p-0", "0=*:gpus=2\n"), cache)
+    assert (decision.node, decision.devices) == ("node2", "2,3")
+    assert "joined by NVLink" in decision.chosen
+
+
+def test_without_a_free_nvlink_pair_the_closest_pair_is_said(cache):
+    for name in ("node1", "node2", "node3"):
+        holding(cache, f"h-{name}", name, ("0", "2", "4", "6"))
+    decision = decide(pod("p-0", "0=*:gpus=2\n"), cache)
+    assert decision.code is Code.SUCCESS
+    assert "no NVLink set was free" in decision.chosen
+
+
+def test_a_whole_node_request_finds_the_untouched_node(cache):
+    holding(cache, "a", "node1", ("3",))
+    decision = decide(pod("p-0", "0=*[pool=a100]:gpus=8\n"), cache)
+    assert (decision.node, decision.devices) == ("node2", "0,1,2,3,4,5,6,7")
+
+
+def test_held_gpus_are_never_chosen_whatever_the_sharing_policy(cache):
+    for name in ("node1", "node2", "node3"):
+        holding(cache, f"h-{name}", name, tuple(str(i) for i in range(7)))
+    for policy in SharingPolicy:
+        decision = decide(pod("p-0", "0=*:gpus=2\n"), cache, policy)
+        assert decision.code is Code.UNSCHEDULABLE, policy
+        assert (
+            decision.reason
+            == "0/3 nodes are available for line 1 (2 GPUs on any node): 3 node(s) had fewer than 2 free GPUs."
+        )
+
+
+def test_a_pinned_pending_pod_keeps_what_it_names(cache):
+    holding(cache, "a", "node1", ("0", "1", "2", "3", "4", "5"))
+    kept = {("node1", cache.ledger.key("node1", "6")): "pod ml/pinned-0"}
+    decision = decide(pod("p-0", "0=*[pool=a100]:gpus=1\n"), cache, pinned=kept)
+    assert (decision.node, decision.devices) == ("node1", "7")
+
+
+def test_the_selector_and_kube_schedulers_filters_narrow_the_nodes(cache):
+    decision = decide(pod("p-0", "0=*[pool=h100]:gpus=1\n"), cache)
+    assert decision.node == "node3"
+    cache.nodes.upsert(_tainted(gpu_node("node3", {"pool": "h100"})))
+    refused = decide(pod("p-0", "0=*[pool=h100]:gpus=1\n"), cache)
+    assert refused.code is Code.UNSCHEDULABLE
+    assert "1 node(s) had untolerated taint" in refused.reason
+    assert "2 node(s) didn't match the line's node selector" in refused.reason
+
+
+def _tainted(info):
+    from dataclasses import replace
+
+    from gpu_scheduler.scheduling.nodes import Taint
+
+    return replace(info, taints=(Taint("gpu", "reserved", "NoSchedule"),))
+
+
+def test_a_node_without_inventory_gives_ordinals_of_its_capacity():
+    cache = ClusterCache()
+    cache.nodes.upsert(gpu_node("plain1", inventory=False, gpus=4))
+    holding(cache, "a", "plain1", ("0",))
+    decision = decide(pod("p-0", "0=*:gpus=2\n"), cache)
+    assert (decision.node, decision.devices) == ("plain1", "1,2")
+
+
+def test_a_container_with_its_own_value_or_none_is_refused_for_good(cache):
+    literal = decide(pod("p-0", "0=*:gpus=1\n", env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]), cache)
+    missing = decide(pod("p-0", "0=*:gpus=1\n", env=[]), cache)
+    for decision in (literal, missing):
+        assert decision.code is Code.UNRESOLVABLE
+        assert "every container must read the GPUs the bind gives it" in decision.reason
+
+
+def test_the_binding_says_why(cache):
+    decision = decide(pod("p-0", "0=*:gpus=2\n"), cache)
+    written = json.loads(bind_annotations(decision.entry, decision.chosen)[PLACEMENT_ANNOTATION])
+    assert written["chosen"] == decision.chosen and written["node"] == decision.node
+
+
+def test_the_best_set_is_exhaustive_for_small_nodes_and_grown_for_large_ones():
+    closeness = {frozenset(p): 5 for p in NVLINK_PAIRS}
+    assert best_set([0, 2, 3, 5], 2, closeness) == ((2, 3), 5)
+    sixteen = {frozenset((a, a + 1)): 5 for a in range(0, 16, 2)}
+    chosen, quality = best_set(list(range(16)), 2, sixteen)
+    assert quality == 5 and chosen[1] == chosen[0] + 1
