@@ -226,3 +226,99 @@ def test_the_best_set_is_exhaustive_for_small_nodes_and_grown_for_large_ones():
     sixteen = {frozenset((a, a + 1)): 5 for a in range(0, 16, 2)}
     chosen, quality = best_set(list(range(16)), 2, sixteen)
     assert quality == 5 and chosen[1] == chosen[0] + 1
+
+
+# -- gangs of count lines -------------------------------------------------------------------------
+
+
+def gang_pod(owner: str, index: int, count: int, members: int, topology: str | None = None, uid: str = "") -> dict:
+    annotations = {
+        "gpu-scheduling-map": "".join(f"{i}=*:gpus={count}\n" for i in range(members)),
+        "gpu-scheduler/gang": "true",
+    }
+    if topology:
+        annotations["gpu-scheduler/gang-topology"] = topology
+    return {
+        "metadata": {
+            "namespace": "ml",
+            "name": f"{owner}-{index}",
+            "uid": uid or f"{owner}-{index}-uid",
+            "creationTimestamp": "2027-01-15T08:00:00Z",
+            "labels": {"apps.kubernetes.io/pod-index": str(index)},
+            "annotations": annotations,
+            "ownerReferences": [{"kind": "StatefulSet", "name": owner, "uid": f"{owner}-sts", "controller": True}],
+        },
+        "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "env": [bind_env_entry()]}]},
+    }
+
+
+def racked_state(policy=SharingPolicy.DENY):
+    """Four 8-GPU nodes in two racks: node1, node2 in r1; node3, node4 in r2."""
+    from gpu_scheduler.scheduler.state import SchedulerState
+
+    state = SchedulerState("gpu-node-name", policy, gang_timeout=300.0)
+    racks = {"node1": "r1", "node2": "r1", "node3": "r2", "node4": "r2"}
+    state.nodes_listed([gpu_node(n, labels={"rack": r}) for n, r in racks.items()])
+    return state
+
+
+def queue_gang(state, pods):
+    from gpu_scheduler.kube.objects import trim_pending_pod
+
+    for p in pods:
+        state.pending_upsert(trim_pending_pod(p))
+    uid = pods[0]["metadata"]["uid"]
+    return state.decide(uid, state.claim(uid), 1_800_000_001.0)
+
+
+def test_a_gang_of_count_lines_goes_whole_into_one_rack_the_tightest_that_fits():
+    from gpu_scheduler.scheduling.gangs import GangPlan
+
+    state = racked_state()
+    # r2 has the fewest free GPUs that still take 3 x 4 (node3 is half used): the gang goes there.
+    state.assigned_upsert(AssignedPod("u-a", "ml/a", "node3", (), ("0", "1", "2", "3")))
+    plan = queue_gang(state, [gang_pod("train", i, 4, 3, topology="rack") for i in range(3)])
+    assert isinstance(plan, GangPlan), plan
+    nodes = sorted(decision.node for _, _, decision in plan.members)
+    assert nodes == ["node3", "node4", "node4"], nodes
+    assert all("with its gang on nodes with rack=r2" in d.chosen for _, _, d in plan.members)
+
+
+def test_a_gang_that_fits_in_no_rack_spans_racks_and_one_that_fits_nowhere_binds_nothing():
+    from gpu_scheduler.scheduling.gangs import GangPlan
+
+    state = racked_state()
+    for node in ("node1", "node3"):
+        state.assigned_upsert(AssignedPod(f"u-{node}", f"ml/{node}", node, (), tuple(str(i) for i in range(6))))
+    # Each rack has 2 + 8 free: 3 x 4 fits in neither, but across them (node2, node4).
+    plan = queue_gang(state, [gang_pod("train", i, 4, 3, topology="rack") for i in range(3)])
+    assert isinstance(plan, GangPlan), plan
+    state2 = racked_state()
+    for node in ("node1", "node2", "node3", "node4"):
+        state2.assigned_upsert(AssignedPod(f"u-{node}", f"ml/{node}", node, (), tuple(str(i) for i in range(6))))
+    refused = queue_gang(state2, [gang_pod("train", i, 4, 2, topology="rack") for i in range(2)])
+    assert not isinstance(refused, GangPlan)
+    assert "cannot go yet" in refused.reason and "fewer than 4 free GPUs" in refused.reason
+    # Nothing stays assumed: only the pods on the nodes hold GPUs.
+    assert all(uid.startswith("u-") for uids in state2.holders().values() for uid in uids)
+
+
+def test_a_waiting_gang_of_count_lines_reserves_free_gpus_under_deny():
+    state = racked_state()
+    for node in ("node1", "node2", "node3", "node4"):
+        state.assigned_upsert(AssignedPod(f"u-{node}", f"ml/{node}", node, (), tuple(str(i) for i in range(5))))
+    # Two members of 3 GPUs fit (3 free on each node) but the third of 4 does not: the gang
+    # waits, and the GPUs its first members would take are reserved for it.
+    pods = [gang_pod("train", 0, 3, 2), gang_pod("train", 1, 3, 2)]
+    pods[1]["metadata"]["annotations"]["gpu-scheduling-map"] = "0=*:gpus=3\n1=*:gpus=4\n"
+    pods[0]["metadata"]["annotations"]["gpu-scheduling-map"] = "0=*:gpus=3\n1=*:gpus=4\n"
+    refused = queue_gang(state, pods)
+    assert "cannot go yet" in refused.reason
+    reserved = state.reservations(1_800_000_001.0)
+    assert sorted(set(reserved.values())) == ["ml/StatefulSet/train"]
+    assert len(reserved) == 3
+    loner = pod("loner-0", "*=*:gpus=1\n")
+    loner["metadata"]["creationTimestamp"] = "2027-01-15T08:00:00Z"
+    decision = decide(loner, state._cache, SharingPolicy.DENY, reserved)
+    taken = (decision.node, state._cache.ledger.key(decision.node, decision.devices))
+    assert taken not in reserved

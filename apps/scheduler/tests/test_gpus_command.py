@@ -3,6 +3,8 @@ devices no GPU of the inventory is, and nodes without an inventory."""
 
 from __future__ import annotations
 
+import json
+
 from gpu_scheduler.gpuscli import render_text, report
 from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
 from inventories import GPU0, GPU1, INVENTORY, MIG_A
@@ -50,6 +52,7 @@ def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
                     "pod": "ml/lost-0",
                     "device": "GPU-ffffffff-0000-4000-8000-000000000000",
                     "since": "2026-11-26T08:00:00Z",
+                    "chosen": None,
                 }
             ],
         }
@@ -57,7 +60,19 @@ def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
     text = render_text([node3])
     rows = [line.split() for line in text.splitlines()]
     assert any(row[:3] == ["node3", "1", GPU1] and row[-1] == "(free)" for row in rows), text
+    assert any(row[:2] == ["node3", "0"] and row[-1] == "map" for row in rows), text
     assert "not in its inventory" in text
+
+
+def test_gpus_the_scheduler_chose_are_shown_so_with_why():
+    chosen = pod("d-0", "node1", "1")
+    why = "chosen for line 1 (1 GPU on any node); node1 was already in use (3 of 4 GPUs free)"
+    chosen["metadata"]["annotations"] = {"gpu-scheduler/placement": json.dumps({"node": "node1", "chosen": why})}
+    (node1,) = report([node("node1", None)], [pod("a-0", "node1", "0"), chosen], "gpu-scheduler")
+    assert [h["chosen"] for h in node1.document()["unresolved"][1]["heldBy"]] == [why]
+    rows = [line.split() for line in render_text([node1]).splitlines()]
+    assert [row[-1] for row in rows if row[:2] == ["node1", "1"]] == ["chosen"]
+    assert [row[-1] for row in rows if row[:2] == ["node1", "0"]] == ["map"]
 
 
 def test_a_node_without_an_inventory_shows_its_held_devices_as_written():

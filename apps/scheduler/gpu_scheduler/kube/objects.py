@@ -53,7 +53,7 @@ from gpu_scheduler.placement import (
     pinned_placement_for,
 )
 from gpu_scheduler.placement.environment import Given
-from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_of
+from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, GANG_TOPOLOGY_ANNOTATION, gang_of
 from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, pod_index
 from gpu_scheduler.scheduling import (
     CPU,
@@ -80,7 +80,7 @@ from gpu_scheduler.scheduling.volumes import (
     claim_names,
 )
 
-KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
+KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION, GANG_TOPOLOGY_ANNOTATION)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 POD_SCHEDULED = "PodScheduled"
 _TOLERATION_FIELDS = ("key", "operator", "value", "effect")

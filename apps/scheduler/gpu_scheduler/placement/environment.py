@@ -103,6 +103,19 @@ def placement_annotation(entry: MapEntry, chosen: str | None = None) -> str:
     return json.dumps(document, separators=(",", ":"))
 
 
+def chosen_reason(pod: Mapping) -> str | None:
+    """Why the scheduler chose the pod's node and GPUs, as its placement annotation says; None
+    for a pod placed by a pinned line (or an annotation that is not ours to trust: it is
+    informational, for people, never read to decide anything)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    try:
+        document = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    chosen = document.get("chosen") if isinstance(document, dict) else None
+    return chosen if isinstance(chosen, str) else None
+
+
 def bind_annotations(entry: MapEntry, chosen: str | None = None) -> dict[str, str]:
     """What the Binding writes on the pod with its node."""
     return {DEVICES_ANNOTATION: entry.cuda_visible_devices, PLACEMENT_ANNOTATION: placement_annotation(entry, chosen)}

@@ -76,6 +76,10 @@ class GpuRequest:
         return f"{gpus} on nodes with {self.selector_text}" if self.selector else f"{gpus} on any node"
 
 
+def is_label_key(text: str) -> bool:
+    return bool(_LABEL_KEY.fullmatch(text))
+
+
 def is_request(node_part: str) -> bool:
     """Whether a line's node part asks the scheduler to choose (`*` or `*[...]`)."""
     return node_part.startswith(ANY_NODE)

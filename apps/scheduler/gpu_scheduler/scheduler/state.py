@@ -47,7 +47,7 @@ from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
 from gpu_scheduler.placement import GpuRequest, PlacementError, pinned_placement_for, placement_for, pod_key
-from gpu_scheduler.placement.gang import GangError, gang_of
+from gpu_scheduler.placement.gang import GangError, gang_of, gang_topology
 from gpu_scheduler.scheduling import (
     ANY_NODE_CHANGE,
     AssignedPod,
@@ -60,16 +60,19 @@ from gpu_scheduler.scheduling import (
     Volume,
     decide,
 )
+from gpu_scheduler.scheduling.dynamic import free_gpus
 from gpu_scheduler.scheduling.filters import PODS_ON_NODES
 from gpu_scheduler.scheduling.gangs import (
     GANG_TIMEOUT_SECONDS,
     GangPlan,
     GangView,
+    Member,
     PendingGangs,
     gang_counts,
     gang_view,
     gang_views,
     listed,
+    map_indexes,
     map_nodes,
     reservations,
     waiting,
@@ -473,17 +476,23 @@ class SchedulerState:
         scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             return self._gang_waits(view, pod, f"waits: {scheduling_map}", (), wall)
-        if scheduling_map.requests:
+        if None in scheduling_map.requests:
             why = (
-                "waits: its map has lines that ask the scheduler to choose GPUs (gpus=<count>), and gangs "
-                "are placed only from lines that name their node and devices"
+                "waits: a gang's map gives each index its own line, and a `*` line cannot say how many pods "
+                "the gang has; write <index>=*:gpus=<count> for each"
             )
             return self._gang_waits(view, pod, why, (), wall)
+        try:
+            topology = gang_topology(pod) if scheduling_map.requests else None
+        except GangError as err:
+            return self._gang_waits(view, pod, f"waits: {err}", (), wall)
         nodes = map_nodes(scheduling_map, self._cache.nodes)
+        if scheduling_map.requests:
+            nodes = (*nodes, PODS_ON_NODES, ANY_NODE_CHANGE)
         missing = view.missing(scheduling_map)
         if missing:
             why = (
-                f"waits for its pods of index {listed(missing)}: its map names {len(scheduling_map)} "
+                f"waits for its pods of index {listed(missing)}: its map names {len(map_indexes(scheduling_map))} "
                 f"({len(view.pending)} pending, {len(view.placed)} bound)"
             )
             return self._gang_waits(view, pod, why, nodes, wall)
@@ -501,28 +510,13 @@ class SchedulerState:
             return self._gang_waits(view, pod, why, nodes, wall)
 
         reserved = self.reservations(wall)
-        decided: list[tuple[str, dict, Decision]] = []
-        # Members that pass every check but wait for their claims' volumes: all or none includes
-        # the volumes, so every member's are asked for in this attempt and none is bound before
-        # all are bound.
-        provisioning: list[tuple[int, Decision]] = []
-        for index in sorted(members):
-            m = members[index]
-            decision = decide(m.pod, self._cache, self.policy, reserved, gang)
-            if decision.event == WAITING_FOR_VOLUMES:
-                # Reserved at once, so that the next member is not given the same volume.
-                self._reserve_volumes(decision)
-                provisioning.append((index, decision))
-                continue
-            if not decision.bind:
-                for assumed_uid, _, _ in decided:
-                    self._cache.forget(assumed_uid)
-                for _, waiting_decision in provisioning:
-                    self._release_volumes(waiting_decision.provision)
-                why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
-                return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
-            self._assume(m.uid, m.pod, decision, gang)
-            decided.append((m.uid, m.pod, decision))
+        for domain in self._domains(topology):
+            tried = self._decide_members(members, reserved, gang, topology, domain)
+            if not isinstance(tried, Decision):
+                break
+        if isinstance(tried, Decision):
+            return self._gang_waits(view, pod, tried.reason or "", (*nodes, *tried.waiting_on), wall)
+        decided, provisioning = tried
         if provisioning:
             for assumed_uid, _, _ in decided:
                 self._cache.forget(assumed_uid)
@@ -536,6 +530,56 @@ class SchedulerState:
                 self._queue.claim(member_uid)
         decided.sort(key=lambda d: d[0] != uid)  # the pod the worker took first
         return GangPlan(gang, tuple(decided), complete=True, newest=view.newest)
+
+    def _domains(self, topology: str | None) -> list[str | None]:
+        """Where a gang of count lines is tried, in order: each value of its topology label,
+        the domain with the fewest free GPUs first (the first that takes the whole gang is the
+        tightest fit), then anywhere (None)."""
+        if topology is None:
+            return [None]
+        free: dict[str, int] = {}
+        for node in self._cache.nodes.all():
+            value = node.labels.get(topology)
+            if value is not None:
+                free[value] = free.get(value, 0) + free_gpus(node, self._cache.ledger)
+        return [*sorted(free, key=lambda value: (free[value], value)), None]
+
+    def _decide_members(
+        self, members: dict[int, Member], reserved: dict | None, gang: str, topology: str | None, domain: str | None
+    ) -> tuple[list[tuple[str, dict, Decision]], list[tuple[int, Decision]]] | Decision:
+        """Every member decided, each with the ones before it assumed: (those to bind, those
+        waiting for their volumes), or the refusal of the first that cannot go (nothing then
+        stays assumed or reserved). `domain`: count lines go only to nodes whose `topology`
+        label has this value."""
+        within = None if domain is None else (lambda node: node.labels.get(topology) == domain)
+        decided: list[tuple[str, dict, Decision]] = []
+        # Members that pass every check but wait for their claims' volumes: all or none includes
+        # the volumes, so every member's are asked for in this attempt and none is bound before
+        # all are bound.
+        provisioning: list[tuple[int, Decision]] = []
+        for index in sorted(members):
+            m = members[index]
+            decision = decide(m.pod, self._cache, self.policy, reserved, gang, within=within)
+            if decision.chosen and domain is not None:
+                decision = replace(
+                    decision, chosen=f"{decision.chosen}; with its gang on nodes with {topology}={domain}"
+                )
+            if decision.event == WAITING_FOR_VOLUMES:
+                # Reserved at once, so that the next member is not given the same volume.
+                self._reserve_volumes(decision)
+                provisioning.append((index, decision))
+                continue
+            if not decision.bind:
+                for assumed_uid, _, _ in decided:
+                    self._cache.forget(assumed_uid)
+                for _, waiting_decision in provisioning:
+                    self._release_volumes(waiting_decision.provision)
+                where = f" on nodes with {topology}={domain}" if domain is not None else ""
+                why = f"waits: its pod {m.key} (index {index}) cannot go yet{where}: {decision.reason}"
+                return replace(decision, reason=why)
+            self._assume(m.uid, m.pod, decision, gang)
+            decided.append((m.uid, m.pod, decision))
+        return decided, provisioning
 
     def _reserve_volumes(self, decision: Decision) -> None:
         """The volumes chosen for the decision's claims are theirs until their claimRefs are

@@ -17,7 +17,7 @@ the cache, acts on the Decision (assume, bind, events, retry).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..placement import (
@@ -244,10 +244,13 @@ def decide(
     reserved: Mapping[tuple[str, str], str] | None = None,
     gang: str | None = None,
     pinned: Mapping[tuple[str, str], str] | None = None,
+    within: Callable[[NodeInfo], bool] | None = None,
 ) -> Decision:
     """`reserved`: the GPUs held for waiting gangs (gangs.reservations), which under deny only
     `gang`'s own pods may take. `pinned`: (node, GPU key) -> the pending pod whose pinned line
-    names it, which a line asking for a count never takes (pinned pods keep priority)."""
+    names it, which a line asking for a count never takes (pinned pods keep priority).
+    `within`: for a line asking for a count, only the nodes it accepts (a gang's topology
+    domain)."""
     key = pod_key(pod)
     uid = (pod.get("metadata") or {}).get("uid") or ""
     try:
@@ -255,7 +258,8 @@ def decide(
     except PlacementError as err:
         return Decision(key, None, None, code=Code.UNRESOLVABLE, reason=str(err))
     if isinstance(entry, GpuRequest):
-        return _decide_request(pod, key, uid, entry, cache, {**(pinned or {}), **(reserved or {})})
+        others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
+        return _decide_request(pod, key, uid, entry, cache, {**(pinned or {}), **others}, within)
 
     given = container_devices(pod)
     if given.missing:
@@ -323,7 +327,13 @@ def _node_failure(
 
 
 def _decide_request(
-    pod: Mapping, key: str, uid: str, request: GpuRequest, cache: ClusterCache, kept: Mapping[tuple[str, str], str]
+    pod: Mapping,
+    key: str,
+    uid: str,
+    request: GpuRequest,
+    cache: ClusterCache,
+    kept: Mapping[tuple[str, str], str],
+    within: Callable[[NodeInfo], bool] | None = None,
 ) -> Decision:
     """A line that asks for a count: the scheduler chooses the node and the GPUs
     (scheduling.dynamic). Every container must read the bind's devices: a literal value could
@@ -346,7 +356,8 @@ def _decide_request(
         failure = _node_failure(pod, uid, claims, node, devices, cache)
         return None if failure is None else failure.reasons[0]
 
-    choice = choose(request, cache.nodes.all(), uid, cache.ledger, kept, passes)
+    nodes = cache.nodes.all() if within is None else [n for n in cache.nodes.all() if within(n)]
+    choice = choose(request, nodes, uid, cache.ledger, kept, passes)
     if not isinstance(choice, Choice):
         reasons, _ = choice
         return Decision(

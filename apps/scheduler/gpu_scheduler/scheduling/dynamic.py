@@ -101,6 +101,14 @@ def node_gpus(node: NodeInfo) -> tuple[tuple[str, ...], Mapping[frozenset[int], 
     return None
 
 
+def free_gpus(node: NodeInfo, ledger: GpuLedger) -> int:
+    """How many of the node's GPUs a count line could take that no pod holds."""
+    gpus = node_gpus(node)
+    if gpus is None:
+        return 0
+    return sum(1 for device in gpus[0] if not ledger.conflicts("", node.name, (device,)))
+
+
 def candidate(
     request: GpuRequest,
     node: NodeInfo,
