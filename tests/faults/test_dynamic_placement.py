@@ -17,7 +17,9 @@ must then fail.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,3 +261,40 @@ def _none_left(stream: Stream) -> None:
     left = holders(stream.api, stream.scheduler, stream.ns)
     if left:
         raise NotYet(f"still held: {sorted(left)}")
+
+
+# From the first refusal (PodScheduled=False) to the fallback: short, so the test is; the
+# scheduler's default is 300 s.
+FAILOVER_AFTER = 3.0
+
+
+def test_a_pinned_pod_whose_node_is_gone_goes_to_its_fallback_after_the_wait(
+    api_client, ns, gpu_pool, scheduler_name, start_scheduler
+):
+    pool, nodes = gpu_pool
+    start_scheduler("scheduler", f"--failover-after-seconds={FAILOVER_AFTER:g}", scheduler_name=scheduler_name)
+    stream = Stream(api_client, ns, scheduler_name, pool, nodes)
+    gone = f"gone-{pool}"
+    create(
+        api_client,
+        ns,
+        [
+            bare_pod("waits-0", f"0={gone}:0,1\n", scheduler_name=scheduler_name, bind_entries=True),
+            bare_pod(
+                "falls-0", f"0={gone}:0,1|*[e2e-gpu-pool={pool}]\n", scheduler_name=scheduler_name, bind_entries=True
+            ),
+        ],
+    )
+    stream.asked.update({"waits-0": 2, "falls-0": 2})
+    created = time.monotonic()
+    node, devices = stream._bound("falls-0")
+    waited = time.monotonic() - created
+    assert waited >= FAILOVER_AFTER, f"fell back after {waited:.1f} s, before --failover-after-seconds"
+    pod = get_json(api_client, f"/api/v1/namespaces/{ns}/pods/falls-0")
+    why = json.loads(pod["metadata"]["annotations"]["gpu-scheduler/placement"])["chosen"]
+    assert why.startswith(f"node {gone} not found"), why
+    assert f"waited {FAILOVER_AFTER:g} s, so line 1's fallback" in why, why
+    # The line without a fallback still waits for its node, saying so.
+    waits = get_json(api_client, f"/api/v1/namespaces/{ns}/pods/waits-0")
+    assert not waits["spec"].get("nodeName")
+    assert not double_grants(api_client, scheduler_name)

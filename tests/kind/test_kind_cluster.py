@@ -32,6 +32,7 @@ import uuid
 import pytest
 from cryptography import x509
 from e2e.waiting import NotYet, wait_for
+from faults.gpu_oracle import devices_of
 from gpu_scheduler.placement import parse_map
 from prerequisites import missing
 
@@ -549,6 +550,66 @@ def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
             return placed if placed == expected else {}
 
         kind.wait_for("the gang's 4 pods Running, each on its map's node", all_running, timeout=300)
+    finally:
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# -- issue 50: the check StatefulSet with a count instead of a map: the installed scheduler
+# chooses node and GPUs from the inventories the agents publish. Checked against the pods'
+# containers' logs and every other live pod's devices, never the scheduler's word.
+
+COUNT_MAP = "*=*:gpus=2\n"
+
+
+def test_the_check_chart_with_a_count_runs_on_gpus_the_scheduler_chose(kind):
+    installed_release(kind)
+    namespace = kind.namespace(f"count-{uuid.uuid4().hex[:6]}")
+    repository, _, tag = CHECK_IMAGE.rpartition(":")
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
+    try:
+        done = run(
+            [*helm, "install", "count-check", REPO / "charts" / "gpu-scheduler-check", "--set", "replicas=2"]
+            + ["--set-string", f"schedulingMap={COUNT_MAP}", "--set", "image.registry="]
+            + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
+            timeout=300,
+        )
+        assert done.returncode == 0, tail(done)
+        assert "can never be placed" not in done.stdout, done.stdout
+        names = [f"count-check-gpu-scheduler-check-{i}" for i in range(2)]
+
+        def running() -> list[dict]:
+            pods = {p["metadata"]["name"]: p for p in kind.get("-n", namespace, "pods")["items"]}
+            if not all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
+                raise NotYet(f"not all Running: { {n: pods.get(n, {}).get('status', {}).get('phase') for n in names} }")
+            return [pods[n] for n in names]
+
+        pods = kind.wait_for("the count check's 2 pods Running", running, timeout=300)
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            devices = pod["metadata"]["annotations"]["gpu-scheduler/cuda-visible-devices"]
+            assert len(devices.split(",")) == 2, devices
+            # The container saw what the bind gave it, and it matches the placement recorded.
+            line = kind.wait_for(
+                f"{name} logs its devices",
+                functools.partial(logged, kind, namespace, name, f"CUDA_VISIBLE_DEVICES={devices} "),
+                timeout=120,
+            )
+            assert f"node={node}" in line and "match=true" in line, line[-400:]
+            chosen = json.loads(pod["metadata"]["annotations"]["gpu-scheduler/placement"])["chosen"]
+            assert chosen.startswith("chosen for line 1 (2 GPUs on any node)"), chosen
+        # No other live pod of the scheduler holds a GPU these were given (count lines never share).
+        mine = {(p["spec"]["nodeName"], d) for p in pods for d in devices_of(p)}
+        assert len(mine) == 4, mine
+        others = [
+            p
+            for p in kind.get("pods", "-A")["items"]
+            if p["spec"].get("schedulerName") == "gpu-scheduler"
+            and p["spec"].get("nodeName")
+            and p["metadata"]["namespace"] != namespace
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
+        shared = {(p["spec"]["nodeName"], d) for p in others for d in devices_of(p)} & mine
+        assert not shared, f"GPUs given to the count pods that other pods hold: {sorted(shared)}"
     finally:
         kind.kubectl("delete", "namespace", namespace, "--wait=false")
 

@@ -322,3 +322,50 @@ def test_a_waiting_gang_of_count_lines_reserves_free_gpus_under_deny():
     decision = decide(loner, state._cache, SharingPolicy.DENY, reserved)
     taken = (decision.node, state._cache.ledger.key(decision.node, decision.devices))
     assert taken not in reserved
+
+
+# -- failover of pinned lines ---------------------------------------------------------------------
+
+
+def waited(p: dict, seconds: float, now: float) -> dict:
+    """The pod as the scheduler left it after its first refusal, `seconds` before `now`."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.fromtimestamp(now - seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    p["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "lastTransitionTime": stamp}]}
+    return p
+
+
+NOW = 1_800_000_000.0
+
+
+def test_a_pinned_pod_whose_node_is_gone_waits_then_takes_its_fallback(cache):
+    from gpu_scheduler.scheduling.decide import Failover
+
+    failover = Failover(NOW, 300.0)
+    early = decide(waited(pod("p-0", "0=node9:0,1|*[pool=a100]\n"), 100, NOW), cache, failover=failover)
+    assert early.code is Code.UNSCHEDULABLE
+    assert "node node9 not found" in early.reason
+    assert "falls back to 2 GPUs on nodes with pool=a100 once the pod has waited 300 s" in early.reason
+    late = decide(waited(pod("p-0", "0=node9:0,1|*[pool=a100]\n"), 400, NOW), cache, failover=failover)
+    assert late.code is Code.SUCCESS and late.node in ("node1", "node2")
+    assert late.devices == "0,1"
+    assert late.chosen.startswith("node node9 not found")
+    assert "so line 1's fallback: chosen for line 1 (2 GPUs on nodes with pool=a100)" in late.chosen
+
+
+def test_a_not_ready_node_fails_over_and_a_line_without_fallback_waits(cache):
+    from dataclasses import replace
+
+    from gpu_scheduler.scheduling.decide import Failover
+
+    cache.nodes.upsert(replace(cache.nodes.get("node1"), ready=False, not_ready_message="kubelet stopped posting"))
+    failover = Failover(NOW, 300.0)
+    fell = decide(waited(pod("p-0", "0=node1:3|*\n"), 301, NOW), cache, failover=failover)
+    assert fell.code is Code.SUCCESS and fell.node != "node1"
+    assert "node node1 is not Ready (kubelet stopped posting)" in fell.chosen
+    stays = decide(waited(pod("p-0", "0=node1:3\n"), 3000, NOW), cache, failover=failover)
+    assert stays.code is Code.UNSCHEDULABLE and "falls back" not in stays.reason
+    literal = [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
+    own = decide(waited(pod("p-0", "0=node1:3|*\n", env=literal), 3000, NOW), cache, failover=failover)
+    assert own.code is Code.UNSCHEDULABLE and own.node == "node1"

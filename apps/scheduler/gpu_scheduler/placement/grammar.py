@@ -1,6 +1,9 @@
 """The grammar of the gpu-scheduling-map annotation.
 
     <index>=<node>:<devices>      one entry per line: the node and devices the pod gets
+    <index>=<node>:<devices>|*[<selector>]  ... or, once its node is gone or NotReady for
+                                  the scheduler's --failover-after-seconds, as many GPUs on a
+                                  node the selector admits (opt-in failover)
     <index>=*[<selector>]:gpus=<n> n GPUs the scheduler chooses (placement.requests)
     *=*[<selector>]:gpus=<n>      the same for every pod without a line of its own
     # comment                     full-line comments and blank lines are ignored
@@ -71,6 +74,9 @@ class MapEntry:
     node: str
     devices: tuple[str, ...]
     line: int
+    # Where the pod may go instead once its node is gone or NotReady long enough: as many GPUs
+    # on a node this request admits (`|*[<selector>]` after the devices); None: it waits.
+    fallback: GpuRequest | None = None
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -86,7 +92,7 @@ class SchedulingMap(Mapping[int, MapEntry]):
     collector, which walks every MapEntry a cache holds in each full collection.
     """
 
-    __slots__ = ("_rows", "requests")
+    __slots__ = ("_rows", "fallbacks", "requests")
 
     def __init__(
         self, rows: dict[int, tuple[str, str, int]], requests: Mapping[int | None, GpuRequest] | None = None
@@ -96,10 +102,15 @@ class SchedulingMap(Mapping[int, MapEntry]):
         # of every pod without one of its own). Not among the Mapping's entries, which are
         # the pinned lines.
         self.requests: Mapping[int | None, GpuRequest] = requests or {}
+        # The fallbacks of pinned lines that have one, by index (few maps have any).
+        self.fallbacks: dict[int, GpuRequest] = {}
 
     @classmethod
     def of(cls, entries: Iterable[MapEntry], requests: Iterable[GpuRequest] = ()) -> SchedulingMap:
-        return cls({e.index: (e.node, ",".join(e.devices), e.line) for e in entries}, {r.index: r for r in requests})
+        entries = list(entries)
+        parsed = cls({e.index: (e.node, ",".join(e.devices), e.line) for e in entries}, {r.index: r for r in requests})
+        parsed.fallbacks = {e.index: e.fallback for e in entries if e.fallback is not None}
+        return parsed
 
     def line_for(self, index: int | None) -> MapEntry | GpuRequest | None:
         """The line that places the pod of this index (None: a pod without one): its own
@@ -115,7 +126,8 @@ class SchedulingMap(Mapping[int, MapEntry]):
 
     def __getitem__(self, index: int) -> MapEntry:
         node, devices, line = self._rows[index]
-        return MapEntry(index, node, tuple(devices.split(",")), line)
+        fallback = self.fallbacks.get(index) if self.fallbacks else None
+        return MapEntry(index, node, tuple(devices.split(",")), line, fallback)
 
     def __contains__(self, index: object) -> bool:
         return index in self._rows
@@ -136,6 +148,7 @@ class SchedulingMap(Mapping[int, MapEntry]):
                 "node": e.node,
                 "devices": list(e.devices),
                 "cuda_visible_devices": e.cuda_visible_devices,
+                **({"fallback_node_selector": e.fallback.selector_text} if e.fallback else {}),
             }
             for e in self.values()
         }
@@ -316,12 +329,22 @@ def _parse_line(line: int, text: str) -> MapEntry | GpuRequest:
             f"{quote(text)}: the line of every pod (`*`) must leave the node to the scheduler "
             "(`*=*:gpus=<count>`); one node's devices cannot go to every pod",
         )
-    return MapEntry(
-        index=_parse_index(line, text, index_part),
-        node=_parse_node(line, text, node_part),
-        devices=_parse_devices(line, text, devices_part),
-        line=line,
-    )
+    index = _parse_index(line, text, index_part)
+    node = _parse_node(line, text, node_part)
+    devices_part, bar, fallback_part = devices_part.partition("|")
+    devices = _parse_devices(line, text, devices_part)
+    fallback = None
+    if bar:
+        fallback_part = fallback_part.strip(SPACE)
+        if not is_request(fallback_part):
+            raise InvalidNodeError(
+                line,
+                text,
+                f"{quote(fallback_part)} after '|' in {quote(text)}: a fallback is `*` (any node) or "
+                "`*[<label selector>]`, where as many GPUs are chosen once the line's node is gone",
+            )
+        fallback = parse_request(line, text, index, fallback_part, f"gpus={len(devices)}")
+    return MapEntry(index=index, node=node, devices=devices, line=line, fallback=fallback)
 
 
 # The line almost every map is made of: an index, a lowercase node name and

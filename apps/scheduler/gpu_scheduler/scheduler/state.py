@@ -60,6 +60,7 @@ from gpu_scheduler.scheduling import (
     Volume,
     decide,
 )
+from gpu_scheduler.scheduling.decide import FAILOVER_AFTER_SECONDS, Failover
 from gpu_scheduler.scheduling.dynamic import free_gpus
 from gpu_scheduler.scheduling.filters import PODS_ON_NODES
 from gpu_scheduler.scheduling.gangs import (
@@ -134,8 +135,10 @@ class SchedulerState:
         max_backoff: float = MAX_BACKOFF_SECONDS,
         gang_timeout: float = GANG_TIMEOUT_SECONDS,
         volume_timeout: float = VOLUME_BINDING_TIMEOUT_SECONDS,
+        failover_after: float = FAILOVER_AFTER_SECONDS,
     ) -> None:
         self.policy = policy
+        self.failover_after = failover_after
         self.gang_timeout = gang_timeout
         self.volume_timeout = volume_timeout
         # uid -> when (Unix time) the pod began waiting for its claims' volumes, or last said
@@ -424,7 +427,8 @@ class SchedulerState:
         if gang is not None:
             return self._decide_gang(uid, pod, gang, wall)
         pinned = self._pinned_wants(uid) if _asks_for_a_count(pod) else None
-        decision = decide(pod, self._cache, self.policy, self.reservations(wall), pinned=pinned)
+        failover = Failover(wall, self.failover_after)
+        decision = decide(pod, self._cache, self.policy, self.reservations(wall), pinned=pinned, failover=failover)
         if decision.bind:
             self._assume(uid, pod, decision)
         self._reserve_volumes(decision)
@@ -511,7 +515,7 @@ class SchedulerState:
 
         reserved = self.reservations(wall)
         for domain in self._domains(topology):
-            tried = self._decide_members(members, reserved, gang, topology, domain)
+            tried = self._decide_members(members, reserved, gang, topology, domain, wall)
             if not isinstance(tried, Decision):
                 break
         if isinstance(tried, Decision):
@@ -545,13 +549,20 @@ class SchedulerState:
         return [*sorted(free, key=lambda value: (free[value], value)), None]
 
     def _decide_members(
-        self, members: dict[int, Member], reserved: dict | None, gang: str, topology: str | None, domain: str | None
+        self,
+        members: dict[int, Member],
+        reserved: dict | None,
+        gang: str,
+        topology: str | None,
+        domain: str | None,
+        wall: float,
     ) -> tuple[list[tuple[str, dict, Decision]], list[tuple[int, Decision]]] | Decision:
         """Every member decided, each with the ones before it assumed: (those to bind, those
         waiting for their volumes), or the refusal of the first that cannot go (nothing then
         stays assumed or reserved). `domain`: count lines go only to nodes whose `topology`
         label has this value."""
         within = None if domain is None else (lambda node: node.labels.get(topology) == domain)
+        failover = Failover(wall, self.failover_after)
         decided: list[tuple[str, dict, Decision]] = []
         # Members that pass every check but wait for their claims' volumes: all or none includes
         # the volumes, so every member's are asked for in this attempt and none is bound before
@@ -559,7 +570,7 @@ class SchedulerState:
         provisioning: list[tuple[int, Decision]] = []
         for index in sorted(members):
             m = members[index]
-            decision = decide(m.pod, self._cache, self.policy, reserved, gang, within=within)
+            decision = decide(m.pod, self._cache, self.policy, reserved, gang, within=within, failover=failover)
             if decision.chosen and domain is not None:
                 decision = replace(
                     decision, chosen=f"{decision.chosen}; with its gang on nodes with {topology}={domain}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from ..placement import (
     CUDA_ENV,
@@ -36,7 +37,14 @@ from ..placement import (
 )
 from .cache import ClusterCache
 from .dynamic import Choice, choose, no_fit_message
-from .filters import PODS_ON_NODES, FilterFailure, pre_filter_failure, run_filters, unavailable_message
+from .filters import (
+    NODE_READY,
+    PODS_ON_NODES,
+    FilterFailure,
+    pre_filter_failure,
+    run_filters,
+    unavailable_message,
+)
 from .gangs import reserved_for_others
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import NodeInfo, NodeResolutionError
@@ -55,6 +63,9 @@ class BindWarning:
 
 
 GPU_SHARED = "GPUShared"
+# How long a pod pinned to a node that is gone or NotReady waits before its line's fallback
+# (`|*[<selector>]`) is used (the scheduler's --failover-after-seconds).
+FAILOVER_AFTER_SECONDS = 300.0
 # What a pod whose line asks for a count waits on besides PODS_ON_NODES (GPUs freed): any
 # node that comes or changes (scheduler/state.py wakes it). Not a node name: it has spaces.
 ANY_NODE_CHANGE = "any node"
@@ -245,21 +256,23 @@ def decide(
     gang: str | None = None,
     pinned: Mapping[tuple[str, str], str] | None = None,
     within: Callable[[NodeInfo], bool] | None = None,
+    failover: Failover | None = None,
 ) -> Decision:
     """`reserved`: the GPUs held for waiting gangs (gangs.reservations), which under deny only
     `gang`'s own pods may take. `pinned`: (node, GPU key) -> the pending pod whose pinned line
     names it, which a line asking for a count never takes (pinned pods keep priority).
     `within`: for a line asking for a count, only the nodes it accepts (a gang's topology
-    domain)."""
+    domain). `failover`: when a pinned line with a fallback may go to it."""
     key = pod_key(pod)
     uid = (pod.get("metadata") or {}).get("uid") or ""
     try:
         entry = placement_for(pod)
     except PlacementError as err:
         return Decision(key, None, None, code=Code.UNRESOLVABLE, reason=str(err))
+    others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
+    kept = {**(pinned or {}), **others}
     if isinstance(entry, GpuRequest):
-        others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
-        return _decide_request(pod, key, uid, entry, cache, {**(pinned or {}), **others}, within)
+        return _decide_request(pod, key, uid, entry, cache, kept, within)
 
     given = container_devices(pod)
     if given.missing:
@@ -280,16 +293,22 @@ def decide(
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
-        return Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=str(err))
+        fallen = _fall_back(pod, key, uid, entry, given, cache, kept, failover, str(err))
+        return fallen or Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=_waits(str(err), entry, failover))
     claims = pre_filter(pod, cache.volumes)
     failure = pre_filter_failure(claims) or _node_failure(pod, uid, claims, node, entry.devices, cache)
+    if failure is not None and failure.plugin == NODE_READY:
+        gone = f"node {node.name} is not Ready ({node.not_ready_message})"
+        fallen = _fall_back(pod, key, uid, entry, given, cache, kept, failover, gone)
+        if fallen is not None:
+            return fallen
     if failure is not None:
         return Decision(
             key,
             entry,
             node.name,
             code=Code.UNSCHEDULABLE,
-            reason=unavailable_message(failure, node.name, entry.line),
+            reason=_waits(unavailable_message(failure, node.name, entry.line), entry, failover, failure.plugin),
             plugin=failure.plugin,
             waiting_on=failure.wait_keys,
         )
@@ -301,6 +320,68 @@ def decide(
     if claims.delayed:
         return _provisioning(key, entry, node, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=tuple(shared))
+
+
+def unschedulable_since(pod: Mapping) -> float | None:
+    """When (Unix time) the pod's PodScheduled condition became False, or None: the time it
+    has waited, read from the pod, so that a restarted scheduler or a new leader reckons alike."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled":
+            stamp = condition.get("lastTransitionTime")
+            if condition.get("status") != "False" or not isinstance(stamp, str):
+                return None
+            try:
+                return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """When a pinned line's fallback (`|*[<selector>]`) may be used: its node gone or NotReady,
+    and the pod unschedulable for `after` seconds (since its PodScheduled=False condition,
+    which the scheduler wrote at its first refusal), at Unix time `now`."""
+
+    now: float
+    after: float
+
+    def due(self, pod: Mapping) -> bool:
+        since = unschedulable_since(pod)
+        return since is not None and self.now - since >= self.after
+
+
+def _waits(reason: str, entry: MapEntry, failover: Failover | None, plugin: str | None = NODE_READY) -> str:
+    """The refusal of a pod whose node is gone or NotReady, with when its fallback comes in."""
+    if entry.fallback is None or failover is None or plugin != NODE_READY:
+        return reason
+    return (
+        f"{reason}; line {entry.line} falls back to {entry.fallback.describe()} once the pod has waited "
+        f"{failover.after:g} s (--failover-after-seconds)"
+    )
+
+
+def _fall_back(
+    pod: Mapping,
+    key: str,
+    uid: str,
+    entry: MapEntry,
+    given: ContainerDevices,
+    cache: ClusterCache,
+    kept: Mapping[tuple[str, str], str],
+    failover: Failover | None,
+    why: str,
+) -> Decision | None:
+    """The decision for the line's fallback, when it has one and it is due; else None (the pod
+    waits for its node). Containers with their own literal devices cannot take GPUs chosen at
+    bind: such a pod waits."""
+    if entry.fallback is None or failover is None or given.literals or not failover.due(pod):
+        return None
+    decision = _decide_request(pod, key, uid, entry.fallback, cache, kept)
+    if decision.chosen is None:
+        return replace(decision, reason=f"{why}, and its fallback cannot take it: {decision.reason}")
+    said = f"{why} and the pod waited {failover.after:g} s, so line {entry.line}'s fallback: {decision.chosen}"
+    return replace(decision, chosen=said)
 
 
 def _node_failure(
@@ -334,6 +415,7 @@ def _decide_request(
     cache: ClusterCache,
     kept: Mapping[tuple[str, str], str],
     within: Callable[[NodeInfo], bool] | None = None,
+    failover: Failover | None = None,
 ) -> Decision:
     """A line that asks for a count: the scheduler chooses the node and the GPUs
     (scheduling.dynamic). Every container must read the bind's devices: a literal value could
