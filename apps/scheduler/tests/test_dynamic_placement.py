@@ -68,7 +68,8 @@ def holding(cache: ClusterCache, name: str, node: str, devices: tuple[str, ...])
 def cache():
     cache = ClusterCache()
     for name in ("node1", "node2", "node3"):
-        cache.nodes.upsert(gpu_node(name, labels={"pool": "a100" if name != "node3" else "h100"}))
+        # As the node watch stores it: the ledger then keys each GPU by its UUID.
+        cache.upsert_node(gpu_node(name, labels={"pool": "a100" if name != "node3" else "h100"}))
     return cache
 
 
@@ -183,7 +184,7 @@ def test_a_pinned_pending_pod_keeps_what_it_names(cache):
 def test_the_selector_and_kube_schedulers_filters_narrow_the_nodes(cache):
     decision = decide(pod("p-0", "0=*[pool=h100]:gpus=1\n"), cache)
     assert decision.node == "node3"
-    cache.nodes.upsert(_tainted(gpu_node("node3", {"pool": "h100"})))
+    cache.upsert_node(_tainted(gpu_node("node3", {"pool": "h100"})))
     refused = decide(pod("p-0", "0=*[pool=h100]:gpus=1\n"), cache)
     assert refused.code is Code.UNSCHEDULABLE
     assert "1 node(s) had untolerated taint" in refused.reason
@@ -359,7 +360,7 @@ def test_a_not_ready_node_fails_over_and_a_line_without_fallback_waits(cache):
 
     from gpu_scheduler.scheduling.decide import Failover
 
-    cache.nodes.upsert(replace(cache.nodes.get("node1"), ready=False, not_ready_message="kubelet stopped posting"))
+    cache.upsert_node(replace(cache.nodes.get("node1"), ready=False, not_ready_message="kubelet stopped posting"))
     failover = Failover(NOW, 300.0)
     fell = decide(waited(pod("p-0", "0=node1:3|*\n"), 301, NOW), cache, failover=failover)
     assert fell.code is Code.SUCCESS and fell.node != "node1"
@@ -369,3 +370,48 @@ def test_a_not_ready_node_fails_over_and_a_line_without_fallback_waits(cache):
     literal = [{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
     own = decide(waited(pod("p-0", "0=node1:3|*\n", env=literal), 3000, NOW), cache, failover=failover)
     assert own.code is Code.UNSCHEDULABLE and own.node == "node1"
+
+
+def test_the_lazy_rank_order_is_the_full_rank_order():
+    """in_rank_order chooses sets only as far as it must; it must yield what sorting every
+    candidate by its full rank yields (random nodes, holdings and counts, seeded)."""
+    import random
+
+    from gpu_scheduler.scheduling.dynamic import candidate, in_rank_order
+    from gpu_scheduler.scheduling.ledger import GpuLedger
+
+    rng = random.Random(50)
+    for _ in range(200):
+        cache = ClusterCache()
+        for n in range(rng.randint(1, 6)):
+            linked = rng.random() < 0.7
+            name = f"node{n}"
+            cache.upsert_node(gpu_node(name, inventory=linked, gpus=8))
+            held = rng.sample(range(8), rng.randint(0, 7))
+            if held:
+                holding(cache, f"h{n}", name, tuple(map(str, held)))
+        count = rng.choice((1, 2, 3, 4))
+        request = GpuRequest(None, count, (), "", 1)
+        ledger: GpuLedger = cache.ledger
+        fitting = [c for n in cache.nodes.all() if not isinstance(c := candidate(request, n, "", ledger, {}), str)]
+        lazy = [c.node.name for c in in_rank_order(list(fitting))]
+        full = [c.node.name for c in sorted(fitting, key=lambda c: c.rank)]
+        assert lazy == full, (count, lazy, full)
+
+
+def test_the_scheduler_keeps_what_pending_pinned_pods_name_and_frees_it_when_they_go():
+    from gpu_scheduler.kube.objects import trim_pending_pod
+
+    state = racked_state()
+    # node1's GPUs 0-5 are held; a pinned pod waits for node1:6 (its line names it).
+    state.assigned_upsert(AssignedPod("u-a", "ml/a", "node1", (), tuple(str(i) for i in range(6))))
+    pinned = pod("pinned-0", "0=node1:6\n")
+    state.pending_upsert(trim_pending_pod(pinned))
+    counted = pod("count-0", "*=*[rack=r1]:gpus=2\n")
+    state.pending_upsert(trim_pending_pod(counted))
+    decision = state.decide("uid-count-0", state.claim("uid-count-0"), 1_800_000_001.0)
+    assert (decision.node, decision.devices) == ("node2", "0,1")  # not node1's 6,7: 6 is wanted
+    state.pending_delete("uid-pinned-0")
+    state.pending_upsert(trim_pending_pod(pod("count-1", "*=*[rack=r1]:gpus=2\n")))
+    again = state.decide("uid-count-1", state.claim("uid-count-1"), 1_800_000_001.0)
+    assert (again.node, again.devices) == ("node1", "6,7")

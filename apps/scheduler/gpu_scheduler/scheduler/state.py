@@ -46,7 +46,14 @@ from dataclasses import replace
 from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
-from gpu_scheduler.placement import GpuRequest, PlacementError, pinned_placement_for, placement_for, pod_key
+from gpu_scheduler.placement import (
+    GpuRequest,
+    MapEntry,
+    PlacementError,
+    pinned_placement_for,
+    placement_for,
+    pod_key,
+)
 from gpu_scheduler.placement.gang import GangError, gang_of, gang_topology
 from gpu_scheduler.scheduling import (
     ANY_NODE_CHANGE,
@@ -147,6 +154,9 @@ class SchedulerState:
         self._cache = ClusterCache(alias_label)
         self._queue = SchedulingQueue(initial_backoff, max_backoff)
         self._gangs = PendingGangs()  # the pending pods of each gang, beside the queue
+        # uid -> the pinned line of each pending pod that has one: the GPUs count lines leave
+        # alone (_pinned_wants). Kept beside the queue, like _gangs.
+        self._pinned: dict[str, MapEntry] = {}
         # Reentrant, so that one named method may call another; the workers wait on _work for
         # due pods, a stop waits on _idle for the attempts in flight to end.
         self._lock = threading.RLock()
@@ -203,8 +213,10 @@ class SchedulerState:
         for pod in dropped:
             self._gangs.delete(pod_uid(pod))
             self._volume_waits.pop(pod_uid(pod), None)
+        self._pinned.clear()
         for uid in self._queue.keys():
             self._gangs.upsert_pod(uid, self._queue.pod_of(uid))
+            self._note_pinned(uid, self._queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
 
     @_event
@@ -217,6 +229,7 @@ class SchedulerState:
         if self._placed(uid):
             return False
         self._gangs.upsert_pod(uid, pod)
+        self._note_pinned(uid, pod)
         return self._queue.upsert(uid, pod)
 
     @_locked
@@ -225,6 +238,7 @@ class SchedulerState:
         pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
         self._queue.delete(uid)
         self._gangs.delete(uid)
+        self._pinned.pop(uid, None)
         self._volume_waits.pop(uid, None)
         return False
 
@@ -434,24 +448,29 @@ class SchedulerState:
         self._reserve_volumes(decision)
         return self._timed(uid, decision, wall)
 
+    def _note_pinned(self, uid: str, pod: dict | None) -> None:
+        try:
+            entry = pinned_placement_for(pod) if pod is not None else None
+        except PlacementError:
+            entry = None
+        if entry is None:
+            self._pinned.pop(uid, None)
+        else:
+            self._pinned[uid] = entry
+
     def _pinned_wants(self, uid: str) -> dict[tuple[str, str], str]:
         """(node, GPU key) -> the pending pod whose pinned line names it: what a line asking for
-        a count leaves alone, since pinned pods keep priority over what they name. Read from
-        the queue at each such decision (a dict of the pending pods' lines)."""
+        a count leaves alone, since pinned pods keep priority over what they name. Computed at
+        each such decision from the pending pinned pods' lines (none, where all ask for counts)."""
         wants: dict[tuple[str, str], str] = {}
         nodes, ledger = self._cache.nodes, self._cache.ledger
-        for other in self._queue.keys():
-            pending = self._queue.pod_of(other)
-            if other == uid or pending is None:
-                continue
+        for other, entry in self._pinned.items():
             try:
-                entry = pinned_placement_for(pending)
-                node = nodes.resolve(entry.node).name if entry is not None else None
+                node = nodes.resolve(entry.node).name
             except PlacementError:
                 continue
-            if node is not None:
-                for device in entry.devices:
-                    wants.setdefault((node, ledger.key(node, device)), f"pod {pod_key(pending)}")
+            for device in entry.devices:
+                wants.setdefault((node, ledger.key(node, device)), f"pod {other}")
         return wants
 
     def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:

@@ -441,7 +441,7 @@ def _decide_request(
     nodes = cache.nodes.all() if within is None else [n for n in cache.nodes.all() if within(n)]
     choice = choose(request, nodes, uid, cache.ledger, kept, passes)
     if not isinstance(choice, Choice):
-        reasons, _ = choice
+        reasons = choice
         return Decision(
             key,
             None,

@@ -17,12 +17,19 @@ Of the nodes that can, the choice is, in this order:
 The nodes are then tried in that order through kube-scheduler's filters (scheduling.filters),
 and the first that passes is the choice. On the node, one GPU goes where it breaks no free
 NVLink pair: the GPU whose linked neighbours are busy first.
+
+Cost: the nodes the selector admits are looked at once per pod, a few set lookups per GPU
+(each node's GPU table is cached by its inventory; the ledger keeps the keys held on each
+node). The sets of GPUs are chosen only for the nodes the order reaches: in rank order, the
+first node whose set is as well connected as any node could give is the choice.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..placement import GpuRequest, MapEntry
@@ -34,8 +41,6 @@ from .nodes import NodeInfo
 # Beyond this many sets a pod's GPUs are grown greedily from each free GPU instead of
 # searched exhaustively (C(16, 8) = 12,870 sets of 28 pairs each would cost a pod 0.1 s).
 MAX_SEARCHED_SETS = 500
-# Messages name this many nodes at most.
-MAX_NODES_NAMED = 5
 
 NOT_SELECTED = "node(s) didn't match the line's node selector"
 NO_GPUS = "node(s) had no GPUs (no inventory published, no nvidia.com/gpu capacity)"
@@ -43,19 +48,100 @@ SPELLED_ELSEWISE = "node(s) had GPUs held under UUIDs and no inventory to tell w
 
 
 @dataclass(frozen=True, slots=True)
+class GpuTable:
+    """What a count line may take of a node: its whole GPUs as (ordinal, ledger key), and how
+    close each pair is. Shared by every node with the same inventory (or capacity)."""
+
+    gpus: tuple[tuple[int, str], ...]  # (ordinal, key) as the ledger keys a node with an inventory
+    by_ordinal: tuple[tuple[int, str], ...]  # ... and one without (or before it knows the inventory)
+    closeness: Mapping[frozenset[int], int]
+    best_link: int  # the closest any two of its GPUs are: the best a set of several can have
+
+    @property
+    def total(self) -> int:
+        return len(self.gpus)
+
+
+@functools.lru_cache(maxsize=256)
+def _inventory_table(inventory: Inventory) -> GpuTable | None:
+    whole = sorted((g for g in inventory.gpus if not g.mig_enabled), key=lambda g: g.index)
+    if not whole:
+        return None
+    closeness = {frozenset((link.a, link.b)): CLOSENESS.get(link.common_ancestor, 0) for link in inventory.links}
+    # Keyed as the ledger holds a GPU of a node that publishes its inventory (GpuLedger._key).
+    ordinals = tuple((g.index, str(g.index)) for g in whole)
+    by_uuid = tuple((g.index, g.uuid.lower()) for g in whole)
+    return GpuTable(by_uuid, ordinals, closeness, max(closeness.values(), default=0))
+
+
+@functools.lru_cache(maxsize=64)
+def _capacity_table(count: int) -> GpuTable:
+    ordinals = tuple((i, str(i)) for i in range(count))
+    return GpuTable(ordinals, ordinals, {}, 0)
+
+
+def gpu_table(node: NodeInfo) -> GpuTable | None:
+    """The GPUs of the node a count line may take, None for a node without GPUs: the whole
+    GPUs of its published inventory, else ordinals 0..n-1 of its nvidia.com/gpu capacity."""
+    if node.inventory is not None:
+        return _inventory_table(node.inventory)
+    if node.gpus_advertised and node.gpus > 0:
+        return _capacity_table(node.gpus)
+    return None
+
+
+def free_gpus(node: NodeInfo, ledger: GpuLedger) -> int:
+    """How many of the node's GPUs a count line could take that no pod holds."""
+    table = gpu_table(node)
+    if table is None:
+        return 0
+    held = ledger.held_keys(node.name)
+    return sum(1 for _, key in _keyed(table, node, ledger) if key not in held)
+
+
+def _keyed(table: GpuTable, node: NodeInfo, ledger: GpuLedger) -> tuple[tuple[int, str], ...]:
+    """The table's GPUs with the keys the ledger holds them under on this node."""
+    return table.gpus if ledger.inventory(node.name) is not None else table.by_ordinal
+
+
+@dataclass(slots=True)
 class Candidate:
-    """A node that has enough free GPUs, with the set it would give the pod."""
+    """A node with enough free GPUs. The set it would give the pod is chosen when first asked:
+    choose() asks only of the nodes its order reaches."""
 
     node: NodeInfo
-    devices: tuple[str, ...]
-    quality: int  # the weakest link within the set (map_plan's closeness); 0 for one GPU
-    in_use: bool  # some GPU of the node is held
-    free: int  # free GPUs before the pod
-    total: int  # GPUs the node has for whole-GPU lines
+    table: GpuTable
+    free: tuple[int, ...]  # free ordinals
+    busy: frozenset[int]  # ordinals other pods hold
+    count: int
+    _chosen: tuple[tuple[int, ...], int] | None = None
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.busy)
+
+    @property
+    def packing(self) -> tuple:
+        """Nodes in use before untouched ones, then the fewest free GPUs left, then the name."""
+        return (not self.in_use, len(self.free) - self.count, self.node.name)
+
+    def chosen(self) -> tuple[tuple[int, ...], int]:
+        if self._chosen is None:
+            self._chosen = best_set(list(self.free), self.count, self.table.closeness, set(self.busy))
+        return self._chosen
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(str(d) for d in self.chosen()[0])
+
+    @property
+    def quality(self) -> int:
+        """The weakest link within the set (map_plan's closeness); 0 for one GPU."""
+        return self.chosen()[1]
 
     @property
     def rank(self) -> tuple:
-        return (-self.quality, not self.in_use, self.free - len(self.devices), self.node.name)
+        return (-self.quality, *self.packing)
 
     def entry(self, request: GpuRequest) -> MapEntry:
         """The line this choice stands for: what the Binding writes, as for a pinned line."""
@@ -64,15 +150,16 @@ class Candidate:
     def explain(self, request: GpuRequest, fitting: int) -> str:
         """Why this node and these GPUs, for the pod's Scheduled Event."""
         said = [f"chosen for line {request.line} ({request.describe()})"]
-        if len(self.devices) > 1:
+        if self.count > 1:
             said.append(_link_words(self.quality))
+        total = self.table.total
         if self.in_use:
             said.append(
-                f"{self.node.name} was already in use ({self.free} of {self.total} GPUs free), which keeps "
+                f"{self.node.name} was already in use ({len(self.free)} of {total} GPUs free), which keeps "
                 "untouched nodes whole for larger pods"
             )
         else:
-            said.append(f"{self.node.name} had all {self.total} GPUs free and no node in use had room")
+            said.append(f"{self.node.name} had all {total} GPUs free and no node in use had room")
         if fitting > 1:
             said.append(f"{fitting} nodes had room")
         return "; ".join(said)
@@ -88,27 +175,6 @@ def _link_words(quality: int) -> str:
     return f"the GPUs' closest common ancestor is {level} (NVML's topology level): no NVLink set was free"
 
 
-def node_gpus(node: NodeInfo) -> tuple[tuple[str, ...], Mapping[frozenset[int], int]] | None:
-    """The ordinals of the node's GPUs a count may take, and how close each pair is; None
-    for a node without GPUs."""
-    inventory: Inventory | None = node.inventory
-    if inventory is not None:
-        whole = sorted(g.index for g in inventory.gpus if not g.mig_enabled)
-        closeness = {frozenset((link.a, link.b)): CLOSENESS.get(link.common_ancestor, 0) for link in inventory.links}
-        return (tuple(str(i) for i in whole), closeness) if whole else None
-    if node.gpus_advertised and node.gpus > 0:
-        return tuple(str(i) for i in range(node.gpus)), {}
-    return None
-
-
-def free_gpus(node: NodeInfo, ledger: GpuLedger) -> int:
-    """How many of the node's GPUs a count line could take that no pod holds."""
-    gpus = node_gpus(node)
-    if gpus is None:
-        return 0
-    return sum(1 for device in gpus[0] if not ledger.conflicts("", node.name, (device,)))
-
-
 def candidate(
     request: GpuRequest,
     node: NodeInfo,
@@ -118,20 +184,20 @@ def candidate(
 ) -> Candidate | str:
     """The node's candidate for the pod, or the reason (a FailedScheduling phrase) it has none.
     `kept`: (node, ledger key) -> who it is kept for (a waiting gang, a pinned pending pod)."""
-    if not request.admits(node.labels):
+    if request.selector and not request.admits(node.labels):
         return NOT_SELECTED
-    gpus = node_gpus(node)
-    if gpus is None:
+    table = gpu_table(node)
+    if table is None:
         return NO_GPUS
-    ordinals, closeness = gpus
-    if node.inventory is None and ledger.spelling_conflicts(uid, node.name, ordinals[:1]):
+    held = ledger.held_keys(node.name)
+    if held and node.inventory is None and ledger.spelling_conflicts(uid, node.name, ("0",)):
         return SPELLED_ELSEWISE
-    busy = {d for d in ordinals if ledger.conflicts(uid, node.name, (d,))}
-    free = [d for d in ordinals if d not in busy and (node.name, ledger.key(node.name, d)) not in kept]
+    gpus = _keyed(table, node, ledger)
+    busy = frozenset(ordinal for ordinal, key in gpus if key in held)
+    free = tuple(ordinal for ordinal, key in gpus if key not in held and (not kept or (node.name, key) not in kept))
     if len(free) < request.count:
         return f"node(s) had fewer than {request.count} free GPUs"
-    devices, quality = best_set([int(d) for d in free], request.count, closeness, busy={int(d) for d in busy})
-    return Candidate(node, tuple(str(d) for d in devices), quality, bool(busy), len(free), len(ordinals))
+    return Candidate(node, table, free, busy, request.count)
 
 
 def best_set(
@@ -140,6 +206,8 @@ def best_set(
     """The `count` GPUs of `free` that are best connected (their weakest link, then the sum of
     their links), ties to the set that breaks the fewest free NVLink links of the others, then
     to the lowest ordinals; and the set's weakest link."""
+    if not closeness:
+        return tuple(sorted(free)[:count]), 0  # nothing is known of links: the lowest ordinals
     nvlinked = {pair for pair, level in closeness.items() if level == CLOSENESS[NVLINK]}
 
     def links_broken(group: tuple[int, ...]) -> int:
@@ -152,7 +220,7 @@ def best_set(
         return (weakest, total, -links_broken(group), tuple(-g for g in group))
 
     groups: Iterable[tuple[int, ...]]
-    if _combinations(len(free), count) <= MAX_SEARCHED_SETS:
+    if math.comb(len(free), count) <= MAX_SEARCHED_SETS:
         groups = itertools.combinations(free, count)
     else:
         groups = (_grown(seed, free, count, closeness) for seed in free)
@@ -171,10 +239,20 @@ def _grown(seed: int, free: list[int], count: int, closeness: Mapping[frozenset[
     return tuple(sorted(group))
 
 
-def _combinations(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
+def in_rank_order(fitting: list[Candidate]) -> Iterator[Candidate]:
+    """The candidates in rank order (best connected set, then packing), choosing a node's set
+    only when the order reaches it: by packing order, once for each quality a set can have,
+    from the best any of them could give down. One GPU has no links: packing order alone."""
+    fitting = sorted(fitting, key=lambda c: c.packing)
+    if not fitting or fitting[0].count == 1:
+        yield from fitting
+        return
+    levels = sorted({0, *(CLOSENESS.values())}, reverse=True)
+    best = max(c.table.best_link for c in fitting)
+    for level in (q for q in levels if q <= best):
+        for found in fitting:
+            if found.table.best_link >= level and found.quality == level:
+                yield found
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +268,10 @@ def choose(
     ledger: GpuLedger,
     kept: Mapping[tuple[str, str], str],
     passes: Callable[[NodeInfo, tuple[str, ...]], str | None],
-) -> Choice | tuple[dict[str, int], list[str]]:
-    """The choice for the pod, or why there is none: (phrase -> node count, the nodes that had
-    room but that a filter refused, with the filter's reason). `passes(node, devices)` runs
-    kube-scheduler's filters and returns the first failing one's reason, or None."""
+) -> Choice | dict[str, int]:
+    """The choice for the pod, or why there is none (phrase -> how many nodes).
+    `passes(node, devices)` runs kube-scheduler's filters and returns the first failing one's
+    reason, or None."""
     reasons: dict[str, int] = {}
     fitting: list[Candidate] = []
     for node in nodes:
@@ -202,15 +280,12 @@ def choose(
             reasons[found] = reasons.get(found, 0) + 1
         else:
             fitting.append(found)
-    fitting.sort(key=lambda c: c.rank)
-    refused: list[str] = []
-    for found in fitting:
+    for found in in_rank_order(fitting):
         failure = passes(found.node, found.devices)
         if failure is None:
             return Choice(found.entry(request), found.explain(request, len(fitting)))
         reasons[failure] = reasons.get(failure, 0) + 1
-        refused.append(found.node.name)
-    return reasons, refused
+    return reasons
 
 
 def no_fit_message(request: GpuRequest, reasons: Mapping[str, int], total: int) -> str:
