@@ -81,9 +81,10 @@ def inventory(node: str) -> str:
     return Inventory("550.54.15", gpus, links).to_annotation()
 
 
-def gpu_node(name: str, pool: str) -> dict:
+def gpu_node(name: str, pool: str, rack: str) -> dict:
     node = kwok_node(name)
     node["metadata"]["labels"]["e2e-gpu-pool"] = pool
+    node["metadata"]["labels"]["e2e-rack"] = rack
     node["metadata"]["annotations"][INVENTORY_ANNOTATION] = inventory(name)
     for resources in (node["status"]["capacity"], node["status"]["allocatable"]):
         resources["nvidia.com/gpu"] = str(GPUS)
@@ -209,13 +210,14 @@ class Stream:
 
 @pytest.fixture
 def gpu_pool(api_client):
-    """NODES KWOK nodes of 8 GPUs each, labelled e2e-gpu-pool=<pool>: (pool, node names)."""
+    """NODES KWOK nodes of 8 GPUs each, labelled e2e-gpu-pool=<pool>, two to a rack (e2e-rack=r1,
+    r1, r2, r2): (pool, node names)."""
     pool = uuid.uuid4().hex[:6]
     nodes = [f"dyn-{pool}-n{i}" for i in range(1, NODES + 1)]
     core = client.CoreV1Api(api_client)
     try:
-        for name in nodes:
-            core.create_node(gpu_node(name, pool))
+        for i, name in enumerate(nodes):
+            core.create_node(gpu_node(name, pool, rack=f"r{1 + i // 2}"))
         for name in nodes:
             wait_for_node_ready(api_client, name, timeout=60)
         yield pool, nodes
@@ -297,4 +299,33 @@ def test_a_pinned_pod_whose_node_is_gone_goes_to_its_fallback_after_the_wait(
     # The line without a fallback still waits for its node, saying so.
     waits = get_json(api_client, f"/api/v1/namespaces/{ns}/pods/waits-0")
     assert not waits["spec"].get("nodeName")
+    assert not double_grants(api_client, scheduler_name)
+
+
+def test_a_gang_of_count_lines_is_bound_whole_within_one_rack(
+    api_client, ns, gpu_pool, scheduler_name, start_scheduler
+):
+    pool, nodes = gpu_pool
+    start_scheduler("scheduler", scheduler_name=scheduler_name)
+    stream = Stream(api_client, ns, scheduler_name, pool, nodes)
+    # 6 of n1's GPUs held: rack r1 has 10 free, too few for 3 x 4; r2 has 16. Across racks the
+    # packing order alone would put the first member on n2 (r1).
+    stream.add("holder", 6)
+    assert stream.quality.placements["holder"][0] == nodes[0]
+    lines = "".join(f"{i}=*[e2e-gpu-pool={pool}]:gpus=4\n" for i in range(3))
+    gang = []
+    for i in range(3):
+        pod = bare_pod(f"ranks-{i}", lines, scheduler_name=scheduler_name, labels={"job": "ranks"}, bind_entries=True)
+        pod["metadata"]["annotations"].update(
+            {"gpu-scheduler/gang": "true", "gpu-scheduler/gang-label": "job", "gpu-scheduler/gang-topology": "e2e-rack"}
+        )
+        gang.append(pod)
+    create(api_client, ns, gang)
+    stream.asked.update({f"ranks-{i}": 4 for i in range(3)})
+    placed = [stream._bound(f"ranks-{i}") for i in range(3)]
+    assert {node for node, _ in placed} <= set(nodes[2:]), placed
+    for i in range(3):
+        pod = get_json(api_client, f"/api/v1/namespaces/{ns}/pods/ranks-{i}")
+        why = json.loads(pod["metadata"]["annotations"]["gpu-scheduler/placement"])["chosen"]
+        assert "with its gang on nodes with e2e-rack=r2" in why, why
     assert not double_grants(api_client, scheduler_name)

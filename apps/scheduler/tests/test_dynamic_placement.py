@@ -415,3 +415,18 @@ def test_the_scheduler_keeps_what_pending_pinned_pods_name_and_frees_it_when_the
     state.pending_upsert(trim_pending_pod(pod("count-1", "*=*[rack=r1]:gpus=2\n")))
     again = state.decide("uid-count-1", state.claim("uid-count-1"), 1_800_000_001.0)
     assert (again.node, again.devices) == ("node1", "6,7")
+
+
+def test_a_gang_workload_is_warned_at_apply_of_a_line_for_every_pod_and_not_of_count_lines():
+    from gpu_scheduler.webhook.admission import validate
+    from test_webhook_admission import SCHEDULER, review, workload
+
+    def warnings(text: str) -> list[str]:
+        annotations = {"gpu-scheduling-map": text, "gpu-scheduler/gang": "true"}
+        obj = workload("StatefulSet", {"replicas": 2, "podManagementPolicy": "Parallel"}, annotations=annotations)
+        decision = validate(review(obj, kind=("apps", "v1", "StatefulSet")), SCHEDULER)
+        return decision.review["response"].get("warnings") or []
+
+    assert warnings("0=*:gpus=4\n1=*[pool=a]:gpus=4\n") == []
+    assert "no pod of it can have" in " ".join(warnings("0=*:gpus=4\n1=*:gpus=4\n2=*:gpus=4\n"))
+    assert "has a line for every pod" in " ".join(warnings("*=*:gpus=4\n"))

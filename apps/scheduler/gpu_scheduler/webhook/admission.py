@@ -461,7 +461,10 @@ def validate(review: object, scheduler_name: str) -> Answer:
     if never is not None:
         return _deny(request, never, fields)
     warnings = _index_warnings(kind, obj, scheduling_map, what)
-    unreachable = gang_checks.unreachable_indexes(kind, obj, template, sorted(scheduling_map), what)
+    indexes = sorted([*scheduling_map, *(i for i in scheduling_map.requests if i is not None)])
+    unreachable = gang_checks.unreachable_indexes(kind, obj, template, indexes, what)
+    if unreachable is None and None in scheduling_map.requests:
+        unreachable = gang_checks.every_pod_line(template, what)
     return _allow(request, fields, warnings + ([unreachable] if unreachable else []))
 
 
