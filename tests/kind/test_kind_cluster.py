@@ -512,21 +512,26 @@ def test_an_agents_own_token_cannot_write_another_nodes_inventory(kind, inventor
 GANG_MAP = "0=node1:2\n1=node2:0\n2=node4:0\n3=node4:1\n"
 
 
+def install_check(kind: Kind, namespace: str, release: str, scheduling_map: str, *settings: str):
+    """`helm install` of the check chart with the image scripts/kind.sh loaded and this map."""
+    repository, _, tag = CHECK_IMAGE.rpartition(":")
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
+    return run(
+        [*helm, "install", release, REPO / "charts" / "gpu-scheduler-check", *settings]
+        + ["--set-string", f"schedulingMap={scheduling_map}", "--set", "image.registry="]
+        + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
+        timeout=300,
+    )
+
+
 def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
     """charts/gpu-scheduler-check with gang=true (docs/gangs.md): the StatefulSet carries
     gpu-scheduler/gang: "true" (Parallel, as always), the installed webhook admits it, and the
     installed scheduler binds its four pods, all of them: each Running on its map's node."""
     installed_release(kind)
     namespace = kind.namespace(f"gang-{uuid.uuid4().hex[:6]}")
-    repository, _, tag = CHECK_IMAGE.rpartition(":")
-    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
     try:
-        done = run(
-            [*helm, "install", "gang-check", REPO / "charts" / "gpu-scheduler-check", "--set", "gang=true"]
-            + ["--set", "replicas=4", "--set-string", f"schedulingMap={GANG_MAP}", "--set", "image.registry="]
-            + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
-            timeout=300,
-        )
+        done = install_check(kind, namespace, "gang-check", GANG_MAP, "--set", "gang=true", "--set", "replicas=4")
         assert done.returncode == 0, tail(done)
         statefulset = kind.get("-n", namespace, "statefulset", "gang-check-gpu-scheduler-check")
         template = statefulset["spec"]["template"]["metadata"]["annotations"]
@@ -564,15 +569,8 @@ COUNT_MAP = "*=*:gpus=2\n"
 def test_the_check_chart_with_a_count_runs_on_gpus_the_scheduler_chose(kind):
     installed_release(kind)
     namespace = kind.namespace(f"count-{uuid.uuid4().hex[:6]}")
-    repository, _, tag = CHECK_IMAGE.rpartition(":")
-    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
     try:
-        done = run(
-            [*helm, "install", "count-check", REPO / "charts" / "gpu-scheduler-check", "--set", "replicas=2"]
-            + ["--set-string", f"schedulingMap={COUNT_MAP}", "--set", "image.registry="]
-            + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
-            timeout=300,
-        )
+        done = install_check(kind, namespace, "count-check", COUNT_MAP, "--set", "replicas=2")
         assert done.returncode == 0, tail(done)
         assert "can never be placed" not in done.stdout, done.stdout
         names = [f"count-check-gpu-scheduler-check-{i}" for i in range(2)]
@@ -714,19 +712,19 @@ def test_check_pods_write_to_volumes_made_on_their_map_nodes_and_read_them_back_
     storage_class = default_wait_for_first_consumer_class(kind)
     namespace = kind.namespace(f"volumes-{uuid.uuid4().hex[:6]}")
     release = "volume-check"
-    repository, _, tag = CHECK_IMAGE.rpartition(":")
     helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
     expected = {f"{release}-gpu-scheduler-check-{i}": entry.node for i, entry in parse_map(VOLUME_MAP).items()}
     broken = scheduler_that_never_selects_a_node(kind) if VOLUMES_BROKEN else contextlib.nullcontext()
     started = time.monotonic()
     try:
         with broken:
-            done = run(
-                [*helm, "install", release, REPO / "charts" / "gpu-scheduler-check", "--set", "replicas=2"]
-                + ["--set-string", f"schedulingMap={VOLUME_MAP}", "--set", "image.registry="]
-                + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"]
-                + ["--set", "persistence.enabled=true", "--set", f"persistence.storageClassName={storage_class}"],
-                timeout=300,
+            done = install_check(
+                kind,
+                namespace,
+                release,
+                VOLUME_MAP,
+                *("--set", "replicas=2", "--set", "persistence.enabled=true"),
+                *("--set", f"persistence.storageClassName={storage_class}"),
             )
             assert done.returncode == 0, tail(done)
             first = {}
