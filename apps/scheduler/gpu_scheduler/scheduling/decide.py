@@ -438,7 +438,14 @@ def _decide_request(
         failure = _node_failure(pod, uid, claims, node, devices, cache)
         return None if failure is None else failure.reasons[0]
 
-    nodes = cache.nodes.all() if within is None else [n for n in cache.nodes.all() if within(n)]
+    # A claim whose volume is being provisioned for a node (an earlier attempt chose it) keeps
+    # the pod there: choosing again elsewhere would strand the volume.
+    provisioned_for = {claim.selected_node for claim in claims.delayed if claim.selected_node}
+    nodes = [
+        n
+        for n in cache.nodes.all()
+        if (within is None or within(n)) and (not provisioned_for or n.name in provisioned_for)
+    ]
     choice = choose(request, nodes, uid, cache.ledger, kept, passes)
     if not isinstance(choice, Choice):
         reasons = choice
