@@ -17,6 +17,7 @@ must then fail.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -109,8 +110,12 @@ class Quality:
 
 
 class Stream:
-    def __init__(self, api_client, ns: str, scheduler_name: str, pool: str, nodes: list[str]) -> None:
+    def __init__(self, api_client, ns: str, scheduler_name: str, pool: str, nodes: list[str], process=None) -> None:
         self.api, self.ns, self.scheduler, self.pool, self.nodes = api_client, ns, scheduler_name, pool, nodes
+        # The scheduler process, for sequencing only: a pod that ended is gone from the API
+        # before the scheduler's watch tells it, and the next pod of the stream must meet the
+        # same cluster in both runs. What the test asserts it reads from the cluster alone.
+        self.process = process
         self.core = client.CoreV1Api(api_client)
         self.asked: dict[str, int] = {}
         self.pending: set[str] = set()
@@ -156,10 +161,19 @@ class Stream:
             raise NotYet(f"{name} still exists")
 
         wait_for(f"{name} gone", gone, timeout=60)
+        if self.process is not None:
+            wait_for(f"the scheduler to see {name} gone", functools.partial(self._released, name), timeout=60)
         for waiting in sorted(self.pending):
             if self.fits(self.asked[waiting]):
                 self._bound(waiting)
                 self.pending.discard(waiting)
+
+    def _released(self, name: str) -> None:
+        try:
+            self.process.metric("gpu_scheduler_gpu_holder", pod=f"{self.ns}/{name}")
+        except AssertionError:  # no such sample: its GPUs are free in the scheduler's ledger
+            return
+        raise NotYet(f"the scheduler still holds {name}'s GPUs")
 
     def _bound(self, name: str) -> tuple[str, tuple[str, ...]]:
         def bound() -> tuple[str, tuple[str, ...]]:
@@ -238,7 +252,7 @@ def test_count_lines_are_packed_onto_nodes_in_use_and_given_nvlink_pairs(
         process = start_scheduler(run.replace(" ", "-"), scheduler_name=name, extra_env=extra_env)
         if naive:
             assert "first fit (a deliberately naive build)" in process.log_path.read_text(), "first fit did not load"
-        stream = Stream(api_client, ns, name, pool, nodes)
+        stream = Stream(api_client, ns, name, pool, nodes, process)
         try:
             runs[run] = stream.run()
         finally:

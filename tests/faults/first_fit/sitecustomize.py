@@ -15,5 +15,6 @@ def _first_free(free, count, closeness, busy=frozenset()):
 
 
 dynamic.best_set = _first_free
-dynamic.Candidate.rank = property(lambda self: (self.node.name,))
+# The order nodes are tried in (dynamic.in_rank_order sorts by it): by name alone.
+dynamic.Candidate.packing = property(lambda self: (self.node.name,))
 print("sitecustomize: dynamic placement is first fit (a deliberately naive build)", flush=True)

@@ -292,7 +292,9 @@ def trim_pending_pod(pod: dict) -> dict:
     trimmed_status: dict = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
     if scheduled:
-        trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
+        # lastTransitionTime: since when it has waited (a pinned line's failover reckons from it).
+        kept = ("type", "status", "reason", "message", "lastTransitionTime")
+        trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in kept if k in scheduled[0]}]
     trimmed = {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
     # What its annotations weigh without the two the Binding sets: with them the pod must still
     # fit Kubernetes' limit (placement.annotations; decide() checks).
