@@ -269,10 +269,8 @@ def decide(
         entry = placement_for(pod)
     except PlacementError as err:
         return Decision(key, None, None, code=Code.UNRESOLVABLE, reason=str(err))
-    others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
-    kept = {**(pinned or {}), **others}
     if isinstance(entry, GpuRequest):
-        return _decide_request(pod, key, uid, entry, cache, kept, within)
+        return _decide_request(pod, key, uid, entry, cache, _kept(reserved, gang, pinned), within)
 
     given = container_devices(pod)
     if given.missing:
@@ -293,13 +291,13 @@ def decide(
     try:
         node = cache.nodes.resolve(entry.node)
     except NodeResolutionError as err:
-        fallen = _fall_back(pod, key, uid, entry, given, cache, kept, failover, str(err))
+        fallen = _fall_back(pod, key, uid, entry, given, cache, _kept(reserved, gang, pinned), failover, str(err))
         return fallen or Decision(key, entry, None, code=Code.UNSCHEDULABLE, reason=_waits(str(err), entry, failover))
     claims = pre_filter(pod, cache.volumes)
     failure = pre_filter_failure(claims) or _node_failure(pod, uid, claims, node, entry.devices, cache)
     if failure is not None and failure.plugin == NODE_READY:
         gone = f"node {node.name} is not Ready ({node.not_ready_message})"
-        fallen = _fall_back(pod, key, uid, entry, given, cache, kept, failover, gone)
+        fallen = _fall_back(pod, key, uid, entry, given, cache, _kept(reserved, gang, pinned), failover, gone)
         if fallen is not None:
             return fallen
     if failure is not None:
@@ -320,6 +318,15 @@ def decide(
     if claims.delayed:
         return _provisioning(key, entry, node, claims, cache)
     return Decision(key, entry, node.name, code=Code.SUCCESS, warnings=tuple(shared))
+
+
+def _kept(
+    reserved: Mapping[tuple[str, str], str] | None, gang: str | None, pinned: Mapping[tuple[str, str], str] | None
+) -> dict[tuple[str, str], str]:
+    """What a count line may not take: the GPUs pinned pods wait for and those reserved for
+    gangs other than its own."""
+    others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
+    return {**(pinned or {}), **others}
 
 
 def unschedulable_since(pod: Mapping) -> float | None:
@@ -415,7 +422,6 @@ def _decide_request(
     cache: ClusterCache,
     kept: Mapping[tuple[str, str], str],
     within: Callable[[NodeInfo], bool] | None = None,
-    failover: Failover | None = None,
 ) -> Decision:
     """A line that asks for a count: the scheduler chooses the node and the GPUs
     (scheduling.dynamic). Every container must read the bind's devices: a literal value could
