@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from gpu_scheduler.gpuscli import render_text, report
+from gpu_scheduler.placement import bind_env_entry
 from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
 from inventories import GPU0, GPU1, INVENTORY, MIG_A
 
@@ -89,10 +91,17 @@ def test_nodes_with_nothing_of_gpus_are_left_out():
     assert [n.name for n in shown] == ["node2", "node3"]
 
 
-def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
-    # Gang pods pending for node1:0 (held by a-0) and node1:1 (free): the free one is reserved.
-    gang_map = "0=node1:0\n1=node1:1\n"
-
+@pytest.mark.parametrize(
+    ("gang_map", "reserved"),
+    [
+        # Pending for node1:0 (held by a-0) and node1:1 (free): the free one is reserved.
+        ("0=node1:0\n1=node1:1\n", {"1": "ml/StatefulSet/train"}),
+        # Count lines, 2 + 3 GPUs of node1's 4 (a-0 holds GPU 0): the first member's 2 free
+        # GPUs are reserved, shown as the ordinals the scheduler would write.
+        ("0=*:gpus=2\n1=*:gpus=3\n", {"1": "ml/StatefulSet/train", "2": "ml/StatefulSet/train"}),
+    ],
+)
+def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it(gang_map, reserved):
     def gang_pod(index: int) -> dict:
         return {
             "metadata": {
@@ -104,7 +113,7 @@ def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
                 "annotations": {"gpu-scheduling-map": gang_map, "gpu-scheduler/gang": "true"},
                 "ownerReferences": [{"kind": "StatefulSet", "name": "train", "controller": True}],
             },
-            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main"}]},
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "env": [bind_env_entry()]}]},
         }
 
     nodes = [{**node("node1", None), "status": {"capacity": {"nvidia.com/gpu": "4"}}}]
@@ -112,5 +121,5 @@ def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
     nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     now = 1_795_000_000.0  # within the gang's timeout of its pods' creation
     (node1,) = report(nodes, [pod("a-0", "node1", "0")], "gpu-scheduler", [gang_pod(0), gang_pod(1)], now, 10**9)
-    assert node1.reserved == {"1": "ml/StatefulSet/train"}
+    assert node1.reserved == reserved
     assert "(reserved for gang ml/StatefulSet/train)" in render_text([node1])

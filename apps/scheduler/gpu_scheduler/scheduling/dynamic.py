@@ -99,6 +99,14 @@ def free_gpus(node: NodeInfo, ledger: GpuLedger) -> int:
     return sum(1 for _, key in _keyed(table, node, ledger) if key not in held)
 
 
+def ordinal_of(node: NodeInfo | None, key: str, ledger: GpuLedger) -> str | None:
+    """The ordinal of the node's GPU the ledger holds under `key`, or None."""
+    table = gpu_table(node) if node is not None else None
+    if table is None:
+        return None
+    return next((str(ordinal) for ordinal, held in _keyed(table, node, ledger) if held == key), None)
+
+
 def _keyed(table: GpuTable, node: NodeInfo, ledger: GpuLedger) -> tuple[tuple[int, str], ...]:
     """The table's GPUs with the keys the ledger holds them under on this node."""
     return table.gpus if ledger.inventory(node.name) is not None else table.by_ordinal

@@ -27,7 +27,7 @@ from ..placement import InvalidMapError, MissingMapError, SchedulingMap, map_tex
 from ..placement.errors import PlacementError
 from ..placement.gang import GangError, created_at, gang_of
 from .cache import AssignedPod, ClusterCache
-from .dynamic import Candidate, candidate
+from .dynamic import Candidate, candidate, ordinal_of
 from .nodes import NodeIndex, NodeResolutionError
 
 # How long a gang waits with its GPUs reserved (the scheduler's --gang-timeout-seconds).
@@ -283,12 +283,18 @@ def reserved_devices(
     views: Iterable[GangView], cache: ClusterCache, reserved: Mapping[tuple[str, str], str]
 ) -> dict[str, dict[str, str]]:
     """node -> device, as the gang's map writes it -> the gang: `reserved` (ledger keys) read
-    back through the maps of the gangs that hold them."""
+    back through the maps of the gangs that hold them; for a gang of count lines, by the
+    ordinal the scheduler would write."""
     found: dict[str, dict[str, str]] = {}
     for view in views:
         scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             continue
+        if scheduling_map.requests:
+            for (node, key), gang in reserved.items():
+                ordinal = ordinal_of(cache.nodes.get(node), key, cache.ledger) if gang == view.key else None
+                if ordinal is not None:
+                    found.setdefault(node, {})[ordinal] = gang
         for entry in scheduling_map.values():
             try:
                 node = cache.nodes.resolve(entry.node).name
