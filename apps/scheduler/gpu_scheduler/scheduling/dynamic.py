@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 
 from ..placement import GpuRequest, MapEntry
@@ -56,13 +56,20 @@ class GpuTable:
     by_ordinal: tuple[tuple[int, str], ...]  # ... and one without (or before it knows the inventory)
     closeness: Mapping[frozenset[int], int]
     best_link: int  # the closest any two of its GPUs are: the best a set of several can have
+    # The keys of `gpus` and of `by_ordinal` as sets: how many a node's pods hold is one
+    # intersection.
+    keys: frozenset[str] = frozenset()
+    ordinal_keys: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", frozenset(key for _, key in self.gpus))
+        object.__setattr__(self, "ordinal_keys", frozenset(key for _, key in self.by_ordinal))
 
     @property
     def total(self) -> int:
         return len(self.gpus)
 
 
-@functools.lru_cache(maxsize=256)
 def _inventory_table(inventory: Inventory) -> GpuTable | None:
     whole = sorted((g for g in inventory.gpus if not g.mig_enabled), key=lambda g: g.index)
     if not whole:
@@ -80,11 +87,21 @@ def _capacity_table(count: int) -> GpuTable:
     return GpuTable(ordinals, ordinals, {}, 0)
 
 
+# node name -> (the inventory its table was made from, the table): hashing an inventory to look
+# it up would read all of it, so a node's own entry is kept while its inventory is the same
+# object (a node event that changes it makes a new one). At most one entry per node.
+_tables: dict[str, tuple[Inventory, GpuTable | None]] = {}
+
+
 def gpu_table(node: NodeInfo) -> GpuTable | None:
     """The GPUs of the node a count line may take, None for a node without GPUs: the whole
     GPUs of its published inventory, else ordinals 0..n-1 of its nvidia.com/gpu capacity."""
-    if node.inventory is not None:
-        return _inventory_table(node.inventory)
+    inventory = node.inventory
+    if inventory is not None:
+        cached = _tables.get(node.name)
+        if cached is None or cached[0] is not inventory:
+            cached = _tables[node.name] = (inventory, _inventory_table(inventory))
+        return cached[1]
     if node.gpus_advertised and node.gpus > 0:
         return _capacity_table(node.gpus)
     return None
@@ -105,6 +122,10 @@ def ordinal_of(node: NodeInfo | None, key: str, ledger: GpuLedger) -> str | None
     if table is None:
         return None
     return next((str(ordinal) for ordinal, held in _keyed(table, node, ledger) if held == key), None)
+
+
+def _held_here(table: GpuTable, node: NodeInfo, ledger: GpuLedger, held: Set[str]) -> int:
+    return len((table.keys if ledger.inventory(node.name) is not None else table.ordinal_keys) & held)
 
 
 def _keyed(table: GpuTable, node: NodeInfo, ledger: GpuLedger) -> tuple[tuple[int, str], ...]:
@@ -198,8 +219,14 @@ def candidate(
     if table is None:
         return NO_GPUS
     held = ledger.held_keys(node.name)
+    if not held and not kept:  # most nodes of a large cluster: all free, or full
+        if table.total < request.count:
+            return f"node(s) had fewer than {request.count} free GPUs"
+        return Candidate(node, table, tuple(ordinal for ordinal, _ in table.gpus), frozenset(), request.count)
     if held and node.inventory is None and ledger.spelling_conflicts(uid, node.name, ("0",)):
         return SPELLED_ELSEWISE
+    if len(held) >= table.total and not kept and table.total - _held_here(table, node, ledger, held) < request.count:
+        return f"node(s) had fewer than {request.count} free GPUs"
     gpus = _keyed(table, node, ledger)
     busy = frozenset(ordinal for ordinal, key in gpus if key in held)
     free = tuple(ordinal for ordinal, key in gpus if key not in held and (not kept or (node.name, key) not in kept))
