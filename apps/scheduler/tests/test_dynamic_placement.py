@@ -17,7 +17,7 @@ from gpu_scheduler.placement import (
     placement_for,
 )
 from gpu_scheduler.scheduling import AssignedPod, ClusterCache, Code, SharingPolicy, decide
-from gpu_scheduler.scheduling.dynamic import best_set
+from gpu_scheduler.scheduling.dynamic import best_set, free_gpus
 from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Gpu, Inventory, Link
 
 NVLINK_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
@@ -394,9 +394,15 @@ def test_the_lazy_rank_order_is_the_full_rank_order():
         request = GpuRequest(None, count, (), "", 1)
         ledger: GpuLedger = cache.ledger
         fitting = [c for n in cache.nodes.all() if not isinstance(c := candidate(request, n, "", ledger, {}), str)]
-        lazy = [c.node.name for c in in_rank_order(list(fitting))]
+        packed = sorted(fitting, key=lambda c: c.packing)
+        lazy = [c.node.name for c in in_rank_order(lambda packed=packed: iter(packed), count)]
         full = [c.node.name for c in sorted(fitting, key=lambda c: c.rank)]
         assert lazy == full, (count, lazy, full)
+        top = cache.free_index.best_link()
+        assert [c.node.name for c in in_rank_order(lambda packed=packed: iter(packed), count, top)] == full
+        # The index reads the nodes in the packing order a look at every node gives.
+        indexed = [n.name for n in cache.free_index.in_packing_order(count)]
+        assert indexed == [c.node.name for c in packed], (count, indexed)
 
 
 def test_the_scheduler_keeps_what_pending_pinned_pods_name_and_frees_it_when_they_go():
@@ -430,3 +436,33 @@ def test_a_gang_workload_is_warned_at_apply_of_a_line_for_every_pod_and_not_of_c
     assert warnings("0=*:gpus=4\n1=*[pool=a]:gpus=4\n") == []
     assert "no pod of it can have" in " ".join(warnings("0=*:gpus=4\n1=*:gpus=4\n2=*:gpus=4\n"))
     assert "has a line for every pod" in " ".join(warnings("*=*:gpus=4\n"))
+
+
+def test_the_free_index_follows_holds_releases_and_node_changes():
+    import random
+
+    rng = random.Random(7)
+    cache = ClusterCache()
+    names = [f"node{i}" for i in range(8)]
+    for name in names:
+        cache.upsert_node(gpu_node(name, inventory=rng.random() < 0.5, gpus=8))
+    held: dict[str, str] = {}
+    for step in range(300):
+        action = rng.random()
+        if action < 0.5:
+            uid = f"p{step}"
+            node = rng.choice(names)
+            cache.add_pod(
+                AssignedPod(uid, f"ml/{uid}", node, (), tuple(map(str, rng.sample(range(8), rng.randint(1, 3)))))
+            )
+            held[uid] = node
+        elif action < 0.85 and held:
+            uid = rng.choice(sorted(held))
+            cache.remove_pod(uid)
+            del held[uid]
+        else:
+            cache.upsert_node(gpu_node(rng.choice(names), inventory=rng.random() < 0.5, gpus=rng.choice((4, 8))))
+        for name in names:
+            node = cache.nodes.get(name)
+            expected = free_gpus(node, cache.ledger)
+            assert cache.free_index.free(name) == expected, (step, name)

@@ -17,7 +17,7 @@ the cache, acts on the Decision (assume, bind, events, retry).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -447,12 +447,19 @@ def _decide_request(
     # A claim whose volume is being provisioned for a node (an earlier attempt chose it) keeps
     # the pod there: choosing again elsewhere would strand the volume.
     provisioned_for = {claim.selected_node for claim in claims.delayed if claim.selected_node}
-    nodes = [
-        n
-        for n in cache.nodes.all()
-        if (within is None or within(n)) and (not provisioned_for or n.name in provisioned_for)
-    ]
-    choice = choose(request, nodes, uid, cache.ledger, kept, passes)
+
+    def accepts(node: NodeInfo) -> bool:
+        return (within is None or within(node)) and (not provisioned_for or node.name in provisioned_for)
+
+    def nodes() -> Iterable[NodeInfo]:
+        return (n for n in cache.nodes.all() if accepts(n))
+
+    def packed() -> Iterable[NodeInfo]:
+        return (n for n in cache.free_index.in_packing_order(request.count) if accepts(n))
+
+    # GPUs kept for others are not in the index's counts: then every node is looked at.
+    indexed = {} if kept else {"packed": packed, "top": cache.free_index.best_link()}
+    choice = choose(request, nodes, uid, cache.ledger, kept, passes, **indexed)
     if not isinstance(choice, Choice):
         reasons = choice
         return Decision(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..placement import GpuRequest, MapEntry
@@ -124,7 +124,11 @@ def ordinal_of(node: NodeInfo | None, key: str, ledger: GpuLedger) -> str | None
     return next((str(ordinal) for ordinal, held in _keyed(table, node, ledger) if held == key), None)
 
 
-def _held_here(table: GpuTable, node: NodeInfo, ledger: GpuLedger, held: Set[str]) -> int:
+def held_count(table: GpuTable, node: NodeInfo, ledger: GpuLedger) -> int:
+    """How many of the table's GPUs pods hold on the node (one set intersection)."""
+    held = ledger.held_keys(node.name)
+    if not held:
+        return 0
     return len((table.keys if ledger.inventory(node.name) is not None else table.ordinal_keys) & held)
 
 
@@ -176,7 +180,7 @@ class Candidate:
         """The line this choice stands for: what the Binding writes, as for a pinned line."""
         return MapEntry(request.index, self.node.name, self.devices, request.line)  # type: ignore[arg-type]
 
-    def explain(self, request: GpuRequest, fitting: int) -> str:
+    def explain(self, request: GpuRequest) -> str:
         """Why this node and these GPUs, for the pod's Scheduled Event."""
         said = [f"chosen for line {request.line} ({request.describe()})"]
         if self.count > 1:
@@ -189,8 +193,6 @@ class Candidate:
             )
         else:
             said.append(f"{self.node.name} had all {total} GPUs free and no node in use had room")
-        if fitting > 1:
-            said.append(f"{fitting} nodes had room")
         return "; ".join(said)
 
 
@@ -225,7 +227,7 @@ def candidate(
         return Candidate(node, table, tuple(ordinal for ordinal, _ in table.gpus), frozenset(), request.count)
     if held and node.inventory is None and ledger.spelling_conflicts(uid, node.name, ("0",)):
         return SPELLED_ELSEWISE
-    if len(held) >= table.total and not kept and table.total - _held_here(table, node, ledger, held) < request.count:
+    if len(held) >= table.total and not kept and table.total - held_count(table, node, ledger) < request.count:
         return f"node(s) had fewer than {request.count} free GPUs"
     gpus = _keyed(table, node, ledger)
     busy = frozenset(ordinal for ordinal, key in gpus if key in held)
@@ -274,20 +276,31 @@ def _grown(seed: int, free: list[int], count: int, closeness: Mapping[frozenset[
     return tuple(sorted(group))
 
 
-def in_rank_order(fitting: list[Candidate]) -> Iterator[Candidate]:
-    """The candidates in rank order (best connected set, then packing), choosing a node's set
-    only when the order reaches it: by packing order, once for each quality a set can have,
-    from the best any of them could give down. One GPU has no links: packing order alone."""
-    fitting = sorted(fitting, key=lambda c: c.packing)
-    if not fitting or fitting[0].count == 1:
-        yield from fitting
+def in_rank_order(packed: Callable[[], Iterator[Candidate]], count: int, top: int | None = None) -> Iterator[Candidate]:
+    """The candidates in rank order (best connected set, then packing), from `packed()`, which
+    yields them in packing order, anew at each call. A node's set is chosen only when the order
+    reaches it: once for each quality a set can have, from the best down, skipping qualities
+    no node's links allow once one pass has seen them all. One GPU has no links: packing order
+    alone, in one pass. `top`: the best link any node has, when known (scheduling.free_index)."""
+    if count == 1:
+        yield from packed()
         return
-    levels = sorted({0, *(CLOSENESS.values())}, reverse=True)
-    best = max(c.table.best_link for c in fitting)
-    for level in (q for q in levels if q <= best):
-        for found in fitting:
-            if found.table.best_link >= level and found.quality == level:
+    qualities: dict[str, int] = {}  # node -> its set's quality, once chosen
+    best_link = top  # the best any candidate's links allow: known, or once a pass saw them all
+    for level in sorted({0, *CLOSENESS.values()}, reverse=True):
+        if best_link is not None and level > best_link:
+            continue
+        seen_best = 0
+        for found in packed():
+            seen_best = max(seen_best, found.table.best_link)
+            if found.table.best_link < level:
+                continue
+            quality = qualities.get(found.node.name)
+            if quality is None:
+                quality = qualities[found.node.name] = found.quality
+            if quality == level:
                 yield found
+        best_link = seen_best
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,28 +311,46 @@ class Choice:
 
 def choose(
     request: GpuRequest,
-    nodes: Iterable[NodeInfo],
+    nodes: Callable[[], Iterable[NodeInfo]],
     uid: str,
     ledger: GpuLedger,
     kept: Mapping[tuple[str, str], str],
     passes: Callable[[NodeInfo, tuple[str, ...]], str | None],
+    packed: Callable[[], Iterable[NodeInfo]] | None = None,
+    top: int | None = None,
 ) -> Choice | dict[str, int]:
-    """The choice for the pod, or why there is none (phrase -> how many nodes).
-    `passes(node, devices)` runs kube-scheduler's filters and returns the first failing one's
-    reason, or None."""
-    reasons: dict[str, int] = {}
-    fitting: list[Candidate] = []
-    for node in nodes:
+    """The choice for the pod, or why there is none (phrase -> how many nodes). `nodes()`: the
+    nodes it may go to; `packed()`, when given, the same nodes with at least request.count free
+    GPUs in packing order (scheduling.free_index), so that only the nodes the order reaches are
+    looked at, and `top` the best link any of its nodes has. `passes(node, devices)` runs
+    kube-scheduler's filters and returns the first failing one's reason, or None."""
+    refused: dict[str, int] = {}
+    if packed is not None:
+
+        def in_order() -> Iterator[Candidate]:
+            for node in packed():
+                found = candidate(request, node, uid, ledger, kept)
+                if not isinstance(found, str):
+                    yield found
+
+    else:
+        fitting = [c for n in nodes() if not isinstance(c := candidate(request, n, uid, ledger, kept), str)]
+        fitting.sort(key=lambda c: c.packing)
+
+        def in_order() -> Iterator[Candidate]:
+            yield from fitting
+
+    for found in in_rank_order(in_order, request.count, top if packed is not None else None):
+        failure = passes(found.node, found.devices)
+        if failure is None:
+            return Choice(found.entry(request), found.explain(request))
+        refused[failure] = refused.get(failure, 0) + 1
+    # Nothing took it: every node is looked at once, to say why (the rare path).
+    reasons = dict(refused)
+    for node in nodes():
         found = candidate(request, node, uid, ledger, kept)
         if isinstance(found, str):
             reasons[found] = reasons.get(found, 0) + 1
-        else:
-            fitting.append(found)
-    for found in in_rank_order(fitting):
-        failure = passes(found.node, found.devices)
-        if failure is None:
-            return Choice(found.entry(request), found.explain(request, len(fitting)))
-        reasons[failure] = reasons.get(failure, 0) + 1
     return reasons
 
 

@@ -19,7 +19,7 @@ GPU, since they may be one.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 
 from ..placement import device_identity, device_spelling
 from .inventory import Inventory
@@ -56,6 +56,8 @@ class GpuLedger:
         self._holders: dict[tuple[str, str], set[str]] = {}  # (node, key) -> uids
         self._mig_keys: dict[tuple[str, str], set[str]] = {}  # (node, gpu key) -> its MIG keys held
         self._node_keys: dict[str, set[str]] = {}  # node -> the keys held on it (for count lines)
+        # Told the node whose held keys changed (scheduling.free_index keeps its order by them).
+        self.on_node_change: Callable[[str], None] | None = None
         # node -> spelling -> uid -> the pod's first device written that way, as written
         self._spelled: dict[str, dict[str, dict[str, str]]] = {}
         self._inventories: dict[str, Inventory] = {}  # node -> its published GPUs
@@ -115,6 +117,8 @@ class GpuLedger:
             if gpu is not None:
                 self._mig_keys.setdefault((node, gpu), set()).add(key)
         self._keys[uid] = frozenset(keys)
+        if self.on_node_change is not None:
+            self.on_node_change(node)
         spellings = self._spelled.setdefault(node, {})
         for device in devices:
             spellings.setdefault(device_spelling(device), {}).setdefault(uid, device)
@@ -145,6 +149,8 @@ class GpuLedger:
                     del spellings[spelling]
         if not spellings:
             self._spelled.pop(node, None)
+        if self.on_node_change is not None:
+            self.on_node_change(node)
         return node
 
     def _forget_mig_key(self, node: str, key: str) -> None:
