@@ -18,10 +18,10 @@ The nodes are then tried in that order through kube-scheduler's filters (schedul
 and the first that passes is the choice. On the node, one GPU goes where it breaks no free
 NVLink pair: the GPU whose linked neighbours are busy first.
 
-Cost: the nodes the selector admits are looked at once per pod, a few set lookups per GPU
-(each node's GPU table is cached by its inventory; the ledger keeps the keys held on each
-node). The sets of GPUs are chosen only for the nodes the order reaches: in rank order, the
-first node whose set is as well connected as any node could give is the choice.
+Cost: nodes are read in packing order from scheduling.free_index and a node's set of GPUs is
+chosen only when the order reaches it, so a decision looks at the few nodes it needs, not at
+all of them; where GPUs are kept for pinned pods or gangs (not in the index's counts), every
+node is looked at, a few set lookups each.
 """
 
 from __future__ import annotations
