@@ -93,6 +93,11 @@ def _capacity_table(count: int) -> GpuTable:
 _tables: dict[str, tuple[Inventory, GpuTable | None]] = {}
 
 
+def forget_table(name: str) -> None:
+    """The node is gone: its table goes too (nodes come and go under an autoscaler)."""
+    _tables.pop(name, None)
+
+
 def gpu_table(node: NodeInfo) -> GpuTable | None:
     """The GPUs of the node a count line may take, None for a node without GPUs: the whole
     GPUs of its published inventory, else ordinals 0..n-1 of its nvidia.com/gpu capacity."""

@@ -18,7 +18,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterator
 
-from .dynamic import gpu_table, held_count
+from .dynamic import forget_table, gpu_table, held_count
 from .ledger import GpuLedger
 from .nodes import NodeIndex, NodeInfo
 
@@ -46,8 +46,11 @@ class FreeIndex:
             if not bucket:
                 del self._buckets[before]
         node = self._nodes.get(name)
-        table = gpu_table(node) if node is not None else None
-        if node is None or table is None:
+        if node is None:
+            forget_table(name)
+            return
+        table = gpu_table(node)
+        if table is None:
             return
         busy = held_count(table, node, self._ledger)
         where = (busy == 0, table.total - busy)
