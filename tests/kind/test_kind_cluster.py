@@ -576,9 +576,10 @@ def test_the_check_chart_with_a_count_runs_on_gpus_the_scheduler_chose(kind):
         names = [f"count-check-gpu-scheduler-check-{i}" for i in range(2)]
 
         def running() -> list[dict]:
+            # kind.wait_for polls until this is truthy: [] while a pod is not Running yet.
             pods = {p["metadata"]["name"]: p for p in kind.get("-n", namespace, "pods")["items"]}
             if not all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
-                raise NotYet(f"not all Running: { {n: pods.get(n, {}).get('status', {}).get('phase') for n in names} }")
+                return []
             return [pods[n] for n in names]
 
         pods = kind.wait_for("the count check's 2 pods Running", running, timeout=300)
@@ -587,10 +588,11 @@ def test_the_check_chart_with_a_count_runs_on_gpus_the_scheduler_chose(kind):
             devices = pod["metadata"]["annotations"]["gpu-scheduler/cuda-visible-devices"]
             assert len(devices.split(",")) == 2, devices
             # The container saw what the bind gave it, and it matches the placement recorded.
-            line = kind.wait_for(
+            line = wait_for(
                 f"{name} logs its devices",
                 functools.partial(logged, kind, namespace, name, f"CUDA_VISIBLE_DEVICES={devices} "),
                 timeout=120,
+                interval=1,
             )
             assert f"node={node}" in line and "match=true" in line, line[-400:]
             chosen = json.loads(pod["metadata"]["annotations"]["gpu-scheduler/placement"])["chosen"]
