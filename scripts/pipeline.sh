@@ -142,12 +142,13 @@ make_signing_key() {
 
 # ---- gitlab-ci-local -------------------------------------------------------
 
+# The password of this run's signing key (make_signing_key).
+SIGNING_PASSWORD="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+
 # The CI/CD variables a GitLab project would have, for this machine. Given
 # as --variable: gitlab-ci-local lets those outrank its own predefined values
 # (CI_REGISTRY*, the branch) and the jobs' variables, as GitLab lets a
 # pipeline's variables outrank the YAML's.
-# The password of this run's signing key (make_signing_key).
-SIGNING_PASSWORD="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 PIPELINE_VARIABLES=(
   # Where the jobs run: this work tree. gitlab-ci-local's shell executor runs
   # them here but names /builds/<group>/<project> otherwise, and the jobs'
