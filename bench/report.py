@@ -725,6 +725,10 @@ def render_markdown(results: dict, checked: list[dict]) -> str:
         ]
     if results.get("scale"):
         lines += ["", "## Scale: scheduler_perf's size", "", *scale_lines(results["scale"])]
+        # The scale run's bursts, profiled like the throughput phase's (BENCH_PROFILE).
+        profiled = profile_lines({"burst": results["scale"]})
+        if profiled:
+            lines += ["", "### Where gpu-scheduler's time goes at this scale (py-spy)", *profiled]
     if results.get("errors"):
         lines += ["", "## Errors", ""] + [f"- {phase}: {error}" for phase, error in results["errors"].items()]
     return "\n".join(lines) + "\n"

@@ -536,3 +536,21 @@ def test_the_count_lines_targets_read_ours_against_kube_scheduler_placing_gpu_re
     markdown = render_markdown(data, list(checked.values()))
     assert "gpu-scheduler, count line (map *=*:gpus=1" in markdown  # the runner's row, by its real label
     assert "burst throughput, count lines (*=*:gpus=1), vs kube-scheduler matched" in markdown
+
+
+def test_a_profiled_scale_run_shows_where_gpu_schedulers_time_went():
+    scale_runs = [run("ours_dynamic", 1, 4.0), run("kube_gpus", 1, 150.0)]
+    scale_runs[0]["profile"] = {
+        "samples": 900,
+        "gil": True,
+        "self": [{"function": "conflicts (scheduling/ledger.py)", "share": 0.4}],
+        "inclusive": [{"function": "candidate (scheduling/dynamic.py)", "share": 0.9}],
+    }
+    data = {
+        "settings": {"scale": True},
+        "machine": {},
+        "scale": {"pods": 200, "nodes": 5000, "runs": scale_runs, **summarize_throughput(scale_runs)},
+    }
+    markdown = render_markdown(data, [])
+    assert "### Where gpu-scheduler's time goes at this scale (py-spy)" in markdown
+    assert "| 40.0% conflicts (scheduling/ledger.py) | 90.0% candidate (scheduling/dynamic.py) |" in markdown
