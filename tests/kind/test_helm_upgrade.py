@@ -91,7 +91,6 @@ def previous_worktree() -> Path:
             return PREVIOUS_TREE
     if run(["git", "-C", REPO, "cat-file", "-e", f"{PREVIOUS_COMMIT}^{{commit}}"]).returncode != 0:
         missing(f"this clone lacks the previous version's commit {PREVIOUS_COMMIT}: git fetch --unshallow")
-    run(["git", "-C", REPO, "worktree", "prune"])
     PREVIOUS_TREE.parent.mkdir(parents=True, exist_ok=True)
     added = run(["git", "-C", REPO, "worktree", "add", "--force", "--detach", PREVIOUS_TREE, PREVIOUS_COMMIT])
     assert added.returncode == 0, tail(added)
