@@ -97,9 +97,12 @@ def kubectl_binary(docker_engine) -> Path:
     return KUBECTL
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kind(kubectl_binary) -> Kind:
     """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure.
+
+    One cluster for the session: every module's tests use it, the upgrade's first (it leaves the
+    release the others use), test_kind_cluster's last (its last test is `make kind-down`).
 
     KIND_TEST_KEEP_CLUSTER=1 (make test: its pipeline stage uses the cluster
     next, and its own last test is `make kind-down`) keeps it afterwards.
