@@ -120,3 +120,19 @@ def kind(kubectl_binary) -> Kind:
     finally:
         if os.environ.get("KIND_TEST_KEEP_CLUSTER") != "1" and cluster_containers():
             make("kind-down", timeout=300)
+
+
+def pinned_pod(
+    name: str, node: str, devices: str, image: str = os.environ.get("CHECK_IMAGE", "gpu-scheduler-check:dev")
+) -> dict:
+    """A bare pod of the scheduler pinned by a one-line map, running the check image kind.sh loaded."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={node}:{devices}\n"}},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "check", "image": image, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }

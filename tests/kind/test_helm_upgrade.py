@@ -44,7 +44,7 @@ from gpu_scheduler.placement import parse_map
 from prerequisites import missing
 
 from . import renewal
-from .conftest import CACHE, REPO, Kind, kind_env, run, tail
+from .conftest import CACHE, REPO, Kind, kind_env, pinned_pod, run, tail
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(1800)]
 
@@ -395,17 +395,7 @@ def test_the_new_scheduler_counts_the_gpus_the_pods_placed_before_it_hold(kind, 
     blind to the previous version's pods would bind it silently, and under deny double-book it."""
     namespace, held = upgraded["namespace"], upgraded["entries"][0]
     name = "shares-with-0-0"
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={held.node}:{held.devices[-1]}\n"}},
-        "spec": {
-            "schedulerName": "gpu-scheduler",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "Never"}],
-        },
-    }
-    kind.apply(pod, namespace)
+    kind.apply(pinned_pod(name, held.node, held.devices[-1], CHECK_IMAGE), namespace)
 
     def shared() -> str:
         selector = f"involvedObject.name={name},reason=GPUShared"

@@ -46,6 +46,7 @@ from .conftest import (
     docker_network_exists,
     kind_env,
     make,
+    pinned_pod,
     run,
     tail,
 )
@@ -395,19 +396,6 @@ def test_each_worker_publishes_the_gpus_of_its_layout(kind, inventories):
     nvlinked = sorted(tuple(link["gpus"]) for link in inventories["node4"]["links"] if link["nvlinks"])
     assert nvlinked == [(0, 1), (2, 3)]
     assert inventories["node3"]["gpus"][0]["mig"]["enabled"] is True
-
-
-def pinned_pod(name: str, node: str, devices: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={node}:{devices}\n"}},
-        "spec": {
-            "schedulerName": "gpu-scheduler",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "IfNotPresent"}],
-        },
-    }
 
 
 def set_sharing(kind: Kind, policy: str) -> None:

@@ -177,7 +177,7 @@ def test_held_gpus_are_never_chosen_whatever_the_sharing_policy(cache):
 def test_a_pinned_pending_pod_keeps_what_it_names(cache):
     holding(cache, "a", "node1", ("0", "1", "2", "3", "4", "5"))
     kept = {("node1", cache.ledger.key("node1", "6")): "pod ml/pinned-0"}
-    decision = decide(pod("p-0", "0=*[pool=a100]:gpus=1\n"), cache, pinned=kept)
+    decision = decide(pod("p-0", "0=*[pool=a100]:gpus=1\n"), cache, pinned=lambda: kept)
     assert (decision.node, decision.devices) == ("node1", "7")
 
 

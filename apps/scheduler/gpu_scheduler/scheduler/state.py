@@ -47,7 +47,6 @@ from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
 from gpu_scheduler.placement import (
-    GpuRequest,
     MapEntry,
     PlacementError,
     pinned_placement_for,
@@ -440,9 +439,10 @@ class SchedulerState:
             return Decision(pod_key(pod), None, None, Code.UNRESOLVABLE, reason=str(err))
         if gang is not None:
             return self._decide_gang(uid, pod, gang, wall)
-        pinned = self._pinned_wants(uid) if _asks_for_a_count(pod) else None
         failover = Failover(wall, self.failover_after)
-        decision = decide(pod, self._cache, self.policy, self.reservations(wall), pinned=pinned, failover=failover)
+        decision = decide(
+            pod, self._cache, self.policy, self.reservations(wall), pinned=self._pinned_wants, failover=failover
+        )
         if decision.bind:
             self._assume(uid, pod, decision)
         self._reserve_volumes(decision)
@@ -458,7 +458,7 @@ class SchedulerState:
         else:
             self._pinned[uid] = entry
 
-    def _pinned_wants(self, uid: str) -> dict[tuple[str, str], str]:
+    def _pinned_wants(self) -> dict[tuple[str, str], str]:
         """(node, GPU key) -> the pending pod whose pinned line names it: what a line asking for
         a count leaves alone, since pinned pods keep priority over what they name. Computed at
         each such decision from the pending pinned pods' lines (none, where all ask for counts)."""
@@ -834,13 +834,6 @@ def _topology_changed(before: AssignedPod | None, after: AssignedPod) -> bool:
         or before.anti_affinity != after.anti_affinity
         or before.terminating != after.terminating
     )
-
-
-def _asks_for_a_count(pod: dict) -> bool:
-    try:
-        return isinstance(placement_for(pod), GpuRequest)
-    except PlacementError:
-        return False
 
 
 def _index(pod: dict) -> str:

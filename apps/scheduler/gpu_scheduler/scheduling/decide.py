@@ -254,13 +254,14 @@ def decide(
     policy: SharingPolicy = SharingPolicy.WARN,
     reserved: Mapping[tuple[str, str], str] | None = None,
     gang: str | None = None,
-    pinned: Mapping[tuple[str, str], str] | None = None,
+    pinned: Callable[[], Mapping[tuple[str, str], str]] | None = None,
     within: Callable[[NodeInfo], bool] | None = None,
     failover: Failover | None = None,
 ) -> Decision:
     """`reserved`: the GPUs held for waiting gangs (gangs.reservations), which under deny only
-    `gang`'s own pods may take. `pinned`: (node, GPU key) -> the pending pod whose pinned line
-    names it, which a line asking for a count never takes (pinned pods keep priority).
+    `gang`'s own pods may take. `pinned()`: (node, GPU key) -> the pending pod whose pinned line
+    names it, which a line asking for a count never takes (pinned pods keep priority); asked
+    only for count lines and fallbacks, so a pinned pod's decision pays nothing for it.
     `within`: for a line asking for a count, only the nodes it accepts (a gang's topology
     domain). `failover`: when a pinned line with a fallback may go to it."""
     key = pod_key(pod)
@@ -321,12 +322,14 @@ def decide(
 
 
 def _kept(
-    reserved: Mapping[tuple[str, str], str] | None, gang: str | None, pinned: Mapping[tuple[str, str], str] | None
+    reserved: Mapping[tuple[str, str], str] | None,
+    gang: str | None,
+    pinned: Callable[[], Mapping[tuple[str, str], str]] | None,
 ) -> dict[tuple[str, str], str]:
     """What a count line may not take: the GPUs pinned pods wait for and those reserved for
     gangs other than its own."""
     others = {where: owner for where, owner in (reserved or {}).items() if owner != gang}
-    return {**(pinned or {}), **others}
+    return {**(pinned() if pinned is not None else {}), **others}
 
 
 def unschedulable_since(pod: Mapping) -> float | None:
