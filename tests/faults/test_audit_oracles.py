@@ -17,14 +17,17 @@ STORAGE = (
 
 
 def binding(second: float, pod: str, sender: str, code: int | None = 201, message: str = "") -> Binding:
+    """A request received at `second`, answered (when `code` is not None) 50 ms later."""
+    received = START + timedelta(seconds=second)
     return Binding(
         f"id-{second}-{pod}",
         "ns",
         pod,
         f"gpu-scheduler ({sender}) kubernetes",
-        START + timedelta(seconds=second),
+        received,
         code,
         message,
+        None if code is None else received + timedelta(milliseconds=50),
     )
 
 
@@ -61,3 +64,22 @@ def test_a_request_after_a_settled_answer_is_listed_whoever_sends_it():
     ]
     assert resent_after_settled(bindings) == {"p-0": ["201 from a", "409 from b"], "p-3": ["404 from a", "404 from a"]}
     assert requests_per_pod(bindings) == {"p-0": 2, "p-1": 2, "p-2": 2, "p-3": 2}
+
+
+def test_an_answer_logged_just_before_the_api_server_was_killed_may_not_have_reached_its_sender():
+    """kube-apiserver logs ResponseComplete before it flushes the response: a 201 logged in the
+    last moment before a kill -9 may never have been read, and the resend is the scheduler
+    finding out. Answers logged earlier than audit.UNSENT_WINDOW before the kill stay settled."""
+    kill = START + timedelta(seconds=10)
+    bindings = [
+        binding(4, "early", "a"),
+        binding(9.8, "late", "a"),
+        binding(14, "early", "a", 409, ALREADY),  # its 201 was logged 5.95 s before the kill
+        binding(14.1, "late", "a", 409, ALREADY),  # its 201 was logged 0.15 s before the kill
+    ]
+    assert resent_after_settled(bindings, [kill]) == {"early": ["201 from a", "409 from a"]}
+    # Without the kill every resend after a 201 is listed, as before.
+    assert set(resent_after_settled(bindings)) == {"early", "late"}
+    # An answer logged after the kill time belongs to the next API server: settled.
+    restarted = [binding(11, "after", "a"), binding(12, "after", "a", 409, ALREADY)]
+    assert resent_after_settled(restarted, [kill]) == {"after": ["201 from a", "409 from a"]}

@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -54,16 +55,19 @@ BROKEN = {"PYTHONPATH": str(Path(__file__).parent / "binder_hooks"), "BINDER_HOO
 EXTRA_ENV = BROKEN if os.environ.get("RESTARTS_BROKEN") == "1" else {}
 
 
-def assert_every_pod_placed_once(api_client, namespace: str, pods: list[dict], audit_log: AuditLog) -> BindingVerdict:
+def assert_every_pod_placed_once(
+    api_client, namespace: str, pods: list[dict], audit_log: AuditLog, kills: list[datetime]
+) -> BindingVerdict:
     """Every pod (bound) where its map says, with the webhook's CUDA_VISIBLE_DEVICES, with a binding
-    in the API server's audit log and no binding request after one answered for sure; returns the
-    log's verdict (second attempts refused, bindings whose answer the API server never sent)."""
+    in the API server's audit log and no binding request after one answered for sure (an answer
+    logged just before a kill of the API server at `kills` is not: audit.UNSENT_WINDOW); returns
+    the log's verdict (second attempts refused, bindings whose answer the API server never sent)."""
     assert misplaced(pods) == {}
     wrong_env = {
         p["metadata"]["name"]: container_env(p) for p in pods if container_env(p) != {"main": map_line_devices(p)}
     }
     assert wrong_env == {}, f"pods without the webhook's CUDA_VISIBLE_DEVICES: {dict(list(wrong_env.items())[:5])}"
-    return bound_once(audit_log, namespace, {p["metadata"]["name"] for p in pods})
+    return bound_once(audit_log, namespace, {p["metadata"]["name"] for p in pods}, kills=kills)
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
@@ -76,8 +80,9 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_rebinds_nothing(
     burst = Burst(api_client, ns, burst_pods("restart", BURST, SCHEDULER_NAME)).start()
     wait_for("a quarter of the burst to be created", lambda: _at_least(burst, BURST // 4), 60, interval=0.05)
 
-    plane.kill(component, signal.SIGKILL)
+    plane.kill(component, signal.SIGKILL)  # returns once the process has exited
     down = time.monotonic()
+    kills = [datetime.now(UTC)] if component == "kube-apiserver" else []
     created_before = len(burst.report.created)
     time.sleep(OUTAGE_SECONDS)  # the creator keeps trying meanwhile
     plane.start(component)
@@ -89,18 +94,21 @@ def test_a_crash_and_restart_during_a_burst_loses_misplaces_and_rebinds_nothing(
     pods = wait_all_bound(api_client, ns, BURST, 60, scheduler)
     recovered = time.monotonic() - down
     assert recovered < RECOVERY_LIMIT, f"every pod bound {recovered:.1f}s after the kill (bound {RECOVERY_LIMIT:g}s)"
-    found = assert_every_pod_placed_once(api_client, ns, pods, audit_log)
+    found = assert_every_pod_placed_once(api_client, ns, pods, audit_log, kills)
     gpus = contention.verify()
     assert scheduler.alive() and webhook.alive()
     events = settled_scheduled_events(api_client, ns, BURST)
     assert max(events.values()) == 1
+    # Pods sent a second binding after a 2xx logged just before the kill (audit.UNSENT_WINDOW).
+    bindings = audit_log.bindings(ns)
+    unsent = sorted(set(resent_after_settled(bindings)) - set(resent_after_settled(bindings, kills)))
     print(
         f"\n{component} killed after {created_before} of {BURST} pods were created; back and ready "
         f"{OUTAGE_SECONDS + back:.1f}s after the kill{f' (also restarted {revived})' if revived else ''}; "
         f"creator retried {report.failed_attempts} failed creates ({dict(report.errors)}); all {BURST} "
         f"bound {recovered:.1f}s after the kill, each once (audit log: {found.requests} binding "
         f"requests, {found.refused_after_bound()} second attempts refused, {sum(found.uncertain.values())} "
-        f"without a clear answer), "
+        f"without a clear answer, {len(unsent)} sent again after a 2xx logged just before the kill {unsent}), "
         f"with CUDA_VISIBLE_DEVICES; "
         f"{BURST - len(events)} Scheduled events lost while the API was away; misplaced 0; lost 0\n{gpus}"
     )
