@@ -315,7 +315,7 @@ cmd_uninstall() {
 # and annotations of an earlier call.
 cmd_in_cluster() {
   need_cluster
-  local labels="" annotations="" label
+  local labels="" annotations=""
   while (($# > 0)); do
     if [[ "$1" == --annotate ]]; then
       (($# > 1)) || die "in-cluster: --annotate needs KEY=VALUE"
