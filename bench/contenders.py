@@ -7,6 +7,11 @@ from __future__ import annotations
 # Binding (gpu_scheduler.placement.bind_env_entry), so they are created with no admission call at all:
 # the same scheduler under its own schedulerName, which no webhook or policy of the bench matches.
 OURS_BIND = "ours_bind"
+# Issue 50's count lines: gpu-scheduler choosing node and GPU for pods whose map is COUNT_MAP (`*=*:gpus=1`,
+# workload.dynamic_pods; bind mode, no admission call), against kube-scheduler matched (default profile)
+# placing the same number of pods that request nvidia.com/gpu: 1 over the same nodes' capacity.
+OURS_DYNAMIC = "ours_dynamic"
+KUBE_GPUS = "kube_gpus"
 KUBE_DEFAULTS = "kube_defaults"
 KUBE_MATCHED = "kube_matched"
 KUBE_PINNED = "kube_pinned"
@@ -14,11 +19,14 @@ CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
 # The runs of record up to 2026-12-07 also hold "ours" (its pods admitted by the webhook of the removed
 # admission.mode webhook) and "ours_policy" (placed by the removed policy mode's CEL): runners no more.
-RUNNERS = (OURS_BIND, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER)
+RUNNERS = (OURS_BIND, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER, OURS_DYNAMIC, KUBE_GPUS)
 ALL_RUNNERS = RUNNERS
 # The runners that are gpu-scheduler (its /metrics, its profile).
-GPU_SCHEDULER_RUNNERS = (OURS_BIND,)
-KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED)
+GPU_SCHEDULER_RUNNERS = (OURS_BIND, OURS_DYNAMIC)
+KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, KUBE_GPUS)
+# The runners whose pods leave the node and the GPU to the scheduler: they need the nodes' free GPUs (one per
+# pod), where the others' pods are pinned and take none.
+DYNAMIC_RUNNERS = (OURS_DYNAMIC, KUBE_GPUS)
 
 # KubeSchedulerConfiguration v1 defaults for clientConnection (what a plain
 # kube-scheduler uses): every binding and every event is paced by them.
@@ -40,6 +48,9 @@ LABELS = {
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
     CEILING: f"bare binder in Go ({CEILING_WORKERS} connections)",
     PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
+    OURS_DYNAMIC: "gpu-scheduler, count line (map *=*:gpus=1: it chooses node and GPU; no admission call)",
+    KUBE_GPUS: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile), pods requesting "
+    "nvidia.com/gpu: 1",
 }
 
 # For the plot's axis.
@@ -50,6 +61,8 @@ SHORT_LABELS = {
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
     CEILING: "Go\nbinder",
     PYTHON_BINDER: "Python\nbinder",
+    OURS_DYNAMIC: "gpu-scheduler\ngpus=1",
+    KUBE_GPUS: "kube-scheduler\nnvidia.com/gpu",
 }
 
 # Ratio name -> (numerator, denominators); each is taken per round, between runs made side by side.
@@ -61,12 +74,15 @@ RATIOS = {
     # The Go bare binder alone (not the round's faster binder): the control plane's own limit, which the
     # bind mode's moonshot target reads.
     "bind_over_ceiling": (OURS_BIND, (CEILING,)),
+    # Issue 50's comparison: both choose the node (and ours the GPU) for pods pinned to nothing.
+    "dynamic_over_kube_gpus": (OURS_DYNAMIC, (KUBE_GPUS,)),
 }
 RATIO_LABELS = {
     "bind_over_kube_pinned": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_PINNED]}",
     "bind_over_kube_matched": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_MATCHED]}",
     "bind_over_kube_defaults": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_DEFAULTS]}",
     "bind_over_ceiling": f"{LABELS[OURS_BIND]} / {LABELS[CEILING]} (the ceiling)",
+    "dynamic_over_kube_gpus": f"{LABELS[OURS_DYNAMIC]} / {LABELS[KUBE_GPUS]}",
 }
 
 # CPU per pod is compared with the kube-scheduler runs at our client settings: ratio name ->
@@ -78,6 +94,7 @@ CPU_RATIOS = {
     "bind_over_kube_matched": (OURS_BIND, KUBE_MATCHED),
     "bind_over_kube_defaults": (OURS_BIND, KUBE_DEFAULTS),
     "bind_over_ceiling": (OURS_BIND, CEILING),
+    "dynamic_over_kube_gpus": (OURS_DYNAMIC, KUBE_GPUS),
 }
 
 

@@ -28,13 +28,13 @@ from .profile import GIL, Profiler, top_functions
 from .prometheus import sample
 from .runners import Runner
 from .webhook import dry_run_untouched
-from .workload import bench_pods, in_bind_mode
+from .workload import bench_pods, dynamic_pods, in_bind_mode
 
 
 def make_runner(bench: Bench, key: str) -> Runner:
-    if key == contenders.OURS_BIND:
+    if key in contenders.GPU_SCHEDULER_RUNNERS:
         # Its figures say "no admission call" only while no webhook or policy of the bench touches its pods.
-        probe = in_bind_mode(bench_pods(1, 1, 1, OUR_BIND_SCHEDULER, bench.namespace)[0])
+        probe = pods_for(key, 1, 1, 1, OUR_BIND_SCHEDULER, bench.namespace)[0]
         untouched, answer = dry_run_untouched(bench.api, bench.namespace, probe)
         if not untouched:
             raise RuntimeError(
@@ -49,10 +49,20 @@ def make_runner(bench: Bench, key: str) -> Runner:
     return runners.kube(bench.api, key, bench.kubeconfig, bench.namespace, bench.logs, KUBE_SCHEDULER)
 
 
+def pods_for(key: str, pods: int, nodes: int, group: int, scheduler_name: str, namespace: str) -> list[dict]:
+    """The pods runner `key` places: pinned ones (workload.bench_pods) or, for the count-line runners, ones
+    pinned to nothing (workload.dynamic_pods: a map of `*=*:gpus=1` for ours, a request of nvidia.com/gpu: 1
+    for kube-scheduler's); gpu-scheduler's carry the bind mode's env entries in every container."""
+    if key in contenders.DYNAMIC_RUNNERS:
+        bodies = dynamic_pods(pods, scheduler_name, namespace, request_gpu=key not in contenders.GPU_SCHEDULER_RUNNERS)
+    else:
+        bodies = bench_pods(pods, nodes, group, scheduler_name, namespace)
+    return [in_bind_mode(pod) for pod in bodies] if key in contenders.GPU_SCHEDULER_RUNNERS else bodies
+
+
 def runner_pods(bench: Bench, runner: Runner, pods: int, nodes: int) -> list[dict]:
-    """The burst's pods for runner; ours_bind's carry the bind mode's env entries in every container."""
-    bodies = bench_pods(pods, nodes, bench.settings.group, runner.scheduler_name, bench.namespace)
-    return [in_bind_mode(pod) for pod in bodies] if runner.key == contenders.OURS_BIND else bodies
+    """The burst's pods for runner (pods_for)."""
+    return pods_for(runner.key, pods, nodes, bench.settings.group, runner.scheduler_name, bench.namespace)
 
 
 def runner_metrics(runner: Runner) -> str:

@@ -14,11 +14,13 @@ from .contenders import (
     CEILING_WORKERS,
     CPU_RATIOS,
     GPU_SCHEDULER_RUNNERS,
+    KUBE_GPUS,
     LABELS,
     LEASE_DURATION_SECONDS,
     OUR_BURST,
     OUR_QPS,
     OURS_BIND,
+    OURS_DYNAMIC,
     RATIO_LABELS,
     RATIOS,
     RENEW_DEADLINE_SECONDS,
@@ -38,6 +40,7 @@ from .summary import (
     summarize_throughput,
 )
 from .throughput import MODES
+from .workload import COUNT_MAP, NODE_GPUS
 
 NOTE_SHARED = (
     "The machine is shared: other engineers' builds and tests may have run at the same time, "
@@ -87,6 +90,11 @@ def how(machine: dict, webhook_timeout_s: float | None) -> list[str]:
         "Every pod carries both the map annotation and the equivalent required node affinity; only "
         "spec.schedulerName differs between runners. Pods are created by 32 threads over keep-alive "
         "connections with bodies serialised in advance.",
+        f"The count-line runners (issue 50) place pods pinned to nothing, each wanting one GPU, over the same "
+        f"nodes (each advertising {NODE_GPUS} nvidia.com/gpu and publishing no inventory, so both schedulers "
+        f'know the same of them): "{LABELS[OURS_DYNAMIC]}" gets pods whose map is `{COUNT_MAP.strip()}` and chooses '
+        f'node and GPU (bind mode: no admission call, checked as above); "{LABELS[KUBE_GPUS]}" gets as many pods '
+        "that request nvidia.com/gpu: 1 and no map it reads. Their ratios are taken between the two, per round.",
         "kwok's pod stages run as they are (bound pods are marked Running), so its work is part of the "
         "control plane's CPU. Before the first measured round one run counts nowhere (a warm-up, so that no "
         "measured run is the first after the setup); then the control plane's rate at rest (its baseline, the "
@@ -386,7 +394,8 @@ def throughput_lines(tp: dict) -> list[str]:
     burst, drain = tp.get("burst") or {}, tp.get("drain") or {}
     lines = [
         f"{tp['pods']} bare pods on {tp['nodes']} KWOK nodes per run, maps shared by groups of "
-        f"{tp['group']} pods; medians over the complete rounds."
+        f"{tp['group']} pods (the count-line runners: one map, `{COUNT_MAP.strip()}`, or a request of "
+        "nvidia.com/gpu: 1, and no node named); medians over the complete rounds."
     ]
     if burst.get("summary"):
         lines += [
@@ -637,7 +646,8 @@ def memory_lines(mem: dict, server: str) -> list[str]:
 def scale_lines(sc: dict) -> list[str]:
     lines = [
         f"One burst of {sc['pods']:,} pods over {sc['nodes']:,} KWOK nodes per runner and round, as in the "
-        "throughput phase; peak RSS is each scheduler's VmHWM with every node and every pod in its caches.",
+        "throughput phase (the count-line runners' pods name no node); peak RSS is each scheduler's VmHWM with "
+        "every node and every pod in its caches.",
         "",
         *burst_table(sc["summary"]),
         "",
@@ -715,6 +725,10 @@ def render_markdown(results: dict, checked: list[dict]) -> str:
         ]
     if results.get("scale"):
         lines += ["", "## Scale: scheduler_perf's size", "", *scale_lines(results["scale"])]
+        # The scale run's bursts, profiled like the throughput phase's (BENCH_PROFILE).
+        profiled = profile_lines({"burst": results["scale"]})
+        if profiled:
+            lines += ["", "### Where gpu-scheduler's time goes at this scale (py-spy)", *profiled]
     if results.get("errors"):
         lines += ["", "## Errors", ""] + [f"- {phase}: {error}" for phase, error in results["errors"].items()]
     return "\n".join(lines) + "\n"

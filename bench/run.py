@@ -31,7 +31,7 @@ from .paths import DEFAULT_OUT, LOCAL_CLUSTER_DIR, LOCAL_KUBECONFIG
 from .runners import free_port
 from .settle import control_plane_processes
 from .webhook import Webhook
-from .workload import BENCH_LABEL
+from .workload import BENCH_LABEL, NODE_GPUS, gpus_short
 
 PHASES = {
     "throughput": throughput.run,
@@ -99,13 +99,14 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "--pods",
         type=int,
         default=_default("pods", quick, "BENCH_PODS"),
-        help="pods per burst (env BENCH_PODS; up to 10000)",
+        help="pods per burst (env BENCH_PODS; up to 10000); for the count-line runners "
+        f"({','.join(contenders.DYNAMIC_RUNNERS)}) at most --nodes x {NODE_GPUS}, one free GPU each",
     )
     add(
         "--nodes",
         type=int,
         default=_default("nodes", quick, "BENCH_NODES"),
-        help="KWOK nodes for the bursts (env BENCH_NODES)",
+        help=f"KWOK nodes for the bursts, each advertising {NODE_GPUS} nvidia.com/gpu (env BENCH_NODES)",
     )
     add(
         "--group",
@@ -124,7 +125,9 @@ def parse_settings(argv: list[str] | None) -> Settings:
         default=os.environ.get("BENCH_RUNNERS", ",".join(contenders.RUNNERS)),
         help=f"comma-separated subset of {','.join(contenders.ALL_RUNNERS)} for the throughput and scale "
         f"phases (env BENCH_RUNNERS; default: all); {contenders.OURS_BIND} is gpu-scheduler (bind mode, its pods "
-        "created with no admission call); a ratio needs both of its runners",
+        f"created with no admission call); {contenders.OURS_DYNAMIC} is gpu-scheduler choosing node and GPU for pods "
+        f"whose map is `*=*:gpus=1`, {contenders.KUBE_GPUS} kube-scheduler matched (default profile) placing as "
+        "many pods that request nvidia.com/gpu: 1 (issue 50's count lines); a ratio needs both of its runners",
     )
     add(
         "--modes",
@@ -176,7 +179,8 @@ def parse_settings(argv: list[str] | None) -> Settings:
         "--scale-pods",
         type=int,
         default=int(os.environ.get("BENCH_SCALE_PODS", "10000")),
-        help="pods of the scale run's burst (env BENCH_SCALE_PODS)",
+        help=f"pods of the scale run's burst (env BENCH_SCALE_PODS); for the count-line runners at most "
+        f"--scale-nodes x {NODE_GPUS}",
     )
     add(
         "--scale-nodes",
@@ -251,6 +255,18 @@ def parse_settings(argv: list[str] | None) -> Settings:
         parser.error(f"--runs/BENCH_RUNS must be at least 1, got {args.runs}")
     if args.webhook_workers < 1:
         parser.error(f"--webhook-workers/BENCH_WEBHOOK_WORKERS must be at least 1, got {args.webhook_workers}")
+    # Count-line pods each need a free GPU: a burst that cannot all be placed would time out, not measure.
+    dynamic = [key for key in runners if key in contenders.DYNAMIC_RUNNERS]
+    if scale_run:
+        pods, nodes, flags = args.scale_pods, args.scale_nodes, "--scale-pods/BENCH_SCALE_PODS and --scale-nodes"
+    else:
+        pods, nodes, flags = args.pods, args.nodes, "--pods/BENCH_PODS and --nodes/BENCH_NODES"
+    short = gpus_short(pods, nodes) if dynamic and (scale_run or "throughput" in phases) else None
+    if short:
+        parser.error(
+            f"{flags}: {short}, which the runners {', '.join(dynamic)} need; give more nodes or fewer pods, or "
+            "leave those runners out (--runners/BENCH_RUNNERS)"
+        )
     if args.record and args.quick:
         parser.error(
             "--record/BENCH_RECORD with --quick/QUICK: a QUICK run's sizes are not the targets', it is not a run "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from .apiserver_work import admission_per_pod
-from .contenders import CPU_RATIOS, OURS_BIND, RATIOS
+from .contenders import CPU_RATIOS, OURS_BIND, OURS_DYNAMIC, RATIOS
 from .stats import median, paired_ratios
 
 # A webhook's run at one rate is saturated when it answers (HTTP 200) fewer than this share of the
@@ -28,8 +28,8 @@ CPU_GROUPS = ("runner", "webhook", "control_plane")
 # The groups whose CPU per pod is compared with kube-scheduler's (its pods pay no webhook).
 CPU_RATIO_GROUPS = ("runner", "control_plane", "total")
 # The runners whose own figures (pods/s, CPU per pod, latency, Scheduled Events) the targets read:
-# gpu-scheduler (bind mode).
-HEADLINE_RUNNERS = (OURS_BIND,)
+# gpu-scheduler (bind mode), pinned and placing count lines.
+HEADLINE_RUNNERS = (OURS_BIND, OURS_DYNAMIC)
 
 
 def _nan(value: float | None) -> float:

@@ -18,7 +18,17 @@ from __future__ import annotations
 import copy
 
 MAP_ANNOTATION = "gpu-scheduling-map"
+# The GPUs the pinned maps name on each node (pod i gets GPU i % 8).
 GPUS_PER_NODE = 8
+# The nvidia.com/gpu each KWOK node advertises: twice what the pinned maps name, so that a burst of pods
+# that each take a free GPU of their own (the count-line runners: dynamic_pods) fits with room to spare at
+# every size the bench runs (1,000 pods on 100 nodes, QUICK's 200 on 20, the scale run's 10,000 on 5,000),
+# instead of filling the last free GPU, which would measure the search for it rather than a placement.
+NODE_GPUS = 16
+GPU_RESOURCE = "nvidia.com/gpu"
+# The map of every count-line pod: one line for any pod, one GPU on any node (docs/placement.md, "Lines that ask
+# for a count"); one text shared by all, as a Deployment's pods share their template's.
+COUNT_MAP = "*=*:gpus=1\n"
 PODS_PER_NODE = 1000
 NODE_PREFIX = "bn-"
 BENCH_LABEL = "gpu-bench"  # on every node and pod the benchmark creates, for cleanup
@@ -56,7 +66,7 @@ def kwok_node(j: int, now: str) -> dict:
     fresh afterwards. The node lifecycle controller then lifts the
     not-ready taint the apiserver puts on every new node.
     """
-    resources = {"cpu": "64", "memory": "512Gi", "pods": str(PODS_PER_NODE), "nvidia.com/gpu": str(GPUS_PER_NODE)}
+    resources = {"cpu": "64", "memory": "512Gi", "pods": str(PODS_PER_NODE), GPU_RESOURCE: str(NODE_GPUS)}
     name = node_name(j)
     return {
         "apiVersion": "v1",
@@ -161,6 +171,39 @@ def bench_pods(count: int, nodes: int, group_size: int, scheduler_name: str, nam
         text = map_text(members, nodes)
         pods += [bench_pod(i, text, start // group_size, nodes, scheduler_name, namespace) for i in members]
     return pods
+
+
+def dynamic_pods(count: int, scheduler_name: str, namespace: str, request_gpu: bool) -> list[dict]:
+    """Pods p-0 .. p-<count-1> pinned to nothing, each wanting one GPU: all carry COUNT_MAP (which only
+    gpu-scheduler reads); with request_gpu their container also asks for nvidia.com/gpu: 1 (what
+    kube-scheduler places by). gpu-scheduler's go without the request, as its users' pods do: with one, a
+    device plugin would hand the container GPUs of its own choosing (docs/gpus.md)."""
+    pods = []
+    for index in range(count):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"p-{index}",
+                "namespace": namespace,
+                "labels": {BENCH_LABEL: "true"},
+                "annotations": {MAP_ANNOTATION: COUNT_MAP},
+            },
+            "spec": pod_spec(scheduler_name, None),
+        }
+        if request_gpu:
+            # Requests of an extended resource must equal its limits; a limit alone sets both.
+            pod["spec"]["containers"][0]["resources"] = {"limits": {GPU_RESOURCE: "1"}}
+        pods.append(pod)
+    return pods
+
+
+def gpus_short(pods: int, nodes: int) -> str | None:
+    """Why a burst of `pods` count-line pods (one GPU each) cannot all be placed on `nodes` bench nodes, or
+    None when they fit."""
+    if pods <= nodes * NODE_GPUS:
+        return None
+    return f"{pods:,} pods of one GPU each do not fit on {nodes:,} nodes of {NODE_GPUS} GPUs ({nodes * NODE_GPUS:,})"
 
 
 def group_leader(group: int, group_size: int, nodes: int, scheduler_name: str, namespace: str) -> dict:

@@ -5,7 +5,7 @@ PIPELINE_ENV := CACHE_DIR=$(abspath $(CACHE)) KIND_CLUSTER=$(or $(PIPELINE_CLUST
 
 .PHONY: pipeline pipeline-down test-pipeline
 
-pipeline: install tools lint-tools ##dev a release tag's pipeline by gitlab-ci-local: lint, test, build (to a local registry), e2e (KinD pulls from it), release (promote, charts), deploy (Argo CD); stops all after (PIPELINE_KEEP=1 keeps it)
+pipeline: install tools lint-tools ##dev a release tag's pipeline by gitlab-ci-local: lint, test, build (to a local registry), e2e (KinD pulls from it), release (promote, sign with SBOM, charts), deploy (Argo CD); stops all after (PIPELINE_KEEP=1 keeps it)
 	$(PIPELINE_ENV) scripts/pipeline.sh run
 
 pipeline-down: ##dev stop what make pipeline left running (PIPELINE_KEEP=1): KinD cluster, git daemon, registry

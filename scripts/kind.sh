@@ -26,6 +26,8 @@
 #            log), removed again; then the e2e suite against the installed
 #            scheduler and webhook (TEST_SELECTION, when set: a pytest -k
 #            expression that narrows it; CI's e2e-kind job, .gitlab-ci.yml)
+#   release-values IMAGE  print the path of the values file install gives
+#            charts/gpu-scheduler, naming IMAGE (release_values)
 #   report   install; charts/gpu-scheduler-check in $DEMO_NAMESPACE, its pods'
 #            logs waited for; scripts/report.py writes $REPORT_OUT from the
 #            real `kubectl logs`; the check release removed unless KEEP=1
@@ -340,11 +342,39 @@ fake_gpus() {
   log "kind: fake GPUs (NVML library and layout in $FAKE_NVML_DIR) on $labelled workers"
 }
 
-# agent_values: the chart's GPU agent on the workers fake_gpus prepared, with
-# the library and layout mounted from the node (a values file: lists).
-agent_values() {
-  local file="$STATE_DIR/agent-values.yaml"
+# release_values IMAGE: the values file of the gpu-scheduler release on KinD
+# (install uses it; the KinD upgrade test gives it to both charts it installs,
+# so that the release it leaves is the one install makes): IMAGE named in full
+# (registry empty: the charts' default names a release's registry) with its ID
+# in the pods' annotations (a rebuilt image keeps its tag, gpu-scheduler:dev:
+# the ID makes an upgrade roll the Deployments onto it; BUILD_IMAGES=pull:
+# tagged by commit, the tag says it), pullPolicy Never (the nodes run exactly
+# the images loaded; pull: IfNotPresent), the webhook on KIND_WEBHOOK_PORT,
+# and the chart's GPU agent on the workers fake_gpus prepared, with the
+# library and layout mounted from the node.
+release_values() {
+  local repository tag pull_policy=Never annotations="{}" id name
+  read -r repository tag <<<"$(split_image "$1")"
+  if [[ "$BUILD_IMAGES" == pull ]]; then
+    pull_policy=IfNotPresent
+  else
+    id="$(docker image inspect -f '{{.Id}}' "$1")" || die "image $1 is not in the local Docker"
+    annotations="{\"gpu-scheduler/image-id\": \"$id\"}"
+  fi
+  name="$(tr -c 'A-Za-z0-9.\n-' _ <<<"$1")"
+  local file="$STATE_DIR/release-values-$name.yaml"
+  mkdir -p "$STATE_DIR"
   cat >"$file" <<EOF
+image:
+  registry: ""
+  repository: "$repository"
+  tag: "$tag"
+  pullPolicy: $pull_policy
+scheduler:
+  podAnnotations: $annotations
+webhook:
+  port: $KIND_WEBHOOK_PORT
+  podAnnotations: $annotations
 agent:
   interval: 10
   affinity:
@@ -729,17 +759,8 @@ helm_install() {
 }
 
 install_scheduler() {
-  # A rebuilt image keeps its tag (gpu-scheduler:dev): its ID in the pods'
-  # annotations makes an upgrade roll the Deployments onto it.
-  # Pulled images (BUILD_IMAGES=pull) are tagged by commit: the tag says it.
-  local id annotations=()
-  if [[ "$BUILD_IMAGES" != pull ]]; then
-    id="$(docker image inspect -f '{{.Id}}' "$SCHEDULER_IMAGE")"
-    annotations=(--set-string "scheduler.podAnnotations.gpu-scheduler/image-id=$id"
-      --set-string "webhook.podAnnotations.gpu-scheduler/image-id=$id")
-  fi
-  helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" "${annotations[@]}" \
-    --set webhook.port="$KIND_WEBHOOK_PORT" --values "$(agent_values)"
+  helm_install "$SCHEDULER_RELEASE" gpu-scheduler "$SCHEDULER_NAMESPACE" "$SCHEDULER_IMAGE" \
+    --values "$(release_values "$SCHEDULER_IMAGE")"
   # What the hook Jobs left: the Secret they made and the caBundle they wrote.
   local secret ca_bundle
   secret="$(kubectl_ -n "$SCHEDULER_NAMESPACE" get secret "$SCHEDULER_RELEASE-webhook-tls" -o jsonpath='{.type}')" ||
@@ -836,5 +857,6 @@ case "${1:-}" in
   install) cmd_install "scripts/kind.sh install" ;;
   e2e) cmd_e2e ;;
   report) cmd_report ;;
-  *) die "usage: $0 up|down|logs DIR|load IMAGE...|load-missing [--node CONTAINER] IMAGE...|kubeconfig|running|install|e2e|report" ;;
+  release-values) release_values "${2:?usage: $0 release-values IMAGE}" ;;
+  *) die "usage: $0 up|down|logs DIR|load IMAGE...|load-missing [--node CONTAINER] IMAGE...|kubeconfig|running|install|e2e|report|release-values IMAGE" ;;
 esac

@@ -200,6 +200,11 @@ platform_arch() {
   esac
 }
 
+# crane ARGS...: go-containerregistry's crane at the version cluster/crane pins,
+# run by `go tool` (built once into Go's build cache); the release jobs'
+# registry client (scripts/promote.sh, scripts/sign.sh).
+crane() { (cd "$REPO_ROOT/cluster/crane" && GOFLAGS="${GOFLAGS:--modcacherw}" go tool crane "$@"); }
+
 # sha256_of FILE: its hex digest, with whichever tool the system has.
 sha256_of() {
   if command -v sha256sum >/dev/null; then sha256sum "$1" | cut -d' ' -f1; else shasum -a 256 "$1" | cut -d' ' -f1; fi

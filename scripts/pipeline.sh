@@ -10,8 +10,9 @@
 #            build-image (pushes :<commit> to that registry), e2e-kind (KinD
 #            cluster $KIND_CLUSTER whose nodes pull the images from that
 #            registry), then the release once every test job passed: promote
-#            (the tested digests as :vX.Y.Z and :X.Y.Z), publish-charts,
-#            gitlab-release; the manual deploy waits. A failed job stops here
+#            (the tested digests as :vX.Y.Z and :X.Y.Z), sign (each digest
+#            signed with a key pair made for this run, its SBOM attached),
+#            publish-charts, gitlab-release; the manual deploy waits. A failed job stops here
 #            (exit 1), after every job that could run did;
 #         3. production, as an admin sets it up once: the e2e's helm release
 #            leaves the cluster (Argo CD will own the same objects), Argo CD
@@ -36,7 +37,8 @@
 # no job image can be pulled here; the tools they need are this machine's
 # (.cache/bin, .venv, Docker). Records for tests/pipeline: $PIPELINE_DIR
 # (pipeline.log and deploy.log: gitlab-ci-local's output; registry.log: the
-# registry's access log; commit: the short sha the pipeline ran at; tag).
+# registry's access log; commit: the short sha the pipeline ran at; tag;
+# cosign/cosign.pub: the public key the sign job's signatures verify with).
 # The jobs' JUnit reports land in .cache/junit, a failed e2e's KinD logs in
 # .cache/kind-logs (both emptied first).
 # Env: KIND_CLUSTER (gpu-scheduler-pipeline), PIPELINE_TAG (v<version>),
@@ -128,7 +130,22 @@ stop_pid() {
   rm -f "$file"
 }
 
+# make_signing_key: a cosign key pair of this run, as a project keeps its own
+# in CI/CD variables (COSIGN_PRIVATE_KEY, COSIGN_PASSWORD, COSIGN_PUBLIC_KEY):
+# a new one each run, so that a signature of an earlier run never verifies.
+make_signing_key() {
+  local cosign
+  cosign="$("$REPO_ROOT/scripts/signing-tools.sh" cosign)"
+  rm -rf "$PIPELINE_DIR/cosign"
+  mkdir -p "$PIPELINE_DIR/cosign"
+  (cd "$PIPELINE_DIR/cosign" && COSIGN_PASSWORD="$SIGNING_PASSWORD" "$cosign" generate-key-pair >/dev/null 2>&1) ||
+    die "cosign generate-key-pair failed in $PIPELINE_DIR/cosign"
+}
+
 # ---- gitlab-ci-local -------------------------------------------------------
+
+# The password of this run's signing key (make_signing_key).
+SIGNING_PASSWORD="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 
 # The CI/CD variables a GitLab project would have, for this machine. Given
 # as --variable: gitlab-ci-local lets those outrank its own predefined values
@@ -149,8 +166,13 @@ PIPELINE_VARIABLES=(
   --variable "CI_COMMIT_REF_NAME=$TAG"
   --variable "CI_COMMIT_REF_SLUG=$TAG_SLUG"
   --variable "RELEASE_REGISTRY=$CHARTS_REGISTRY"
-  # A registry without TLS (helm push needs to be told).
+  # A registry without TLS (helm push, cosign and syft need to be told).
   --variable "HELM_PUSH_FLAGS=--plain-http"
+  --variable "SIGN_PLAIN_HTTP=1"
+  # The project's signing key, as File variables hold it (make_signing_key).
+  --variable "COSIGN_PRIVATE_KEY=$PIPELINE_DIR/cosign/cosign.key"
+  --variable "COSIGN_PASSWORD=$SIGNING_PASSWORD"
+  --variable "COSIGN_PUBLIC_KEY=$PIPELINE_DIR/cosign/cosign.pub"
   # e2e-kind's cluster is this machine's production for the deploy job.
   --variable "KIND_CLUSTER=$KIND_CLUSTER"
   --variable "KIND_KEEP=1"
@@ -319,10 +341,11 @@ cmd_run() {
   echo "$sha" >"$PIPELINE_DIR/commit"
   echo "$TAG" >"$PIPELINE_DIR/tag"
   start_registry
+  make_signing_key
   log "pipeline: gitlab-ci-local $("$GITLAB_CI_LOCAL" --version): the pipeline of tag $TAG at $sha (lint, test, build, e2e, release; deploy is manual)"
   gitlab_ci_local "$PIPELINE_DIR/pipeline.log" || die "the pipeline failed ($PIPELINE_DIR/pipeline.log, above)"
   passed "$PIPELINE_DIR/pipeline.log" lint release-check test-unit test-cluster build-image e2e-kind \
-    promote publish-charts gitlab-release
+    promote sign publish-charts gitlab-release
   log "pipeline: lint, test, build, e2e and the release of $TAG passed in $((SECONDS - start))s; preparing production for the manual deploy"
   prepare_production "$sha"
   log "pipeline: deploy, requested by hand (--manual deploy)"
@@ -363,7 +386,7 @@ cmd_down() {
       done
     done
   fi
-  rm -rf "$PIPELINE_DIR/registry/data" "$PIPELINE_DIR/git" "$PIPELINE_DIR/cluster-existed"
+  rm -rf "$PIPELINE_DIR/registry/data" "$PIPELINE_DIR/git" "$PIPELINE_DIR/cluster-existed" "$PIPELINE_DIR/cosign"
   log "pipeline: down in $((SECONDS - start))s"
 }
 

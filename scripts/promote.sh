@@ -20,8 +20,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VERSION="${CI_COMMIT_TAG#v}"
 command -v go >/dev/null || die "promote: Go is needed to run crane (cluster/crane/go.mod); install Go 1.26+ or run crane yourself"
 
-crane() { (cd "$REPO_ROOT/cluster/crane" && GOFLAGS="${GOFLAGS:--modcacherw}" go tool crane "$@"); }
-
 if [[ -n "${CI_REGISTRY_PASSWORD:-}" ]]; then
   printf '%s' "$CI_REGISTRY_PASSWORD" |
     crane auth login "${CI_REGISTRY:?}" --username "${CI_REGISTRY_USER:?}" --password-stdin >/dev/null

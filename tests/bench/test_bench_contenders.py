@@ -342,7 +342,7 @@ def test_the_removed_admission_modes_runners_are_gone_and_every_runner_has_its_l
     assert set(contenders.LABELS) == set(RUNNERS) == set(contenders.SHORT_LABELS)
     assert not {"ours", "ours_policy"} & set(RUNNERS)
     assert set(contenders.RATIO_LABELS) == set(contenders.RATIOS)
-    assert contenders.GPU_SCHEDULER_RUNNERS == (OURS_BIND,)
+    assert contenders.GPU_SCHEDULER_RUNNERS == (OURS_BIND, contenders.OURS_DYNAMIC)
     with pytest.raises(SystemExit):
         parse_settings(["--runners", "ours_policy"])
 
@@ -388,3 +388,68 @@ def test_the_statefulset_phase_runs_bind_mode_with_the_entries_in_its_template()
     assert "env" not in plain["spec"]["template"]["spec"]["containers"][0]
     container.pop("env")
     assert bound == plain
+
+
+def test_the_count_line_runners_compare_gpu_scheduler_with_kube_scheduler_matched_on_the_same_pods(tmp_path: Path):
+    from bench.measure import runner_pods
+
+    assert contenders.DYNAMIC_RUNNERS == (contenders.OURS_DYNAMIC, contenders.KUBE_GPUS)
+    assert {contenders.OURS_DYNAMIC, contenders.KUBE_GPUS} <= set(RUNNERS) & set(scale.RUNNERS)
+    # The scale run's warm-up (the runner ending round 1) is not the slowest runner there.
+    assert round_order(scale.RUNNERS, 1)[-1] == contenders.KUBE_GPUS
+    assert contenders.RATIOS["dynamic_over_kube_gpus"] == (contenders.OURS_DYNAMIC, (contenders.KUBE_GPUS,))
+    assert contenders.CPU_RATIOS["dynamic_over_kube_gpus"] == (contenders.OURS_DYNAMIC, contenders.KUBE_GPUS)
+    api = EchoApi()
+    bench = ProbedBench(api, tmp_path)
+    bench.settings = type("S", (), {"group": 2, "profile": "", "out": tmp_path})()
+    ours = measure.make_runner(bench, contenders.OURS_DYNAMIC)
+    # gpu-scheduler as in bind mode, on a Lease of its own; its probe was one of its count-line pods.
+    assert ours.scheduler_name == context.OUR_BIND_SCHEDULER
+    flags = dict(zip(ours.process.argv[2::2], ours.process.argv[3::2], strict=False))
+    assert flags["--leader-elect-resource-name"] == contenders.lease_name(contenders.OURS_DYNAMIC)
+    (probe,) = api.sent
+    assert probe["metadata"]["annotations"]["gpu-scheduling-map"] == "*=*:gpus=1\n"
+    # kube-scheduler at our client settings with its default profile.
+    kube = measure.make_runner(bench, contenders.KUBE_GPUS)
+    config = yaml.safe_load((tmp_path / f"{contenders.KUBE_GPUS}-config.yaml").read_text())
+    assert config["clientConnection"]["qps"] == contenders.OUR_QPS
+    assert config["profiles"] == [{"schedulerName": context.KUBE_SCHEDULER}]
+    mine, theirs = runner_pods(bench, ours, 4, 2), runner_pods(bench, kube, 4, 2)
+    assert len(mine) == len(theirs) == 4
+    for pod in mine:
+        assert pod["spec"]["containers"][0]["env"][0] == bind_env_entry()
+        assert "affinity" not in pod["spec"]
+    for pod in theirs:
+        assert pod["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+        assert "env" not in pod["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--pods", "1700", "--nodes", "100"], {}),
+        (["--scale", "--scale-pods", "10000", "--scale-nodes", "600"], {}),
+        (["--quick"], {"BENCH_NODES": "10"}),
+    ],
+)
+def test_a_burst_of_count_line_pods_that_cannot_all_get_a_gpu_is_refused_before_anything_runs(
+    monkeypatch, capsys, argv, env
+):
+    for name in ("BENCH_RUNNERS", "BENCH_PODS", "BENCH_NODES", "BENCH_PHASES", "QUICK", "BENCH_SCALE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit):
+        parse_settings(argv)
+    assert "do not fit on" in capsys.readouterr().err
+    # Without the count-line runners, or without the throughput phase, the size is the user's to choose.
+    parse_settings([*argv, "--runners", "ours_bind,kube_matched"])
+    if "--scale" not in argv:
+        parse_settings([*argv, "--phases", "memory"])
+
+
+def test_the_default_sizes_leave_every_count_line_pod_a_gpu(monkeypatch):
+    for name in ("BENCH_RUNNERS", "BENCH_PODS", "BENCH_NODES", "BENCH_PHASES", "QUICK", "BENCH_SCALE"):
+        monkeypatch.delenv(name, raising=False)
+    for argv in ([], ["--quick"], ["--scale"]):
+        assert contenders.OURS_DYNAMIC in parse_settings(argv).runners

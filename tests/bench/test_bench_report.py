@@ -14,6 +14,8 @@ LABELS = {
     "kube_defaults": "kube defaults",
     "ceiling": "ceiling",
     "python_binder": "python binder",
+    "ours_dynamic": "gpu-scheduler, count line",
+    "kube_gpus": "kube gpus",
 }
 
 
@@ -509,3 +511,46 @@ def test_the_statefulset_table_sets_the_statefulset_beside_the_bare_pods_of_the_
     assert "| gpu-scheduler | bare pods, 100-line maps | StatefulSet, 500-line map |" in beside
     assert "| pods/s bound | 300.0 | 90.0 |" in beside
     assert "| scheduler's mean attempt (its /metrics) | 3.00 ms | 4.00 ms |" in beside
+
+
+def test_the_count_lines_targets_read_ours_against_kube_scheduler_placing_gpu_requests_in_the_same_rounds():
+    # Round 2 is slow for both: the paired ratio is 0.5 every round, whatever the medians say.
+    runs = [run("ours_dynamic", r, rate) for r, rate in ((1, 100), (2, 40), (3, 110))]
+    runs += [run("kube_gpus", r, rate) for r, rate in ((1, 200), (2, 80), (3, 220))]
+    for kube in runs[3:]:
+        kube["cpu_s"] = {"runner": 1.0, "webhook": 0.0, "control_plane": 4.0}
+    data = results()
+    data["throughput"]["burst"] = {"runs": runs, **summarize_throughput(runs)}
+    scale_runs = [{**r, "round": 1} for r in (runs[0], runs[3])]
+    data["scale"] = {"pods": 10000, "nodes": 5000, "runs": scale_runs, **summarize_throughput(scale_runs)}
+    checked = {t["metric"]: t for t in evaluate(load(), headline_metrics(data))}
+    assert checked["ratio.dynamic_over_kube_gpus"]["value"] == 0.5
+    assert checked["ratio.dynamic_over_kube_gpus"]["status"] == MISS
+    assert checked["ratio.dynamic_over_kube_gpus"]["threshold"] == 1.0
+    # CPU seconds of the run, scheduler + webhook + control plane: (2 + 0 + 4) / (1 + 0 + 4), every round.
+    assert math.isclose(checked["cpu_ratio.total.dynamic_over_kube_gpus"]["value"], 1.2)
+    assert checked["cpu_ratio.total.dynamic_over_kube_gpus"]["status"] == MISS
+    assert checked["scale.ratio.dynamic_over_kube_gpus"]["value"] == 0.5
+    assert checked["scale.ratio.dynamic_over_kube_gpus"]["run"] == "scale"
+    assert checked["scale.cpu_ratio.total.dynamic_over_kube_gpus"]["run"] == "scale"
+    markdown = render_markdown(data, list(checked.values()))
+    assert "gpu-scheduler, count line (map *=*:gpus=1" in markdown  # the runner's row, by its real label
+    assert "burst throughput, count lines (*=*:gpus=1), vs kube-scheduler matched" in markdown
+
+
+def test_a_profiled_scale_run_shows_where_gpu_schedulers_time_went():
+    scale_runs = [run("ours_dynamic", 1, 4.0), run("kube_gpus", 1, 150.0)]
+    scale_runs[0]["profile"] = {
+        "samples": 900,
+        "gil": True,
+        "self": [{"function": "conflicts (scheduling/ledger.py)", "share": 0.4}],
+        "inclusive": [{"function": "candidate (scheduling/dynamic.py)", "share": 0.9}],
+    }
+    data = {
+        "settings": {"scale": True},
+        "machine": {},
+        "scale": {"pods": 200, "nodes": 5000, "runs": scale_runs, **summarize_throughput(scale_runs)},
+    }
+    markdown = render_markdown(data, [])
+    assert "### Where gpu-scheduler's time goes at this scale (py-spy)" in markdown
+    assert "| 40.0% conflicts (scheduling/ledger.py) | 90.0% candidate (scheduling/dynamic.py) |" in markdown

@@ -355,6 +355,14 @@ def test_the_map_is_read_as_the_scheduler_reads_it(cluster):
     assert "these pods can never be placed and would stay Pending: 2=gone." in said
 
 
+def test_lines_that_ask_for_a_count_name_no_node_to_check(cluster):
+    helm, _ = cluster({"gpu-a": {}})
+
+    said = notes(helm("install", "replicas=3", "schedulingMap=0=gpu-a:0\n1=*[pool=a]:gpus=2\n*=*:gpus=1\n2=gone:1|*\n"))
+
+    assert "these pods can never be placed and would stay Pending: 2=gone." in said
+
+
 def test_fail_refuses_the_install_and_off_looks_nothing_up(cluster):
     helm, fake = cluster({"gpu-a": {}})
 

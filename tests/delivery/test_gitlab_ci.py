@@ -279,13 +279,39 @@ def test_a_release_needs_every_test_job_and_promotes_the_tested_digests():
     assert 'crane tag "$CI_REGISTRY_IMAGE/$image@$digest" "$tag"' in script
     assert 'for tag in "$CI_COMMIT_TAG" "$VERSION"; do' in script
     assert "docker push" not in script and "docker build" not in script
-    # Every job that makes a release waits for promote.
+    # Every job that makes a release waits for promote; the GitLab release for its signatures too.
     assert needs_of(JOBS["publish-charts"]) == {"promote"}
-    assert needs_of(JOBS["gitlab-release"]) == {"promote", "publish-charts"}
+    assert needs_of(JOBS["sign"]) == {"promote"}
+    assert needs_of(JOBS["gitlab-release"]) == {"promote", "sign", "publish-charts"}
+
+
+def test_the_release_signs_each_promoted_digest_and_attaches_its_sbom():
+    sign = JOBS["sign"]
+    script = (REPO / "scripts" / "sign.sh").read_text()
+
+    assert sign["script"] == ["scripts/sign.sh"]
+    # Go for crane, as promote; the tools are fetched or built by signing-tools.sh.
+    assert raw_image_of(sign) == "$GO_IMAGE"
+    assert sign["variables"]["DOCKER_CONFIG"] == "$CI_PROJECT_DIR/.cache/docker-config"
+    assert ".cache/release/" in sign["artifacts"]["paths"]
+    # By digest, the digest the release tag names and the tests ran; never a tag.
+    assert 'ref="$CI_REGISTRY_IMAGE/$image@$digest"' in script
+    assert '[[ "$digest" == "$tested" ]]' in script
+    for step in ('"$COSIGN" sign --yes --key "$private"', '--type spdxjson --predicate "$sbom"'):
+        assert step in script, step
+    assert '"$SYFT" scan --quiet "registry:$ref" --output "spdx-json=$sbom"' in script
+    # The key is the project's CI/CD variable; there is no default key to fall back on.
+    assert 'die "sign: COSIGN_PRIVATE_KEY is not set' in script
+    # The tools at the versions their Go modules pin, fetched or built by one script.
+    for tool, module in (("cosign", "github.com/sigstore/cosign/v3"), ("syft", "github.com/anchore/syft")):
+        assert f'"$REPO_ROOT/scripts/signing-tools.sh" {tool}' in script
+        gomod = (REPO / "cluster" / tool / "go.mod").read_text()
+        assert re.search(rf"^\s+{re.escape(module)} v\d+\.\d+\.\d+( // indirect)?$", gomod, re.M), tool
+        assert f"tool {module}/cmd/{tool}" in gomod
 
 
 def test_release_jobs_run_on_tags_only():
-    for name in ("release-check", "promote", "publish-charts", "gitlab-release"):
+    for name in ("release-check", "promote", "sign", "publish-charts", "gitlab-release"):
         assert JOBS[name]["rules"] == [{"if": "$CI_COMMIT_TAG"}], name
         assert name == "release-check" or JOBS[name]["stage"] == "release", name
     publish = JOBS["publish-charts"]
@@ -398,6 +424,7 @@ def test_deploy_is_manual_on_the_default_branch_and_tags_and_waits_for_what_git_
     ]
     # A tag's deploy waits for its release.
     assert {"job": "publish-charts", "optional": True} in deploy["needs"]
+    assert {"job": "sign", "optional": True} in deploy["needs"]
     script = "\n".join(deploy["script"])
     # The only sync is of the root Application (argocd/root.yaml): argocd/ as git has it.
     root = yaml.safe_load_all((REPO / "argocd" / "root.yaml").read_text())
@@ -428,7 +455,7 @@ def test_gitlab_ci_local_lists_every_job_of_a_default_branch_pipeline(gitlab_ci_
     # stage, when, allow_failure: the manual deploy does not block the pipeline.
     assert rows["deploy"][:3] == ["deploy", "manual", "true"], result.stdout
     assert rows["e2e-kind"][:3] == ["e2e", "on_success", "false"], result.stdout
-    assert not {"release-check", "promote", "publish-charts", "gitlab-release"} & set(rows), result.stdout
+    assert not {"release-check", "promote", "sign", "publish-charts", "gitlab-release"} & set(rows), result.stdout
 
 
 def test_gitlab_ci_local_lists_the_release_jobs_of_a_tag_pipeline(gitlab_ci_local):
@@ -437,7 +464,7 @@ def test_gitlab_ci_local_lists_the_release_jobs_of_a_tag_pipeline(gitlab_ci_loca
 
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:] if line.strip()}
-    for job in ("promote", "publish-charts", "gitlab-release"):
+    for job in ("promote", "sign", "publish-charts", "gitlab-release"):
         assert rows[job][:3] == ["release", "on_success", "false"], result.stdout
     assert rows["deploy"][:3] == ["deploy", "manual", "true"], result.stdout
 

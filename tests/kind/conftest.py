@@ -97,9 +97,12 @@ def kubectl_binary(docker_engine) -> Path:
     return KUBECTL
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kind(kubectl_binary) -> Kind:
     """`make kind-up` for the test cluster (reused when it exists); `make kind-down` after, also after a failure.
+
+    One cluster for the session: every module's tests use it, the upgrade's first (it leaves the
+    release the others use), test_kind_cluster's last (its last test is `make kind-down`).
 
     KIND_TEST_KEEP_CLUSTER=1 (make test: its pipeline stage uses the cluster
     next, and its own last test is `make kind-down`) keeps it afterwards.
@@ -117,3 +120,19 @@ def kind(kubectl_binary) -> Kind:
     finally:
         if os.environ.get("KIND_TEST_KEEP_CLUSTER") != "1" and cluster_containers():
             make("kind-down", timeout=300)
+
+
+def pinned_pod(
+    name: str, node: str, devices: str, image: str = os.environ.get("CHECK_IMAGE", "gpu-scheduler-check:dev")
+) -> dict:
+    """A bare pod of the scheduler pinned by a one-line map, running the check image kind.sh loaded."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={node}:{devices}\n"}},
+        "spec": {
+            "schedulerName": "gpu-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "check", "image": image, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }

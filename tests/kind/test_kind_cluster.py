@@ -32,6 +32,7 @@ import uuid
 import pytest
 from cryptography import x509
 from e2e.waiting import NotYet, wait_for
+from faults.gpu_oracle import devices_of
 from gpu_scheduler.placement import parse_map
 from prerequisites import missing
 
@@ -45,6 +46,7 @@ from .conftest import (
     docker_network_exists,
     kind_env,
     make,
+    pinned_pod,
     run,
     tail,
 )
@@ -396,19 +398,6 @@ def test_each_worker_publishes_the_gpus_of_its_layout(kind, inventories):
     assert inventories["node3"]["gpus"][0]["mig"]["enabled"] is True
 
 
-def pinned_pod(name: str, node: str, devices: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": {"gpu-scheduling-map": f"0={node}:{devices}\n"}},
-        "spec": {
-            "schedulerName": "gpu-scheduler",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "check", "image": CHECK_IMAGE, "imagePullPolicy": "IfNotPresent"}],
-        },
-    }
-
-
 def set_sharing(kind: Kind, policy: str) -> None:
     helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", renewal.NAMESPACE]
     done = run(
@@ -511,21 +500,26 @@ def test_an_agents_own_token_cannot_write_another_nodes_inventory(kind, inventor
 GANG_MAP = "0=node1:2\n1=node2:0\n2=node4:0\n3=node4:1\n"
 
 
+def install_check(kind: Kind, namespace: str, release: str, scheduling_map: str, *settings: str):
+    """`helm install` of the check chart with the image scripts/kind.sh loaded and this map."""
+    repository, _, tag = CHECK_IMAGE.rpartition(":")
+    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
+    return run(
+        [*helm, "install", release, REPO / "charts" / "gpu-scheduler-check", *settings]
+        + ["--set-string", f"schedulingMap={scheduling_map}", "--set", "image.registry="]
+        + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
+        timeout=300,
+    )
+
+
 def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
     """charts/gpu-scheduler-check with gang=true (docs/gangs.md): the StatefulSet carries
     gpu-scheduler/gang: "true" (Parallel, as always), the installed webhook admits it, and the
     installed scheduler binds its four pods, all of them: each Running on its map's node."""
     installed_release(kind)
     namespace = kind.namespace(f"gang-{uuid.uuid4().hex[:6]}")
-    repository, _, tag = CHECK_IMAGE.rpartition(":")
-    helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
     try:
-        done = run(
-            [*helm, "install", "gang-check", REPO / "charts" / "gpu-scheduler-check", "--set", "gang=true"]
-            + ["--set", "replicas=4", "--set-string", f"schedulingMap={GANG_MAP}", "--set", "image.registry="]
-            + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"],
-            timeout=300,
-        )
+        done = install_check(kind, namespace, "gang-check", GANG_MAP, "--set", "gang=true", "--set", "replicas=4")
         assert done.returncode == 0, tail(done)
         statefulset = kind.get("-n", namespace, "statefulset", "gang-check-gpu-scheduler-check")
         template = statefulset["spec"]["template"]["metadata"]["annotations"]
@@ -549,6 +543,61 @@ def test_the_check_chart_installed_as_a_gang_has_all_its_pods_bound(kind):
             return placed if placed == expected else {}
 
         kind.wait_for("the gang's 4 pods Running, each on its map's node", all_running, timeout=300)
+    finally:
+        kind.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# -- issue 50: the check StatefulSet with a count instead of a map: the installed scheduler
+# chooses node and GPUs from the inventories the agents publish. Checked against the pods'
+# containers' logs and every other live pod's devices, never the scheduler's word.
+
+COUNT_MAP = "*=*:gpus=2\n"
+
+
+def test_the_check_chart_with_a_count_runs_on_gpus_the_scheduler_chose(kind):
+    installed_release(kind)
+    namespace = kind.namespace(f"count-{uuid.uuid4().hex[:6]}")
+    try:
+        done = install_check(kind, namespace, "count-check", COUNT_MAP, "--set", "replicas=2")
+        assert done.returncode == 0, tail(done)
+        assert "can never be placed" not in done.stdout, done.stdout
+        names = [f"count-check-gpu-scheduler-check-{i}" for i in range(2)]
+
+        def running() -> list[dict]:
+            # kind.wait_for polls until this is truthy: [] while a pod is not Running yet.
+            pods = {p["metadata"]["name"]: p for p in kind.get("-n", namespace, "pods")["items"]}
+            if not all(pods.get(n, {}).get("status", {}).get("phase") == "Running" for n in names):
+                return []
+            return [pods[n] for n in names]
+
+        pods = kind.wait_for("the count check's 2 pods Running", running, timeout=300)
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            devices = pod["metadata"]["annotations"]["gpu-scheduler/cuda-visible-devices"]
+            assert len(devices.split(",")) == 2, devices
+            # The container saw what the bind gave it, and it matches the placement recorded.
+            line = wait_for(
+                f"{name} logs its devices",
+                functools.partial(logged, kind, namespace, name, f"CUDA_VISIBLE_DEVICES={devices} "),
+                timeout=120,
+                interval=1,
+            )
+            assert f"node={node}" in line and "match=true" in line, line[-400:]
+            chosen = json.loads(pod["metadata"]["annotations"]["gpu-scheduler/placement"])["chosen"]
+            assert chosen.startswith("chosen for line 1 (2 GPUs on any node)"), chosen
+        # No other live pod of the scheduler holds a GPU these were given (count lines never share).
+        mine = {(p["spec"]["nodeName"], d) for p in pods for d in devices_of(p)}
+        assert len(mine) == 4, mine
+        others = [
+            p
+            for p in kind.get("pods", "-A")["items"]
+            if p["spec"].get("schedulerName") == "gpu-scheduler"
+            and p["spec"].get("nodeName")
+            and p["metadata"]["namespace"] != namespace
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
+        shared = {(p["spec"]["nodeName"], d) for p in others for d in devices_of(p)} & mine
+        assert not shared, f"GPUs given to the count pods that other pods hold: {sorted(shared)}"
     finally:
         kind.kubectl("delete", "namespace", namespace, "--wait=false")
 
@@ -653,19 +702,19 @@ def test_check_pods_write_to_volumes_made_on_their_map_nodes_and_read_them_back_
     storage_class = default_wait_for_first_consumer_class(kind)
     namespace = kind.namespace(f"volumes-{uuid.uuid4().hex[:6]}")
     release = "volume-check"
-    repository, _, tag = CHECK_IMAGE.rpartition(":")
     helm = [str(HELM), "--kubeconfig", str(kind.kubeconfig), "-n", namespace]
     expected = {f"{release}-gpu-scheduler-check-{i}": entry.node for i, entry in parse_map(VOLUME_MAP).items()}
     broken = scheduler_that_never_selects_a_node(kind) if VOLUMES_BROKEN else contextlib.nullcontext()
     started = time.monotonic()
     try:
         with broken:
-            done = run(
-                [*helm, "install", release, REPO / "charts" / "gpu-scheduler-check", "--set", "replicas=2"]
-                + ["--set-string", f"schedulingMap={VOLUME_MAP}", "--set", "image.registry="]
-                + ["--set-string", f"image.repository={repository}", "--set-string", f"image.tag={tag}"]
-                + ["--set", "persistence.enabled=true", "--set", f"persistence.storageClassName={storage_class}"],
-                timeout=300,
+            done = install_check(
+                kind,
+                namespace,
+                release,
+                VOLUME_MAP,
+                *("--set", "replicas=2", "--set", "persistence.enabled=true"),
+                *("--set", f"persistence.storageClassName={storage_class}"),
             )
             assert done.returncode == 0, tail(done)
             first = {}

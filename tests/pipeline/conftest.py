@@ -34,6 +34,8 @@ from commands import run
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 KUBECTL = CACHE / "bin" / "kubectl"
+# What scripts/signing-tools.sh linked for the pipeline's sign job.
+COSIGN = CACHE / "bin" / "cosign"
 PIPELINE_DIR = CACHE / "pipeline"
 CLUSTER = os.environ.get("PIPELINE_CLUSTER", "gpu-scheduler-pipeline")
 KUBECONFIG = CACHE / "kind" / f"{CLUSTER}.kubeconfig"

@@ -86,7 +86,7 @@ def test_the_pipeline_fails_in_its_test_jobs_and_runs_no_release_job(blocked):
         "build-image": "PASS",
         "e2e-kind": "FAIL",
     }, blocked.log[-3000:]
-    for job in ("promote", "publish-charts", "gitlab-release"):
+    for job in ("promote", "sign", "publish-charts", "gitlab-release"):
         assert logged_at(blocked.log, job, "starting") is None, f"{job} ran"
     assert blocked.deploy_log == ""
 

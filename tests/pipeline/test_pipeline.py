@@ -9,7 +9,9 @@ job's log lines, the echo of its commands) is never the oracle.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import xml.etree.ElementTree as ElementTree
 
@@ -17,6 +19,7 @@ import pytest
 
 from .conftest import (
     CLUSTER,
+    COSIGN,
     IMAGES,
     JUNIT_DIR,
     PIPELINE_DIR,
@@ -45,6 +48,7 @@ PIPELINE_JOBS = [
     "build-image",
     "e2e-kind",
     "promote",
+    "sign",
     "publish-charts",
     "gitlab-release",
 ]
@@ -124,6 +128,8 @@ def test_the_release_started_after_every_test_job_passed(pipeline):
     for needed in before:
         assert line_of(pipeline.log, needed, "finished in") < promote, f"promote started before {needed} finished"
     assert line_of(pipeline.log, "promote", "finished in") < line_of(pipeline.log, "publish-charts", "starting")
+    assert line_of(pipeline.log, "promote", "finished in") < line_of(pipeline.log, "sign", "starting")
+    assert line_of(pipeline.log, "sign", "finished in") < line_of(pipeline.log, "gitlab-release", "starting")
     assert line_of(pipeline.log, "publish-charts", "finished in") < line_of(pipeline.log, "gitlab-release", "starting")
 
 
@@ -135,10 +141,65 @@ def test_registry_holds_both_images_under_the_commit_tag_and_the_release_tags_of
     )
     for image in IMAGES:
         _, tags = pipeline.registry(f"/v2/gpu-scheduler/{image}/tags/list")
-        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.tag, pipeline.version}), tags
         tested = digest_of(pipeline, image)
+        # and the tag under which cosign keeps what refers to the digest (signature, SBOM) on a
+        # registry without the OCI referrers API, as Debian's 2.8 is.
+        referrers = "sha256-" + tested.removeprefix("sha256:")
+        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.tag, pipeline.version, referrers}), tags
         for tag in (pipeline.tag, pipeline.version):
             assert digest_of(pipeline, image, tag) == tested, f"{image}:{tag} is not the digest of :{pipeline.commit}"
+
+
+def cosign(*args: str, **kwargs):
+    """The cosign the pipeline's sign job ran (scripts/signing-tools.sh linked it), against the
+    pipeline's registry (plain HTTP); no transparency log was written, so none is checked."""
+    return run([COSIGN, *args, "--insecure-ignore-tlog", "--allow-http-registry"], timeout=120, **kwargs)
+
+
+# Python packages each image must list in its SBOM: the app and its direct dependencies.
+SBOM_PYTHON_PACKAGES = {
+    "gpu-scheduler": {"gpu-scheduler", "kubernetes", "flask", "granian", "cryptography", "nvidia-ml-py"},
+    "gpu-scheduler-check": {"gpu-scheduler-check", "nvidia-ml-py"},
+}
+
+
+def test_release_images_verify_with_the_projects_key_and_carry_an_sbom_of_their_python_packages(pipeline, tmp_path):
+    """cosign itself, not the job's log, says the signature and the attestation hold: it reads
+    them back from the registry and checks them with the public key of the run's key pair.
+    Another key must not verify them, or the check proves nothing."""
+    key = PIPELINE_DIR / "cosign" / "cosign.pub"
+    other = run([COSIGN, "generate-key-pair"], cwd=tmp_path, env={**os.environ, "COSIGN_PASSWORD": "other"})
+    assert other.returncode == 0, other.stderr
+
+    for image, wanted in SBOM_PYTHON_PACKAGES.items():
+        digest = digest_of(pipeline, image)
+        ref = f"{REGISTRY_IMAGE}/{image}@{digest}"
+        verified = cosign("verify", "--key", key, ref)
+        assert verified.returncode == 0, verified.stderr
+        claims = json.loads(verified.stdout)
+        assert {claim["critical"]["image"]["docker-manifest-digest"] for claim in claims} == {digest}, claims
+        refused = cosign("verify", "--key", tmp_path / "cosign.pub", ref)
+        assert refused.returncode != 0, f"{ref} verified with a key that did not sign it"
+
+        attested = cosign("verify-attestation", "--key", key, "--type", "spdxjson", ref)
+        assert attested.returncode == 0, attested.stderr
+        statements = [
+            json.loads(base64.b64decode(json.loads(line)["payload"]))
+            for line in attested.stdout.splitlines()
+            if line.strip()
+        ]
+        assert len(statements) == 1, [statement["predicateType"] for statement in statements]
+        statement = statements[0]
+        assert statement["predicateType"] == "https://spdx.dev/Document", statement["predicateType"]
+        assert [subject["digest"]["sha256"] for subject in statement["subject"]] == [digest.removeprefix("sha256:")]
+        python = {
+            package["name"]
+            for package in statement["predicate"]["packages"]
+            if any(ref["referenceLocator"].startswith("pkg:pypi/") for ref in package.get("externalRefs", []))
+        }
+        assert wanted <= python, f"{image}: the SBOM lacks {wanted - python} (its Python packages: {sorted(python)})"
+        refused = cosign("verify-attestation", "--key", tmp_path / "cosign.pub", "--type", "spdxjson", ref)
+        assert refused.returncode != 0, f"{ref}'s SBOM verified with a key that did not sign it"
 
 
 def test_both_charts_are_published_at_the_release_version(pipeline):

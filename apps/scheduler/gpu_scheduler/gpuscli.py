@@ -1,7 +1,8 @@
 """`gpu-scheduler gpus`: who holds which GPU, per node, from the cluster's state.
 
 Read-only: one list of nodes and one of the pods on nodes, as the scheduler's
-caches read them. A pod holds the devices its containers were given at
+caches read them. A pod whose GPUs the scheduler chose (a map line that asks for a count)
+is shown as such, with the reason its placement annotation gives. A pod holds the devices its containers were given at
 creation (kube.objects.held_devices), resolved to a node's physical GPUs by
 the node's published inventory exactly as the scheduler's ledger resolves
 them (Inventory.resolve). A node that publishes no inventory shows its held
@@ -51,6 +52,7 @@ class Holder:
     pod: str  # namespace/name
     device: str  # as its map wrote it
     since: str  # when it was bound (its PodScheduled condition), RFC 3339
+    chosen: str | None = None  # why the scheduler chose them (a count line); None: pinned by its map
 
 
 @dataclass(slots=True)
@@ -101,14 +103,14 @@ class NodeGpus:
 
 
 def _holder_document(holder: Holder) -> dict:
-    return {"pod": holder.pod, "device": holder.device, "since": holder.since}
+    return {"pod": holder.pod, "device": holder.device, "since": holder.since, "chosen": holder.chosen}
 
 
 def node_gpus(
-    node: NodeInfo, holdings: list[tuple[str, tuple[str, ...], str]], reserved: dict[str, str] | None = None
+    node: NodeInfo, holdings: list[tuple[str, tuple[str, ...], str, str | None]], reserved: dict[str, str] | None = None
 ) -> NodeGpus:
-    """One node's GPUs and holders; `holdings` are (pod key, devices, since) of the pods on it,
-    `reserved` device -> the gang it is reserved for."""
+    """One node's GPUs and holders; `holdings` are (pod key, devices, since, why the scheduler
+    chose them or None) of the pods on it, `reserved` device -> the gang it is reserved for."""
     report = NodeGpus(node.name, node.inventory is not None, problem=node.inventory_problem)
     inventory: Inventory | None = node.inventory
     slots: dict[str, Slot] = {}
@@ -121,10 +123,10 @@ def node_gpus(
                 slot.mig.append(migslot)
                 slots[mig.uuid.lower()] = migslot
             report.gpus.append(slot)
-    for pod, devices, since in holdings:
+    for pod, devices, since, chosen in holdings:
         for device in devices:
             ref = inventory.resolve(device) if inventory is not None else None
-            holder = Holder(pod, device, since)
+            holder = Holder(pod, device, since, chosen)
             if ref is None:
                 report.unresolved.setdefault(device, []).append(holder)
             else:
@@ -180,12 +182,13 @@ def report(
     """Every node's GPUs, their holders and the gangs they are reserved for, from API objects
     (nodes, pods on nodes, pending pods)."""
     from .kube.objects import assigned_pod
+    from .placement import chosen_reason
 
-    on_node: dict[str, list[tuple[str, tuple[str, ...], str]]] = {}
+    on_node: dict[str, list[tuple[str, tuple[str, ...], str, str | None]]] = {}
     for pod in pods:
         held = assigned_pod(pod, scheduler_name)
         if held.devices:
-            on_node.setdefault(held.node, []).append((held.key, held.devices, _since(pod)))
+            on_node.setdefault(held.node, []).append((held.key, held.devices, _since(pod), chosen_reason(pod)))
     infos = sorted((NodeInfo.from_api(n, DEFAULT_ALIAS_LABEL) for n in nodes), key=lambda n: n.name)
     # Nodes with nothing of GPUs (a control plane, CPU pools) would only be noise.
     reserved = reservations(nodes, pods, list(pending), scheduler_name, now, gang_timeout) if pending else {}
@@ -194,12 +197,12 @@ def report(
 
 
 def render_text(reports: list[NodeGpus]) -> str:
-    rows = [("NODE", "GPU", "UUID", "MODEL / MIG", "HELD BY", "SINCE")]
+    rows = [("NODE", "GPU", "UUID", "MODEL / MIG", "HELD BY", "SINCE", "PLACED")]
     for node in reports:
         if node.problem:
-            rows.append((node.name, "-", "-", f"inventory unreadable: {node.problem}", "", ""))
+            rows.append((node.name, "-", "-", f"inventory unreadable: {node.problem}", "", "", ""))
         elif not node.inventory:
-            rows.append((node.name, "-", "-", "no inventory published (gpu-scheduler agent)", "", ""))
+            rows.append((node.name, "-", "-", "no inventory published (gpu-scheduler agent)", "", "", ""))
         for gpu in node.gpus:
             rows.extend(_slot_rows(node.name, str(gpu.index), gpu.uuid, gpu.model, gpu.holders, gpu.reserved_for))
             for mig in gpu.mig:
@@ -221,8 +224,8 @@ def _slot_rows(
 ) -> list[tuple[str, ...]]:
     if not holders:
         free = f"(reserved for gang {reserved_for})" if reserved_for else "(free)"
-        return [(node, gpu, uuid, what, free, "")]
-    return [(node, gpu, uuid, what, h.pod, h.since) for h in holders]
+        return [(node, gpu, uuid, what, free, "", "")]
+    return [(node, gpu, uuid, what, h.pod, h.since, "chosen" if h.chosen else "map") for h in holders]
 
 
 def run(args: argparse.Namespace) -> int:

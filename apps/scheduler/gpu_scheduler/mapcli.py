@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from .config import env, env_help, positive_int
-from .placement import InvalidMapError, parse_map_uncached
+from .config import DEFAULT_SCHEDULER_NAME, env, env_help, positive_int
+from .placement import InvalidMapError, PlacementError, chosen_reason, parse_map_uncached, pod_index, pod_key
 from .scheduling.inventory import INVENTORY_ANNOTATION
 from .scheduling.map_plan import DEVICE_SPELLINGS, INDEX, UUID, NodePlan, plan_node, plan_ordinals
 from .scheduling.nodes import GPU_RESOURCE, NodeInfo
@@ -44,6 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     generate.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help=env_help("kubeconfig file", "KUBECONFIG"))
     generate.add_argument("--selector", "-l", default="", help="label selector restricting the nodes (e.g. pool=gpu)")
+    generate.add_argument(
+        "--from-pods",
+        metavar="NAMESPACE",
+        default=None,
+        help="instead: pin what the bound pods of this namespace hold now, one line per pod index "
+        "(GPUs the scheduler chose for count lines become pinned lines)",
+    )
+    generate.add_argument(
+        "--pod-selector", default="", help="with --from-pods: label selector of the pods (e.g. app=train)"
+    )
+    generate.add_argument(
+        "--scheduler-name",
+        default=env("SCHEDULER_NAME", DEFAULT_SCHEDULER_NAME),
+        help=env_help("with --from-pods: schedulerName of the pods", "SCHEDULER_NAME"),
+    )
 
 
 def _validate(path: str) -> int:
@@ -116,7 +131,72 @@ def _generate(kubeconfig: str, selector: str, gpus_per_pod: int | None, devices:
     return 0
 
 
+class PinError(ValueError):
+    """The pods cannot be written as one map (two with one index)."""
+
+
+def render_pinned_map(pods: list[dict], scheduler_name: str, namespace: str) -> str:
+    """A pinned line per bound, unfinished pod of the scheduler: its index, its node and the
+    devices its containers see (kube.objects.held_devices). A pod without an index (placed by
+    a `*` line) or without devices is named in a comment; two pods with one index raise."""
+    from .kube.objects import held_devices
+
+    lines: dict[int, tuple[str, str]] = {}
+    skipped: list[str] = []
+    chosen = 0
+    for pod in sorted(pods, key=pod_key):
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if spec.get("schedulerName") != scheduler_name or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            continue
+        key = pod_key(pod)
+        devices = held_devices(pod)
+        try:
+            index = pod_index(pod)
+        except PlacementError:
+            skipped.append(f"# skipped {key}: no index (placed by a `*` line); a pinned line needs one")
+            continue
+        if not devices:
+            skipped.append(f"# skipped {key}: its containers see no GPU")
+            continue
+        if index in lines:
+            raise PinError(
+                f"pods {lines[index][0]} and {key} both have index {index}: choose one workload with --pod-selector"
+            )
+        lines[index] = (key, f"{index}={spec['nodeName']}:{','.join(devices)}")
+        chosen += chosen_reason(pod) is not None
+    header = [f"# pinned from {len(lines)} bound pods of namespace {namespace} ({chosen} placed by count lines)"]
+    text = "\n".join([*header, *skipped, *(line for _, (_, line) in sorted(lines.items()))]) + "\n"
+    if lines:
+        parse_map_uncached(text)  # what it writes, it must read: InvalidMapError otherwise
+    return text
+
+
+def _pin(kubeconfig: str, namespace: str, selector: str, scheduler_name: str) -> int:
+    from .kube.client import ClusterUnreadable, get_once
+
+    try:
+        query = {"labelSelector": selector} if selector else None
+        (pod_list,) = get_once(kubeconfig or None, (f"/api/v1/namespaces/{namespace}/pods", query))
+    except ClusterUnreadable as err:
+        print(f"gpu-scheduler map generate: {err}", file=sys.stderr)
+        return 1
+    try:
+        text = render_pinned_map(pod_list["items"], scheduler_name, namespace)
+    except PinError as err:
+        print(f"gpu-scheduler map generate: {err}", file=sys.stderr)
+        return 1
+    if all(line.startswith("#") for line in text.splitlines()):
+        print(f"no bound pod of {scheduler_name} in namespace {namespace} has an index and GPUs", file=sys.stderr)
+        sys.stderr.write(text)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.map_command == "validate":
         return _validate(args.file)
+    if args.from_pods:
+        return _pin(args.kubeconfig, args.from_pods, args.pod_selector, args.scheduler_name)
     return _generate(args.kubeconfig, args.selector, args.gpus_per_pod, args.devices)

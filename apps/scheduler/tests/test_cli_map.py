@@ -5,7 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpu_scheduler.mapcli import render_generated_map
+import pytest
+from gpu_scheduler.mapcli import PinError, render_generated_map, render_pinned_map
 from gpu_scheduler.placement import parse_map_uncached
 from gpu_scheduler.scheduling import NodeInfo
 
@@ -63,3 +64,42 @@ def test_help_lists_every_subcommand_and_the_env_vars():
     assert result.returncode == 0
     for word in ("scheduler", "webhook", "certs", "map", "LOG_FORMAT", "LOG_LEVEL"):
         assert word in result.stdout
+
+
+def bound(name: str, node: str, devices: str, chosen: str | None = None, scheduler: str = "gpu-scheduler") -> dict:
+    annotations = {"gpu-scheduler/cuda-visible-devices": devices}
+    if chosen:
+        annotations["gpu-scheduler/placement"] = json.dumps({"node": node, "chosen": chosen})
+    entry = {
+        "name": "CUDA_VISIBLE_DEVICES",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['gpu-scheduler/cuda-visible-devices']"}},
+    }
+    return {
+        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+        "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [{"name": "main", "env": [entry]}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_gpus_pods_hold_are_written_back_as_a_pinned_map():
+    deployment_pod = bound("web-7f9c-x2x4q", "node2", "4")
+    deployment_pod["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web-7f9c", "controller": True}]
+    pods = [
+        bound("train-1", "node3", "2,3", chosen="chosen for line 1 (2 GPUs on any node)"),
+        bound("train-0", "node1", "0,1"),
+        deployment_pod,
+        bound("other-0", "node4", "0", scheduler="default-scheduler"),
+    ]
+    text = render_pinned_map(pods, "gpu-scheduler", "ml")
+    assert text.splitlines() == [
+        "# pinned from 2 bound pods of namespace ml (1 placed by count lines)",
+        "# skipped ml/web-7f9c-x2x4q: no index (placed by a `*` line); a pinned line needs one",
+        "0=node1:0,1",
+        "1=node3:2,3",
+    ]
+    assert dict(parse_map_uncached(text))[1].devices == ("2", "3")
+
+
+def test_two_pods_of_one_index_cannot_be_pinned_together():
+    with pytest.raises(PinError, match="pods ml/a-0 and ml/b-0 both have index 0"):
+        render_pinned_map([bound("a-0", "node1", "0"), bound("b-0", "node2", "1")], "gpu-scheduler", "ml")

@@ -3,7 +3,11 @@ devices no GPU of the inventory is, and nodes without an inventory."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from gpu_scheduler.gpuscli import render_text, report
+from gpu_scheduler.placement import bind_env_entry
 from gpu_scheduler.scheduling.inventory import INVENTORY_ANNOTATION, Inventory
 from inventories import GPU0, GPU1, INVENTORY, MIG_A
 
@@ -50,6 +54,7 @@ def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
                     "pod": "ml/lost-0",
                     "device": "GPU-ffffffff-0000-4000-8000-000000000000",
                     "since": "2026-11-26T08:00:00Z",
+                    "chosen": None,
                 }
             ],
         }
@@ -57,7 +62,19 @@ def test_holders_are_listed_per_physical_gpu_whatever_the_spelling():
     text = render_text([node3])
     rows = [line.split() for line in text.splitlines()]
     assert any(row[:3] == ["node3", "1", GPU1] and row[-1] == "(free)" for row in rows), text
+    assert any(row[:2] == ["node3", "0"] and row[-1] == "map" for row in rows), text
     assert "not in its inventory" in text
+
+
+def test_gpus_the_scheduler_chose_are_shown_so_with_why():
+    chosen = pod("d-0", "node1", "1")
+    why = "chosen for line 1 (1 GPU on any node); node1 was already in use (3 of 4 GPUs free)"
+    chosen["metadata"]["annotations"] = {"gpu-scheduler/placement": json.dumps({"node": "node1", "chosen": why})}
+    (node1,) = report([node("node1", None)], [pod("a-0", "node1", "0"), chosen], "gpu-scheduler")
+    assert [h["chosen"] for h in node1.document()["unresolved"][1]["heldBy"]] == [why]
+    rows = [line.split() for line in render_text([node1]).splitlines()]
+    assert [row[-1] for row in rows if row[:2] == ["node1", "1"]] == ["chosen"]
+    assert [row[-1] for row in rows if row[:2] == ["node1", "0"]] == ["map"]
 
 
 def test_a_node_without_an_inventory_shows_its_held_devices_as_written():
@@ -74,10 +91,17 @@ def test_nodes_with_nothing_of_gpus_are_left_out():
     assert [n.name for n in shown] == ["node2", "node3"]
 
 
-def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
-    # Gang pods pending for node1:0 (held by a-0) and node1:1 (free): the free one is reserved.
-    gang_map = "0=node1:0\n1=node1:1\n"
-
+@pytest.mark.parametrize(
+    ("gang_map", "reserved"),
+    [
+        # Pending for node1:0 (held by a-0) and node1:1 (free): the free one is reserved.
+        ("0=node1:0\n1=node1:1\n", {"1": "ml/StatefulSet/train"}),
+        # Count lines, 2 + 3 GPUs of node1's 4 (a-0 holds GPU 0): the first member's 2 free
+        # GPUs are reserved, shown as the ordinals the scheduler would write.
+        ("0=*:gpus=2\n1=*:gpus=3\n", {"1": "ml/StatefulSet/train", "2": "ml/StatefulSet/train"}),
+    ],
+)
+def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it(gang_map, reserved):
     def gang_pod(index: int) -> dict:
         return {
             "metadata": {
@@ -89,7 +113,7 @@ def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
                 "annotations": {"gpu-scheduling-map": gang_map, "gpu-scheduler/gang": "true"},
                 "ownerReferences": [{"kind": "StatefulSet", "name": "train", "controller": True}],
             },
-            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main"}]},
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [{"name": "main", "env": [bind_env_entry()]}]},
         }
 
     nodes = [{**node("node1", None), "status": {"capacity": {"nvidia.com/gpu": "4"}}}]
@@ -97,5 +121,5 @@ def test_gpus_a_waiting_gang_needs_are_shown_reserved_for_it():
     nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     now = 1_795_000_000.0  # within the gang's timeout of its pods' creation
     (node1,) = report(nodes, [pod("a-0", "node1", "0")], "gpu-scheduler", [gang_pod(0), gang_pod(1)], now, 10**9)
-    assert node1.reserved == {"1": "ml/StatefulSet/train"}
+    assert node1.reserved == reserved
     assert "(reserved for gang ml/StatefulSet/train)" in render_text([node1])

@@ -137,6 +137,7 @@ FULL_POD = {
                 "reason": "Unschedulable",
                 "message": "m",
                 "lastProbeTime": None,
+                "lastTransitionTime": "2026-12-07T10:00:00Z",
             },
             {"type": "Ready", "status": "False"},
         ],
@@ -180,7 +181,15 @@ def test_trimmed_pod_keeps_what_scheduling_reads_and_nothing_else():
         },
         "status": {
             "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}],
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "m",
+                    "lastTransitionTime": "2026-12-07T10:00:00Z",
+                }
+            ],
         },
         "requests": (("cpu", 250), ("memory", 2**30)),
         # Its annotations' size but the Binding's two: with theirs they must fit Kubernetes' limit.

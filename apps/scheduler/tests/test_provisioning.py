@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from gpu_scheduler.kube.claims import select_node
 from gpu_scheduler.kube.objects import claim_info, node_info, volume_info, watched_pod
+from gpu_scheduler.placement import bind_env_entry
 from gpu_scheduler.scheduler.queue import ACTIVE, BACKOFF
 from gpu_scheduler.scheduler.state import SchedulerState
-from gpu_scheduler.scheduling import SharingPolicy
+from gpu_scheduler.scheduling import AssignedPod, SharingPolicy
 from gpu_scheduler.scheduling.gangs import GangPlan
 from gpu_scheduler.scheduling.provisioning import WAITING_FOR_VOLUMES, SelectNode
 from gpu_scheduler.scheduling.volumes import SELECTED_NODE_ANNOTATION, StorageClass
@@ -212,3 +213,21 @@ def test_the_annotation_is_a_merge_patch_that_changes_only_the_claim_as_read():
     assert kwargs["content_type"] == "application/merge-patch+json"
     assert kwargs["body"] == {"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: NODE}, "resourceVersion": "7"}}
     assert select_node(Client(409), SelectNode("ml", "data", "7", NODE)).startswith("409")
+
+
+def test_a_count_line_stays_on_the_node_its_claim_is_being_provisioned_for(state):
+    # node2 sorts first and both nodes are untouched: a count line chooses node2 and asks for
+    # the claim's volume there; once the claim says so, every later attempt keeps to node2,
+    # even when packing would now prefer node3 (a pod holds one of its GPUs).
+    pod = api_pod()
+    pod["metadata"]["annotations"]["gpu-scheduling-map"] = "*=*:gpus=1\n"
+    pod["spec"]["containers"][0]["env"] = [bind_env_entry()]
+    state.pod_changed(watched_pod(pod, "gpu-scheduler"))
+    uid, decision = attempt(state)
+    assert decision.event == WAITING_FOR_VOLUMES and decision.provision == (SelectNode("ml", "data", "7", "node2"),)
+    state.refused(uid, decision, now=0.0, jitter=0.5)
+    state.assigned_upsert(AssignedPod("other", "ml/other", NODE, (), ("3",)))
+    state.claim_changed(claim_info(api_claim(selected="node2", rv="8")))
+    uid, decision = attempt(state)
+    assert decision.event == WAITING_FOR_VOLUMES and decision.provision == ()
+    assert "on node node2" in decision.reason

@@ -527,9 +527,25 @@ def test_non_indexed_job_is_allowed_with_a_warning():
     assert decision.result == ALLOWED
     expected = (
         "Job ml/train: pods of a non-Indexed Job have no stable index, so gpu-scheduler will deny them; "
-        "use a StatefulSet or an Indexed Job"
+        "use a StatefulSet or an Indexed Job, or a line `*=*:gpus=<count>` for every pod"
     )
     assert decision.review["response"]["warnings"] == [expected]
+
+
+def test_a_map_with_a_line_for_every_pod_warns_of_no_index():
+    for kind, spec in (("Deployment", {"replicas": 3}), ("Job", {"completions": 2}), ("StatefulSet", {"replicas": 9})):
+        obj = workload(kind, spec, annotations={"gpu-scheduling-map": "0=node1:0\n*=*[pool=a100]:gpus=2\n"})
+        decision = validate(review(obj, kind=("apps" if kind != "Job" else "batch", "v1", kind)), SCHEDULER)
+        assert decision.result == ALLOWED, kind
+        assert not decision.review["response"].get("warnings"), kind
+
+
+def test_a_pod_created_on_a_node_with_a_count_line_is_denied():
+    obj = created_on("node1", pod(0, annotations={"gpu-scheduling-map": "0=*:gpus=1\n"}))
+    decision = mutate(review(obj), SCHEDULER)
+    assert decision.result == DENIED
+    message = decision.review["response"]["status"]["message"]
+    assert "asks the scheduler to choose 1 GPU on any node, but spec.nodeName node1" in message
 
 
 def test_statefulset_ordinals_start_is_taken_into_account():

@@ -62,7 +62,8 @@ The map checked against the cluster's nodes (nodeCheck), as JSON:
   nodes, aliases: the cluster's node names and alias values (at most 10 each),
            for the message.
 Map lines are read as the scheduler reads them: blank lines and # comments
-skipped, the node between "=" and ":".
+skipped, the node between "=" and ":"; a line that asks for a count (`*`,
+`*[<selector>]`) names no node.
 */}}
 {{- define "gpu-scheduler-check.nodeCheck" -}}
 {{- $result := dict "checked" false "missing" list "nodes" list "aliases" list -}}
@@ -86,7 +87,7 @@ skipped, the node between "=" and ":".
 {{- if and $line (not (hasPrefix "#" $line)) (contains "=" $line) -}}
 {{- $index := regexReplaceAll "=.*$" $line "" | trim -}}
 {{- $node := regexReplaceAll ":.*$" (regexReplaceAll "^[^=]*=" $line "") "" | trim -}}
-{{- if and $node (not (hasKey $known $node)) -}}
+{{- if and $node (not (hasPrefix "*" $node)) (not (hasKey $known $node)) -}}
 {{- $missing = append $missing (printf "%s=%s" $index $node) -}}
 {{- end -}}
 {{- end -}}

@@ -50,10 +50,10 @@ from gpu_scheduler.placement import (
     bind_env_entry,
     container_devices,
     given_value,
-    placement_for,
+    pinned_placement_for,
 )
 from gpu_scheduler.placement.environment import Given
-from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, gang_of
+from gpu_scheduler.placement.gang import GANG_ANNOTATION, GANG_LABEL_ANNOTATION, GANG_TOPOLOGY_ANNOTATION, gang_of
 from gpu_scheduler.placement.pod_index import JOB_INDEX_KEY, pod_index
 from gpu_scheduler.scheduling import (
     CPU,
@@ -80,7 +80,7 @@ from gpu_scheduler.scheduling.volumes import (
     claim_names,
 )
 
-KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION)
+KEPT_ANNOTATIONS = (MAP_ANNOTATION, JOB_INDEX_KEY, GANG_ANNOTATION, GANG_LABEL_ANNOTATION, GANG_TOPOLOGY_ANNOTATION)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 POD_SCHEDULED = "PodScheduled"
 _TOLERATION_FIELDS = ("key", "operator", "value", "effect")
@@ -292,7 +292,9 @@ def trim_pending_pod(pod: dict) -> dict:
     trimmed_status: dict = {"phase": status.get("phase")}
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == POD_SCHEDULED]
     if scheduled:
-        trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in ("type", "status", "reason", "message")}]
+        # lastTransitionTime: since when it has waited (a pinned line's failover reckons from it).
+        kept = ("type", "status", "reason", "message", "lastTransitionTime")
+        trimmed_status["conditions"] = [{k: scheduled[0].get(k) for k in kept if k in scheduled[0]}]
     trimmed = {"metadata": trimmed_meta, "spec": trimmed_spec, "status": trimmed_status, "requests": pod_requests(pod)}
     # What its annotations weigh without the two the Binding sets: with them the pod must still
     # fit Kubernetes' limit (placement.annotations; decide() checks).
@@ -322,9 +324,10 @@ def held_devices(pod: Mapping) -> tuple[str, ...]:
     if not given.none_given:
         return given.devices()
     try:
-        return placement_for(pod).devices
+        entry = pinned_placement_for(pod)
     except PlacementError:
         return ()
+    return entry.devices if entry is not None else ()
 
 
 # The pods that take a node's resources: on a node and not finished (kube-scheduler's selector).

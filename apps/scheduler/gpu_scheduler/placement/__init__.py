@@ -16,6 +16,7 @@ from .environment import (
     ContainerDevices,
     bind_annotations,
     bind_env_entry,
+    chosen_reason,
     container_devices,
     given_value,
     placement_annotation,
@@ -57,6 +58,7 @@ from .grammar import (
 )
 from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX
 from .pod_index import controller_kind, pod_index, pod_key
+from .requests import ANY_INDEX, ANY_NODE, GpuRequest, Requirement
 
 # The map's ordinals are the host's nvidia-smi order, which is PCI bus order;
 # CUDA's default order (fastest first) can differ, so the webhook sets this
@@ -76,21 +78,43 @@ def map_text(pod: Mapping, namespace: str | None = None) -> str:
     return text
 
 
-def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry:
-    """The map entry for this pod, or the PlacementError that says why there is none."""
+def placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry | GpuRequest:
+    """The line that places this pod: a pinned entry, or a request whose node and devices the
+    scheduler chooses; or the PlacementError that says why there is none. A map with a `*` line
+    places pods without an index too (a Deployment's)."""
     scheduling_map = parse_map(map_text(pod, namespace))
-    index = pod_index(pod, namespace)
-    entry = scheduling_map.get(index)
-    if entry is None:
-        known = ", ".join(str(i) for i in sorted(scheduling_map)[:10])
+    if None in scheduling_map.requests:
+        try:
+            index: int | None = pod_index(pod, namespace)
+        except PodIndexError:
+            index = None
+    else:
+        index = pod_index(pod, namespace)
+    line = scheduling_map.line_for(index)
+    if line is None:
+        indexes = sorted((*scheduling_map, *(i for i in scheduling_map.requests if i is not None)))
+        known = ", ".join(str(i) for i in indexes[:10])
         raise MissingEntryError(
             f"pod {pod_key(pod, namespace)} has index {index} but the {MAP_ANNOTATION} annotation "
-            f"has no line for it (indexes given: {known}{', ...' if len(scheduling_map) > 10 else ''})"
+            f"has no line for it (indexes given: {known}{', ...' if len(indexes) > 10 else ''}; "
+            "a line `*=*:gpus=<count>` places every pod without one)"
         )
-    return entry
+    return line
+
+
+def pinned_placement_for(pod: Mapping, namespace: str | None = None) -> MapEntry | None:
+    """The pod's pinned line, None when its line asks the scheduler to choose; PlacementError
+    when it has none."""
+    line = placement_for(pod, namespace)
+    return line if isinstance(line, MapEntry) else None
 
 
 __all__ = [
+    "ANY_INDEX",
+    "ANY_NODE",
+    "GpuRequest",
+    "Requirement",
+    "pinned_placement_for",
     "BIND_ANNOTATIONS",
     "TOTAL_ANNOTATION_BYTES",
     "annotation_bytes",
@@ -132,6 +156,7 @@ __all__ = [
     "SchedulingMap",
     "bind_annotations",
     "bind_env_entry",
+    "chosen_reason",
     "container_devices",
     "controller_kind",
     "device_identity",

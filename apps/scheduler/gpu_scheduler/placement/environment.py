@@ -32,7 +32,7 @@ CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 DEVICES_ANNOTATION = "gpu-scheduler/cuda-visible-devices"
 DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
 # Informational JSON, written beside the devices: {"index": 0, "node": "node1",
-# "cudaVisibleDevices": "0,1"}.
+# "cudaVisibleDevices": "0,1"}, and "chosen" (why) where the scheduler chose them.
 PLACEMENT_ANNOTATION = "gpu-scheduler/placement"
 # The annotations the Binding writes (bind_annotations).
 BIND_ANNOTATIONS = (DEVICES_ANNOTATION, PLACEMENT_ANNOTATION)
@@ -89,17 +89,36 @@ def given_value(container: Mapping) -> Given:
     return value
 
 
-def placement_annotation(entry: MapEntry) -> str:
-    """PLACEMENT_ANNOTATION's value: compact JSON a pod can read through the downward API."""
-    return json.dumps(
-        {"index": entry.index, "node": entry.node, "cudaVisibleDevices": entry.cuda_visible_devices},
-        separators=(",", ":"),
-    )
+def placement_annotation(entry: MapEntry, chosen: str | None = None) -> str:
+    """PLACEMENT_ANNOTATION's value: compact JSON a pod can read through the downward API.
+    `chosen`: why the scheduler chose the node and devices, for a line that asked it to
+    (the index is null for a pod placed by the map's `*` line)."""
+    document: dict[str, object] = {
+        "index": entry.index,
+        "node": entry.node,
+        "cudaVisibleDevices": entry.cuda_visible_devices,
+    }
+    if chosen is not None:
+        document["chosen"] = chosen
+    return json.dumps(document, separators=(",", ":"))
 
 
-def bind_annotations(entry: MapEntry) -> dict[str, str]:
+def chosen_reason(pod: Mapping) -> str | None:
+    """Why the scheduler chose the pod's node and GPUs, as its placement annotation says; None
+    for a pod placed by a pinned line (or an annotation that is not ours to trust: it is
+    informational, for people, never read to decide anything)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    try:
+        document = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    chosen = document.get("chosen") if isinstance(document, dict) else None
+    return chosen if isinstance(chosen, str) else None
+
+
+def bind_annotations(entry: MapEntry, chosen: str | None = None) -> dict[str, str]:
     """What the Binding writes on the pod with its node."""
-    return {DEVICES_ANNOTATION: entry.cuda_visible_devices, PLACEMENT_ANNOTATION: placement_annotation(entry)}
+    return {DEVICES_ANNOTATION: entry.cuda_visible_devices, PLACEMENT_ANNOTATION: placement_annotation(entry, chosen)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ from .pod_index import pod_key
 
 GANG_ANNOTATION = "gpu-scheduler/gang"
 GANG_LABEL_ANNOTATION = "gpu-scheduler/gang-label"
+# A node label key (rack, NVLink domain): a gang of count lines goes, when it can, to nodes
+# that share one value of it.
+GANG_TOPOLOGY_ANNOTATION = "gpu-scheduler/gang-topology"
 _TRUE = "true"
 _FALSE = "false"
 
@@ -74,6 +77,22 @@ def gang_of(pod: Mapping) -> str | None:
             "does not have: give every pod of the gang that label, with one value per gang"
         )
     return f"{namespace}/{label}={labels[label]}"
+
+
+def gang_topology(pod: Mapping) -> str | None:
+    """The node label key whose value the gang's count lines prefer to share, or None. GangError
+    when it is not a label key."""
+    from .requests import is_label_key
+
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(GANG_TOPOLOGY_ANNOTATION)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_label_key(value.strip()):
+        raise GangError(
+            f"pod {pod_key(pod)}: annotation {GANG_TOPOLOGY_ANNOTATION} is {quote(str(value))}, not a node label "
+            "key (e.g. topology.kubernetes.io/zone, or your rack label)"
+        )
+    return value.strip()
 
 
 def gang_label(annotations: Mapping | None) -> str | None:

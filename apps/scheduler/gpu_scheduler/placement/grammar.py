@@ -1,6 +1,11 @@
 """The grammar of the gpu-scheduling-map annotation.
 
-    <index>=<node>:<devices>      one entry per line
+    <index>=<node>:<devices>      one entry per line: the node and devices the pod gets
+    <index>=<node>:<devices>|*[<selector>]  ... or, once its node is gone or NotReady for
+                                  the scheduler's --failover-after-seconds, as many GPUs on a
+                                  node the selector admits (opt-in failover)
+    <index>=*[<selector>]:gpus=<n> n GPUs the scheduler chooses (placement.requests)
+    *=*[<selector>]:gpus=<n>      the same for every pod without a line of its own
     # comment                     full-line comments and blank lines are ignored
 
 Parsing is strict: every line is either ignored on purpose (blank, comment) or
@@ -32,6 +37,7 @@ from .errors import (
     quote,
 )
 from .numbers import MAX_DEVICE_ORDINAL, MAX_INDEX, bounded_int, shown
+from .requests import ANY_INDEX, GpuRequest, is_request, parse_request
 
 # Kubernetes refuses more than 256 KiB of annotations on one object, so no
 # valid map is larger; the webhook sees a pod before that check and must not
@@ -68,6 +74,9 @@ class MapEntry:
     node: str
     devices: tuple[str, ...]
     line: int
+    # Where the pod may go instead once its node is gone or NotReady long enough: as many GPUs
+    # on a node this request admits (`|*[<selector>]` after the devices); None: it waits.
+    fallback: GpuRequest | None = None
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -83,18 +92,42 @@ class SchedulingMap(Mapping[int, MapEntry]):
     collector, which walks every MapEntry a cache holds in each full collection.
     """
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_rows", "fallbacks", "requests")
 
-    def __init__(self, rows: dict[int, tuple[str, str, int]]) -> None:
+    def __init__(
+        self, rows: dict[int, tuple[str, str, int]], requests: Mapping[int | None, GpuRequest] | None = None
+    ) -> None:
         self._rows = rows
+        # The lines that leave node and devices to the scheduler, by index (None: `*`, the line
+        # of every pod without one of its own). Not among the Mapping's entries, which are
+        # the pinned lines.
+        self.requests: Mapping[int | None, GpuRequest] = requests or {}
+        # The fallbacks of pinned lines that have one, by index (few maps have any).
+        self.fallbacks: dict[int, GpuRequest] = {}
 
     @classmethod
-    def of(cls, entries: Iterable[MapEntry]) -> SchedulingMap:
-        return cls({e.index: (e.node, ",".join(e.devices), e.line) for e in entries})
+    def of(cls, entries: Iterable[MapEntry], requests: Iterable[GpuRequest] = ()) -> SchedulingMap:
+        entries = list(entries)
+        parsed = cls({e.index: (e.node, ",".join(e.devices), e.line) for e in entries}, {r.index: r for r in requests})
+        parsed.fallbacks = {e.index: e.fallback for e in entries if e.fallback is not None}
+        return parsed
+
+    def line_for(self, index: int | None) -> MapEntry | GpuRequest | None:
+        """The line that places the pod of this index (None: a pod without one): its own
+        pinned line or request, else the map's `*` line, else None."""
+        if index is not None:
+            row = self._rows.get(index)
+            if row is not None:
+                return self[index]
+            request = self.requests.get(index)
+            if request is not None:
+                return request
+        return self.requests.get(None)
 
     def __getitem__(self, index: int) -> MapEntry:
         node, devices, line = self._rows[index]
-        return MapEntry(index, node, tuple(devices.split(",")), line)
+        fallback = self.fallbacks.get(index) if self.fallbacks else None
+        return MapEntry(index, node, tuple(devices.split(",")), line, fallback)
 
     def __contains__(self, index: object) -> bool:
         return index in self._rows
@@ -106,18 +139,23 @@ class SchedulingMap(Mapping[int, MapEntry]):
         return len(self._rows)
 
     def __repr__(self) -> str:
-        return f"SchedulingMap({list(self.values())!r})"
+        return f"SchedulingMap({list(self.values())!r}, {list(self.requests.values())!r})"
 
     def to_json(self) -> dict[str, dict[str, object]]:
         """The map as `gpu-scheduler map validate` prints it."""
-        return {
+        pinned: dict[str, dict[str, object]] = {
             str(e.index): {
                 "node": e.node,
                 "devices": list(e.devices),
                 "cuda_visible_devices": e.cuda_visible_devices,
+                **({"fallback_node_selector": e.fallback.selector_text} if e.fallback else {}),
             }
             for e in self.values()
         }
+        for request in self.requests.values():
+            key = ANY_INDEX if request.index is None else str(request.index)
+            pinned[key] = {"node": "*", "node_selector": request.selector_text, "gpus": request.count}
+        return pinned
 
 
 def _parse_index(line: int, text: str, token: str) -> int:
@@ -270,7 +308,7 @@ def _check_mig(line: int, text: str, devices: list[str]) -> None:
         )
 
 
-def _parse_line(line: int, text: str) -> MapEntry:
+def _parse_line(line: int, text: str) -> MapEntry | GpuRequest:
     index_part, eq, rest = text.partition("=")
     if not eq:
         raise MalformedEntryError(line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no '=')")
@@ -279,12 +317,34 @@ def _parse_line(line: int, text: str) -> MapEntry:
         raise MalformedEntryError(
             line, text, f"expected <index>=<node>:<devices>, got {quote(text)} (no ':' after the node)"
         )
-    return MapEntry(
-        index=_parse_index(line, text, index_part.strip(SPACE)),
-        node=_parse_node(line, text, node_part.strip(SPACE)),
-        devices=_parse_devices(line, text, devices_part),
-        line=line,
-    )
+    index_part, node_part = index_part.strip(SPACE), node_part.strip(SPACE)
+    every_pod = index_part == ANY_INDEX
+    if is_request(node_part):
+        index = None if every_pod else _parse_index(line, text, index_part)
+        return parse_request(line, text, index, node_part, devices_part.strip(SPACE))
+    if every_pod:
+        raise InvalidIndexError(
+            line,
+            text,
+            f"{quote(text)}: the line of every pod (`*`) must leave the node to the scheduler "
+            "(`*=*:gpus=<count>`); one node's devices cannot go to every pod",
+        )
+    index = _parse_index(line, text, index_part)
+    node = _parse_node(line, text, node_part)
+    devices_part, bar, fallback_part = devices_part.partition("|")
+    devices = _parse_devices(line, text, devices_part)
+    fallback = None
+    if bar:
+        fallback_part = fallback_part.strip(SPACE)
+        if not is_request(fallback_part):
+            raise InvalidNodeError(
+                line,
+                text,
+                f"{quote(fallback_part)} after '|' in {quote(text)}: a fallback is `*` (any node) or "
+                "`*[<label selector>]`, where as many GPUs are chosen once the line's node is gone",
+            )
+        fallback = parse_request(line, text, index, fallback_part, f"gpus={len(devices)}")
+    return MapEntry(index=index, node=node, devices=devices, line=line, fallback=fallback)
 
 
 # The line almost every map is made of: an index, a lowercase node name and
@@ -374,6 +434,7 @@ def parse_map_uncached(text: str) -> SchedulingMap:
 def _parse_line_by_line(text: str) -> SchedulingMap:
     """Every line checked on its own, every error collected with its line number."""
     entries: dict[int, MapEntry] = {}
+    requests: dict[int | None, GpuRequest] = {}
     errors: list[MapLineError] = []
     error_count = 0
 
@@ -394,16 +455,21 @@ def _parse_line_by_line(text: str) -> SchedulingMap:
             except MapLineError as err:
                 reject(err)
                 continue
-        first = entries.get(entry.index)
+        first = entries.get(entry.index) if entry.index is not None else None
+        first = first or requests.get(entry.index)
         if first is not None:
-            reject(DuplicateIndexError(number, stripped, f"index {entry.index} is already given on line {first.line}"))
+            shown_index = ANY_INDEX if entry.index is None else entry.index
+            reject(DuplicateIndexError(number, stripped, f"index {shown_index} is already given on line {first.line}"))
             continue
-        entries[entry.index] = entry
-    if not entries and not errors:
+        if isinstance(entry, GpuRequest):
+            requests[entry.index] = entry
+        else:
+            entries[entry.index] = entry
+    if not entries and not requests and not errors:
         errors.append(EmptyMapError(1, text, "the map has no entry; write one <index>=<node>:<devices> per line"))
     if errors:
         raise InvalidMapError(errors, total=error_count)
-    return SchedulingMap.of(entries.values())
+    return SchedulingMap.of(entries.values(), requests.values())
 
 
 # What one parsed entry holds in memory besides its line's text: its row (a tuple of the
@@ -415,7 +481,7 @@ ENTRY_BYTES = 200
 
 def parsed_size(text: str, parsed: SchedulingMap) -> int:
     """What a parsed map costs the cache: its text and its entries."""
-    return len(text) + ENTRY_BYTES * len(parsed)
+    return len(text) + ENTRY_BYTES * (len(parsed) + len(parsed.requests))
 
 
 class _ParsedMapCache:

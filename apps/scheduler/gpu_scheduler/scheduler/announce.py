@@ -45,7 +45,7 @@ class Announcer:
             "Scheduled",
             "Binding",
             f"Successfully assigned {metadata['namespace']}/{metadata['name']} to {decision.node} "
-            f"with GPUs {decision.devices}",
+            f"with GPUs {decision.devices}" + (f": {decision.chosen}" if decision.chosen else ""),
         )
         for warning in decision.warnings:
             self._recorder.record(pod, WARNING, warning.reason, "Binding", warning.message)

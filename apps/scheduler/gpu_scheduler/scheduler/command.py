@@ -16,6 +16,7 @@ import argparse
 import logging
 
 from gpu_scheduler.config import DEFAULT_SCHEDULER_NAME, boolean, env, env_help, positive_float, positive_int
+from gpu_scheduler.scheduling.decide import FAILOVER_AFTER_SECONDS
 from gpu_scheduler.scheduling.gangs import GANG_TIMEOUT_SECONDS
 from gpu_scheduler.scheduling.nodes import DEFAULT_ALIAS_LABEL
 
@@ -113,6 +114,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "how long a gang (gpu-scheduler/gang) waits with the GPUs it needs reserved under --gpu-sharing=deny, "
             "from its newest pod's creation; then they are released and a GangTimeout event says what blocked it",
             "GANG_TIMEOUT_SECONDS",
+        ),
+    )
+    add(
+        "--failover-after-seconds",
+        type=positive_float,
+        default=float(env("FAILOVER_AFTER_SECONDS", f"{FAILOVER_AFTER_SECONDS:g}")),
+        help=env_help(
+            "how long a pod whose map line names a fallback (<index>=<node>:<devices>|*[<selector>]) waits, once "
+            "its node is gone or NotReady, before it is given as many GPUs on a node of the fallback",
+            "FAILOVER_AFTER_SECONDS",
         ),
     )
     add(
@@ -241,5 +252,6 @@ def run(args: argparse.Namespace) -> int:
         args.pod_max_backoff_seconds,
         bind_timeout=bind_timeout(args),
         gang_timeout=args.gang_timeout_seconds,
+        failover_after=args.failover_after_seconds,
     )
     return process.run(args, config)

@@ -28,6 +28,7 @@ from gpu_scheduler.kube.client import KubeClient
 from gpu_scheduler.kube.events import EventRecorder
 from gpu_scheduler.kube.pod_status import PodConditionWriter
 from gpu_scheduler.scheduling import SharingPolicy
+from gpu_scheduler.scheduling.decide import FAILOVER_AFTER_SECONDS
 from gpu_scheduler.scheduling.gangs import GANG_TIMEOUT_SECONDS
 
 from .announce import Announcer
@@ -50,6 +51,7 @@ class SchedulerConfig:
     max_backoff: float = MAX_BACKOFF_SECONDS
     bind_timeout: float = BIND_TIMEOUT_SECONDS  # command.bind_timeout: fits the leader lease
     gang_timeout: float = GANG_TIMEOUT_SECONDS
+    failover_after: float = FAILOVER_AFTER_SECONDS
 
 
 class Scheduler:
@@ -64,7 +66,12 @@ class Scheduler:
     ) -> None:
         self._metrics = metrics
         self.state = SchedulerState(
-            config.alias_label, config.policy, config.initial_backoff, config.max_backoff, config.gang_timeout
+            config.alias_label,
+            config.policy,
+            config.initial_backoff,
+            config.max_backoff,
+            config.gang_timeout,
+            failover_after=config.failover_after,
         )
         state = self.state
         announcer = Announcer(recorder, conditions, metrics)

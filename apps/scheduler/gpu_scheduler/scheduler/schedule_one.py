@@ -179,7 +179,7 @@ class ScheduleOne:
             uid,
             decision.node,
             timeout=self._bind_timeout,
-            annotations=bind_annotations(decision.entry),
+            annotations=bind_annotations(decision.entry, decision.chosen),
         )
         self._metrics.binding_duration.observe(time.perf_counter() - bind_started)
         return result

@@ -46,9 +46,16 @@ from dataclasses import replace
 from typing import TypeVar
 
 from gpu_scheduler.kube.objects import WatchedPod, claim_keys, pod_uid
-from gpu_scheduler.placement import PlacementError, placement_for, pod_key
-from gpu_scheduler.placement.gang import GangError, gang_of
+from gpu_scheduler.placement import (
+    MapEntry,
+    PlacementError,
+    pinned_placement_for,
+    placement_for,
+    pod_key,
+)
+from gpu_scheduler.placement.gang import GangError, gang_of, gang_topology
 from gpu_scheduler.scheduling import (
+    ANY_NODE_CHANGE,
     AssignedPod,
     Claim,
     ClusterCache,
@@ -59,16 +66,20 @@ from gpu_scheduler.scheduling import (
     Volume,
     decide,
 )
+from gpu_scheduler.scheduling.decide import FAILOVER_AFTER_SECONDS, Failover
+from gpu_scheduler.scheduling.dynamic import free_gpus
 from gpu_scheduler.scheduling.filters import PODS_ON_NODES
 from gpu_scheduler.scheduling.gangs import (
     GANG_TIMEOUT_SECONDS,
     GangPlan,
     GangView,
+    Member,
     PendingGangs,
     gang_counts,
     gang_view,
     gang_views,
     listed,
+    map_indexes,
     map_nodes,
     reservations,
     waiting,
@@ -130,8 +141,10 @@ class SchedulerState:
         max_backoff: float = MAX_BACKOFF_SECONDS,
         gang_timeout: float = GANG_TIMEOUT_SECONDS,
         volume_timeout: float = VOLUME_BINDING_TIMEOUT_SECONDS,
+        failover_after: float = FAILOVER_AFTER_SECONDS,
     ) -> None:
         self.policy = policy
+        self.failover_after = failover_after
         self.gang_timeout = gang_timeout
         self.volume_timeout = volume_timeout
         # uid -> when (Unix time) the pod began waiting for its claims' volumes, or last said
@@ -140,6 +153,9 @@ class SchedulerState:
         self._cache = ClusterCache(alias_label)
         self._queue = SchedulingQueue(initial_backoff, max_backoff)
         self._gangs = PendingGangs()  # the pending pods of each gang, beside the queue
+        # uid -> the pinned line of each pending pod that has one: the GPUs count lines leave
+        # alone (_pinned_wants). Kept beside the queue, like _gangs.
+        self._pinned: dict[str, MapEntry] = {}
         # Reentrant, so that one named method may call another; the workers wait on _work for
         # due pods, a stop waits on _idle for the attempts in flight to end.
         self._lock = threading.RLock()
@@ -196,8 +212,10 @@ class SchedulerState:
         for pod in dropped:
             self._gangs.delete(pod_uid(pod))
             self._volume_waits.pop(pod_uid(pod), None)
+        self._pinned.clear()
         for uid in self._queue.keys():
             self._gangs.upsert_pod(uid, self._queue.pod_of(uid))
+            self._note_pinned(uid, self._queue.pod_of(uid))
         return [pod_key(p) for p in dropped]
 
     @_event
@@ -210,6 +228,7 @@ class SchedulerState:
         if self._placed(uid):
             return False
         self._gangs.upsert_pod(uid, pod)
+        self._note_pinned(uid, pod)
         return self._queue.upsert(uid, pod)
 
     @_locked
@@ -218,6 +237,7 @@ class SchedulerState:
         pending pods: bound, the cache has it; deleted, its gang waits for its replacement)."""
         self._queue.delete(uid)
         self._gangs.delete(uid)
+        self._pinned.pop(uid, None)
         self._volume_waits.pop(uid, None)
         return False
 
@@ -268,7 +288,7 @@ class SchedulerState:
             return False
         # A node that comes, or is relabelled, changes the topology domains (PODS_ON_NODES).
         relabelled = PODS_ON_NODES if before is None or before.labels != after.labels else None
-        return self._wake(after.name, after.alias, before.alias if before else None, relabelled)
+        return self._wake(after.name, after.alias, before.alias if before else None, relabelled, ANY_NODE_CHANGE)
 
     @_event
     def node_deleted(self, name: str) -> bool:
@@ -419,11 +439,39 @@ class SchedulerState:
             return Decision(pod_key(pod), None, None, Code.UNRESOLVABLE, reason=str(err))
         if gang is not None:
             return self._decide_gang(uid, pod, gang, wall)
-        decision = decide(pod, self._cache, self.policy, self.reservations(wall))
+        failover = Failover(wall, self.failover_after)
+        decision = decide(
+            pod, self._cache, self.policy, self.reservations(wall), pinned=self._pinned_wants, failover=failover
+        )
         if decision.bind:
             self._assume(uid, pod, decision)
         self._reserve_volumes(decision)
         return self._timed(uid, decision, wall)
+
+    def _note_pinned(self, uid: str, pod: dict | None) -> None:
+        try:
+            entry = pinned_placement_for(pod) if pod is not None else None
+        except PlacementError:
+            entry = None
+        if entry is None:
+            self._pinned.pop(uid, None)
+        else:
+            self._pinned[uid] = entry
+
+    def _pinned_wants(self) -> dict[tuple[str, str], str]:
+        """(node, GPU key) -> the pending pod whose pinned line names it: what a line asking for
+        a count leaves alone, since pinned pods keep priority over what they name. Computed at
+        each such decision from the pending pinned pods' lines (none, where all ask for counts)."""
+        wants: dict[tuple[str, str], str] = {}
+        nodes, ledger = self._cache.nodes, self._cache.ledger
+        for other, entry in self._pinned.items():
+            try:
+                node = nodes.resolve(entry.node).name
+            except PlacementError:
+                continue
+            for device in entry.devices:
+                wants.setdefault((node, ledger.key(node, device)), f"pod {other}")
+        return wants
 
     def _timed(self, uid: str, decision: Decision, wall: float) -> Decision:
         """A pod waiting for its claims' volumes says so with a Normal Event at each attempt;
@@ -451,11 +499,23 @@ class SchedulerState:
         scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             return self._gang_waits(view, pod, f"waits: {scheduling_map}", (), wall)
+        if None in scheduling_map.requests:
+            why = (
+                "waits: a gang's map gives each index its own line, and a `*` line cannot say how many pods "
+                "the gang has; write <index>=*:gpus=<count> for each"
+            )
+            return self._gang_waits(view, pod, why, (), wall)
+        try:
+            topology = gang_topology(pod) if scheduling_map.requests else None
+        except GangError as err:
+            return self._gang_waits(view, pod, f"waits: {err}", (), wall)
         nodes = map_nodes(scheduling_map, self._cache.nodes)
+        if scheduling_map.requests:
+            nodes = (*nodes, PODS_ON_NODES, ANY_NODE_CHANGE)
         missing = view.missing(scheduling_map)
         if missing:
             why = (
-                f"waits for its pods of index {listed(missing)}: its map names {len(scheduling_map)} "
+                f"waits for its pods of index {listed(missing)}: its map names {len(map_indexes(scheduling_map))} "
                 f"({len(view.pending)} pending, {len(view.placed)} bound)"
             )
             return self._gang_waits(view, pod, why, nodes, wall)
@@ -473,28 +533,13 @@ class SchedulerState:
             return self._gang_waits(view, pod, why, nodes, wall)
 
         reserved = self.reservations(wall)
-        decided: list[tuple[str, dict, Decision]] = []
-        # Members that pass every check but wait for their claims' volumes: all or none includes
-        # the volumes, so every member's are asked for in this attempt and none is bound before
-        # all are bound.
-        provisioning: list[tuple[int, Decision]] = []
-        for index in sorted(members):
-            m = members[index]
-            decision = decide(m.pod, self._cache, self.policy, reserved, gang)
-            if decision.event == WAITING_FOR_VOLUMES:
-                # Reserved at once, so that the next member is not given the same volume.
-                self._reserve_volumes(decision)
-                provisioning.append((index, decision))
-                continue
-            if not decision.bind:
-                for assumed_uid, _, _ in decided:
-                    self._cache.forget(assumed_uid)
-                for _, waiting_decision in provisioning:
-                    self._release_volumes(waiting_decision.provision)
-                why = f"waits: its pod {m.key} (index {index}) cannot go yet: {decision.reason}"
-                return self._gang_waits(view, pod, why, (*nodes, *decision.waiting_on), wall)
-            self._assume(m.uid, m.pod, decision, gang)
-            decided.append((m.uid, m.pod, decision))
+        for domain in self._domains(topology):
+            tried = self._decide_members(members, reserved, gang, topology, domain, wall)
+            if not isinstance(tried, Decision):
+                break
+        if isinstance(tried, Decision):
+            return self._gang_waits(view, pod, tried.reason or "", (*nodes, *tried.waiting_on), wall)
+        decided, provisioning = tried
         if provisioning:
             for assumed_uid, _, _ in decided:
                 self._cache.forget(assumed_uid)
@@ -508,6 +553,63 @@ class SchedulerState:
                 self._queue.claim(member_uid)
         decided.sort(key=lambda d: d[0] != uid)  # the pod the worker took first
         return GangPlan(gang, tuple(decided), complete=True, newest=view.newest)
+
+    def _domains(self, topology: str | None) -> list[str | None]:
+        """Where a gang of count lines is tried, in order: each value of its topology label,
+        the domain with the fewest free GPUs first (the first that takes the whole gang is the
+        tightest fit), then anywhere (None)."""
+        if topology is None:
+            return [None]
+        free: dict[str, int] = {}
+        for node in self._cache.nodes.all():
+            value = node.labels.get(topology)
+            if value is not None:
+                free[value] = free.get(value, 0) + free_gpus(node, self._cache.ledger)
+        return [*sorted(free, key=lambda value: (free[value], value)), None]
+
+    def _decide_members(
+        self,
+        members: dict[int, Member],
+        reserved: dict | None,
+        gang: str,
+        topology: str | None,
+        domain: str | None,
+        wall: float,
+    ) -> tuple[list[tuple[str, dict, Decision]], list[tuple[int, Decision]]] | Decision:
+        """Every member decided, each with the ones before it assumed: (those to bind, those
+        waiting for their volumes), or the refusal of the first that cannot go (nothing then
+        stays assumed or reserved). `domain`: count lines go only to nodes whose `topology`
+        label has this value."""
+        within = None if domain is None else (lambda node: node.labels.get(topology) == domain)
+        failover = Failover(wall, self.failover_after)
+        decided: list[tuple[str, dict, Decision]] = []
+        # Members that pass every check but wait for their claims' volumes: all or none includes
+        # the volumes, so every member's are asked for in this attempt and none is bound before
+        # all are bound.
+        provisioning: list[tuple[int, Decision]] = []
+        for index in sorted(members):
+            m = members[index]
+            decision = decide(m.pod, self._cache, self.policy, reserved, gang, within=within, failover=failover)
+            if decision.chosen and domain is not None:
+                decision = replace(
+                    decision, chosen=f"{decision.chosen}; with its gang on nodes with {topology}={domain}"
+                )
+            if decision.event == WAITING_FOR_VOLUMES:
+                # Reserved at once, so that the next member is not given the same volume.
+                self._reserve_volumes(decision)
+                provisioning.append((index, decision))
+                continue
+            if not decision.bind:
+                for assumed_uid, _, _ in decided:
+                    self._cache.forget(assumed_uid)
+                for _, waiting_decision in provisioning:
+                    self._release_volumes(waiting_decision.provision)
+                where = f" on nodes with {topology}={domain}" if domain is not None else ""
+                why = f"waits: its pod {m.key} (index {index}) cannot go yet{where}: {decision.reason}"
+                return replace(decision, reason=why)
+            self._assume(m.uid, m.pod, decision, gang)
+            decided.append((m.uid, m.pod, decision))
+        return decided, provisioning
 
     def _reserve_volumes(self, decision: Decision) -> None:
         """The volumes chosen for the decision's claims are theirs until their claimRefs are
@@ -526,7 +628,7 @@ class SchedulerState:
         changing or appearing, which this pod's own queue entry would not notice."""
         event, message = waiting(view, why, wall, self.gang_timeout)
         try:
-            entry = placement_for(pod)
+            entry = pinned_placement_for(pod)
         except PlacementError:
             entry = None
         return Decision(pod_key(pod), entry, None, Code.UNSCHEDULABLE, reason=message, event=event, waiting_on=nodes)
@@ -736,6 +838,7 @@ def _topology_changed(before: AssignedPod | None, after: AssignedPod) -> bool:
 
 def _index(pod: dict) -> str:
     try:
-        return str(placement_for(pod).index)
+        index = placement_for(pod).index
     except PlacementError:
         return "?"
+    return "*" if index is None else str(index)

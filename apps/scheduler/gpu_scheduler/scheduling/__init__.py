@@ -1,7 +1,7 @@
 """Decisions on plain data: which node, whether it can take the pod, which GPUs are held."""
 
 from .cache import AssignedPod, ClusterCache
-from .decide import DYNAMIC_RESOURCES, GPU_SHARED, BindWarning, Code, Decision, decide
+from .decide import ANY_NODE_CHANGE, DYNAMIC_RESOURCES, GPU_SHARED, BindWarning, Code, Decision, decide
 from .filters import FilterFailure, run_filters, unavailable_message
 from .ledger import GpuLedger, SharingPolicy
 from .nodes import (
@@ -29,6 +29,7 @@ __all__ = [
     "PODS",
     "VOLUME_BINDING",
     "WAIT_FOR_FIRST_CONSUMER",
+    "ANY_NODE_CHANGE",
     "AmbiguousAliasError",
     "AssignedPod",
     "BindWarning",

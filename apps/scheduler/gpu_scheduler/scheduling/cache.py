@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .free_index import FreeIndex
 from .ledger import GpuLedger
 from .nodes import DEFAULT_ALIAS_LABEL, NodeIndex, NodeInfo
 from .ports import EMPTY_PORTS, HostPort, UsedPorts
@@ -89,6 +90,10 @@ class ClusterCache:
     def __init__(self, alias_label: str = DEFAULT_ALIAS_LABEL) -> None:
         self.nodes = NodeIndex(alias_label)
         self.ledger = GpuLedger()
+        # The nodes with GPUs in the order count lines prefer them, kept as both change.
+        self.free_index = FreeIndex(self.nodes, self.ledger)
+        self.nodes.on_change = self.free_index.refresh
+        self.ledger.on_node_change = self.free_index.refresh
         self._pods: dict[str, AssignedPod] = {}  # uid -> pod, assumed or confirmed
         self._assumed: dict[str, _Assumed] = {}  # uid -> binding state, for pods not yet confirmed
         self._usage: dict[str, NodeUsage] = {}  # node name -> what its pods request

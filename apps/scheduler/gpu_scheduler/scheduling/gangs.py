@@ -27,6 +27,7 @@ from ..placement import InvalidMapError, MissingMapError, SchedulingMap, map_tex
 from ..placement.errors import PlacementError
 from ..placement.gang import GangError, created_at, gang_of
 from .cache import AssignedPod, ClusterCache
+from .dynamic import Candidate, candidate, ordinal_of
 from .nodes import NodeIndex, NodeResolutionError
 
 # How long a gang waits with its GPUs reserved (the scheduler's --gang-timeout-seconds).
@@ -126,10 +127,15 @@ class GangView:
     def placed_indexes(self) -> set[int]:
         return {p.index for p in self.placed if p.index is not None}
 
-    def missing(self, scheduling_map: Mapping[int, object]) -> list[int]:
-        """Indexes the map names that no pod has, pending or bound."""
+    def missing(self, scheduling_map: SchedulingMap) -> list[int]:
+        """Indexes the map names (pinned lines and count lines) that no pod has, pending or bound."""
         have = self.placed_indexes() | {m.index for m in self.pending if m.index is not None}
-        return sorted(i for i in scheduling_map if i not in have)
+        return sorted(i for i in map_indexes(scheduling_map) if i not in have)
+
+
+def map_indexes(scheduling_map: SchedulingMap) -> list[int]:
+    """Every index a gang's map gives a line: its members."""
+    return [*scheduling_map, *(i for i in scheduling_map.requests if i is not None)]
 
 
 def reservations(
@@ -145,6 +151,7 @@ def reservations(
         if isinstance(scheduling_map, str):
             continue
         placed = gang.placed_indexes()
+        _reserve_counts(gang.key, scheduling_map, placed, cache, reserved)
         for index, entry in scheduling_map.items():
             if index in placed:
                 continue
@@ -158,6 +165,27 @@ def reservations(
                     continue  # another gang's first, or held: a live pod's until it ends
                 reserved[where] = gang.key
     return reserved
+
+
+def _reserve_counts(
+    gang: str, scheduling_map: SchedulingMap, placed: set[int], cache: ClusterCache, reserved: dict
+) -> None:
+    """The free GPUs the gang's unplaced count lines would be given now (scheduling.dynamic's
+    choice, without the filters), one line after the other, reserved for it: as GPUs free up
+    they go to the gang first, until it fits whole."""
+    for index, request in sorted((i, r) for i, r in scheduling_map.requests.items() if i is not None):
+        if index in placed:
+            continue
+        found = [
+            c
+            for n in cache.nodes.all()
+            if isinstance(c := candidate(request, n, "", cache.ledger, reserved), Candidate)
+        ]
+        if not found:
+            continue
+        best = min(found, key=lambda c: c.rank)
+        for device in best.devices:
+            reserved[(best.node.name, cache.ledger.key(best.node.name, device))] = gang
 
 
 def reserved_for_others(
@@ -255,12 +283,18 @@ def reserved_devices(
     views: Iterable[GangView], cache: ClusterCache, reserved: Mapping[tuple[str, str], str]
 ) -> dict[str, dict[str, str]]:
     """node -> device, as the gang's map writes it -> the gang: `reserved` (ledger keys) read
-    back through the maps of the gangs that hold them."""
+    back through the maps of the gangs that hold them; for a gang of count lines, by the
+    ordinal the scheduler would write."""
     found: dict[str, dict[str, str]] = {}
     for view in views:
         scheduling_map = view.scheduling_map()
         if isinstance(scheduling_map, str):
             continue
+        if scheduling_map.requests:
+            for (node, key), gang in reserved.items():
+                ordinal = ordinal_of(cache.nodes.get(node), key, cache.ledger) if gang == view.key else None
+                if ordinal is not None:
+                    found.setdefault(node, {})[ordinal] = gang
         for entry in scheduling_map.values():
             try:
                 node = cache.nodes.resolve(entry.node).name

@@ -19,10 +19,12 @@ GPU, since they may be one.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Set
 
 from ..placement import device_identity, device_spelling
 from .inventory import Inventory
+
+_NOTHING: frozenset[str] = frozenset()
 
 
 class SharingPolicy(enum.Enum):
@@ -53,6 +55,9 @@ class GpuLedger:
         self._keys: dict[str, frozenset[str]] = {}  # uid -> the keys it holds
         self._holders: dict[tuple[str, str], set[str]] = {}  # (node, key) -> uids
         self._mig_keys: dict[tuple[str, str], set[str]] = {}  # (node, gpu key) -> its MIG keys held
+        self._node_keys: dict[str, set[str]] = {}  # node -> the keys held on it (for count lines)
+        # Told the node whose held keys changed (scheduling.free_index keeps its order by them).
+        self.on_node_change: Callable[[str], None] | None = None
         # node -> spelling -> uid -> the pod's first device written that way, as written
         self._spelled: dict[str, dict[str, dict[str, str]]] = {}
         self._inventories: dict[str, Inventory] = {}  # node -> its published GPUs
@@ -108,9 +113,12 @@ class GpuLedger:
             key, gpu = self._key(node, device)
             keys.add(key)
             self._holders.setdefault((node, key), set()).add(uid)
+            self._node_keys.setdefault(node, set()).add(key)
             if gpu is not None:
                 self._mig_keys.setdefault((node, gpu), set()).add(key)
         self._keys[uid] = frozenset(keys)
+        if self.on_node_change is not None:
+            self.on_node_change(node)
         spellings = self._spelled.setdefault(node, {})
         for device in devices:
             spellings.setdefault(device_spelling(device), {}).setdefault(uid, device)
@@ -128,6 +136,10 @@ class GpuLedger:
                 if not holders:
                     del self._holders[(node, key)]
                     self._forget_mig_key(node, key)
+                    held_here = self._node_keys[node]
+                    held_here.discard(key)
+                    if not held_here:
+                        del self._node_keys[node]
         spellings = self._spelled.get(node, {})
         for spelling in {device_spelling(device) for device in devices}:
             spelled = spellings.get(spelling)
@@ -137,6 +149,8 @@ class GpuLedger:
                     del spellings[spelling]
         if not spellings:
             self._spelled.pop(node, None)
+        if self.on_node_change is not None:
+            self.on_node_change(node)
         return node
 
     def _forget_mig_key(self, node: str, key: str) -> None:
@@ -148,6 +162,11 @@ class GpuLedger:
             keys.discard(key)
             if not keys:
                 del self._mig_keys[(node, gpu)]
+
+    def held_keys(self, node: str) -> Set[str]:
+        """The keys held on the node by any pod (empty when none): a count line's free GPUs are
+        the node's others. Read only; kept as holds come and go."""
+        return self._node_keys.get(node, _NOTHING)
 
     def holds(self, uid: str) -> bool:
         return uid in self._by_pod

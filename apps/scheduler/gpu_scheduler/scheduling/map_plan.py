@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .inventory import NVLINK, Gpu, Inventory
 
 # How close two GPUs are, by NVML's common ancestor: higher is closer.
-_CLOSENESS = {NVLINK: 5, "SINGLE": 4, "MULTIPLE": 3, "HOSTBRIDGE": 2, "NODE": 1, "SYSTEM": 0}
+CLOSENESS = {NVLINK: 5, "SINGLE": 4, "MULTIPLE": 3, "HOSTBRIDGE": 2, "NODE": 1, "SYSTEM": 0}
 # Beyond this many GPUs on a node the groups are not searched exhaustively: in order instead.
 MAX_SEARCHED_GPUS = 16
 
@@ -72,7 +72,7 @@ def _spell(gpu: Gpu, devices: str) -> str:
 
 
 def _closeness(inventory: Inventory) -> dict[frozenset[int], int]:
-    return {frozenset((link.a, link.b)): _CLOSENESS.get(link.common_ancestor, 0) for link in inventory.links}
+    return {frozenset((link.a, link.b)): CLOSENESS.get(link.common_ancestor, 0) for link in inventory.links}
 
 
 def _best_groups(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..placement import PlacementError
@@ -110,6 +110,8 @@ class NodeIndex:
         self.alias_label = alias_label
         self._by_name: dict[str, NodeInfo] = {}
         self._by_alias: dict[str, set[str]] = {}
+        # Told the name of each node stored or deleted (scheduling.free_index).
+        self.on_change: Callable[[str], None] | None = None
 
     def upsert(self, node: NodeInfo | Mapping) -> NodeInfo:
         """Stores the node (a NodeInfo, or API JSON read with NodeInfo.from_api); returns its NodeInfo."""
@@ -118,11 +120,15 @@ class NodeIndex:
         self._by_name[info.name] = info
         if info.alias is not None:
             self._by_alias.setdefault(info.alias, set()).add(info.name)
+        if self.on_change is not None:
+            self.on_change(info.name)
         return info
 
     def delete(self, name: str) -> NodeInfo | None:
         info = self._by_name.pop(name, None)
         self._forget_alias(info)
+        if self.on_change is not None:
+            self.on_change(name)
         return info
 
     def _forget_alias(self, info: NodeInfo | None) -> None:

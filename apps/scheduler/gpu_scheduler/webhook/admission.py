@@ -26,6 +26,7 @@ from ..placement import (
     CUDA_ENV,
     DEVICES_ANNOTATION,
     MAP_ANNOTATION,
+    GpuRequest,
     InvalidMapError,
     MapEntry,
     PlacementError,
@@ -247,6 +248,15 @@ def mutate(review: object, scheduler_name: str, nodes: NodeReader | None = None)
         )
     except PlacementError as err:
         return _deny(request, str(err), fields)
+    if isinstance(entry, GpuRequest):
+        # No scheduler runs for it, so nothing would choose its GPUs.
+        return _deny(
+            request,
+            f"pod {fields['pod']}: line {entry.line} of its {MAP_ANNOTATION} asks the scheduler to choose "
+            f"{entry.describe()}, but spec.nodeName {node_name} means no scheduler places it; leave "
+            "spec.nodeName out, or give the pod a line that names its node and devices",
+            fields,
+        )
     fields.update(index=entry.index, node=entry.node, devices=entry.cuda_visible_devices)
     warnings = []
     if node_name and node_name != entry.node:
@@ -451,7 +461,10 @@ def validate(review: object, scheduler_name: str) -> Answer:
     if never is not None:
         return _deny(request, never, fields)
     warnings = _index_warnings(kind, obj, scheduling_map, what)
-    unreachable = gang_checks.unreachable_indexes(kind, obj, template, sorted(scheduling_map), what)
+    indexes = sorted([*scheduling_map, *(i for i in scheduling_map.requests if i is not None)])
+    unreachable = gang_checks.unreachable_indexes(kind, obj, template, indexes, what)
+    if unreachable is None and None in scheduling_map.requests:
+        unreachable = gang_checks.every_pod_line(template, what)
     return _allow(request, fields, warnings + ([unreachable] if unreachable else []))
 
 
@@ -481,7 +494,11 @@ def _judged_before(request: dict, path: tuple[str, ...], scheduler_name: str, te
 
 
 def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) -> list[str]:
-    """Warnings about pods that will be denied although the map itself is valid."""
+    """Warnings about pods that will be denied although the map itself is valid. None for a map
+    with a `*` line, which places every pod, with an index or without."""
+    requests = getattr(scheduling_map, "requests", {})
+    if None in requests:
+        return []
     spec = obj.get("spec") or {}
     if kind == "CronJob":
         spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
@@ -490,7 +507,7 @@ def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) ->
         shape = "a non-Indexed Job" if kind == "Job" else f"a {kind}"
         warning = (
             f"{what}: pods of {shape} have no stable index, so gpu-scheduler will deny them; "
-            "use a StatefulSet or an Indexed Job"
+            "use a StatefulSet or an Indexed Job, or a line `*=*:gpus=<count>` for every pod"
         )
         return [warning]
     if kind == "StatefulSet":
@@ -501,7 +518,7 @@ def _index_warnings(kind: str, obj: dict, scheduling_map: Mapping, what: str) ->
         expected = _index_range(0, spec.get("completions", 1))
     else:
         return []
-    missing = [index for index in expected if index not in scheduling_map]
+    missing = [index for index in expected if index not in scheduling_map and index not in requests]
     if not missing:
         return []
     listed = ", ".join(str(i) for i in missing[:MAX_LISTED_INDEXES])

@@ -66,3 +66,14 @@ def unreachable_indexes(kind: str, obj: Mapping, template: Mapping, indexes: lis
         f"{what} is a gang whose map names index {shown}, which no pod of it can have ({field} {count}): "
         "the gang will wait for those pods and never start; give the map one line per pod"
     )
+
+
+def every_pod_line(template: Mapping, what: str) -> str | None:
+    """A warning when a gang's map has a line for every pod (`*=...`): the gang's members are
+    its map's indexes, and such a line names none, so the gang would wait forever."""
+    if not is_gang_member((template.get("metadata") or {}).get("annotations")):
+        return None
+    return (
+        f"{what} is a gang whose map has a line for every pod (`*=...`), which says nothing of how many pods "
+        "the gang has: it will wait and never start; give the map one line per index (<index>=*:gpus=<count>)"
+    )
