@@ -17,5 +17,5 @@ argocd-install: tools ## Argo CD in the KinD cluster (namespace argocd, Progress
 argocd-uninstall: tools ## remove Argo CD (its Applications first, then namespace argocd, CRDs, cluster RBAC) from the KinD cluster
 	$(ARGOCD_ENV) scripts/argocd.sh uninstall
 
-argocd-e2e: install tools ## on KinD (after make kind-up; before make e2e): Argo CD syncs argocd/ from a git server of this checkout, in order; removes the apps after
+argocd-e2e: install tools ## on KinD (after make kind-up; before make e2e): Argo CD syncs both charts, in order, from a local OCI registry with values from a platform's git repository; removes the apps after
 	$(ARGOCD_ENV) scripts/argocd.sh e2e

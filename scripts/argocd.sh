@@ -14,11 +14,16 @@
 #              cluster/argocd/install with every component on that node;
 #              waits until every component runs. Idempotent.
 #   uninstall  remove what install made (namespace argocd, CRDs, cluster RBAC)
-#   in-cluster LABEL=VALUE...  register the cluster Argo CD runs in, with
-#              these labels (the ApplicationSet picks clusters by label)
+#   in-cluster [--annotate KEY=VALUE]... LABEL=VALUE...  register the cluster
+#              Argo CD runs in, with these labels (the ApplicationSet picks
+#              clusters by label) and annotations (what it deploys there)
+#   plain-http-registry HOST[:PORT]/PATH  a repository Secret: Argo CD pulls
+#              Helm charts from that OCI registry over plain HTTP
 #   e2e        the Argo CD tests (tests/argocd, marker argocd); their fixture
-#              runs install, builds and loads our images, serves this checkout
-#              with git daemon and applies argocd/; it removes the apps after
+#              runs install, builds and loads our images, pushes the charts to
+#              a local OCI registry, serves this checkout and a platform's
+#              values repository with git daemon and applies argocd/; it
+#              removes the apps after
 # Env: KIND_CLUSTER (gpu-scheduler), KIND_KUBECONFIG (.cache/kind/kubeconfig).
 #
 # Argo CD's go.mod points its gitops-engine at a folder of its repository
@@ -301,19 +306,29 @@ cmd_uninstall() {
   log "argocd: removed from $CLUSTER in $((SECONDS - start))s"
 }
 
-# in-cluster LABEL=VALUE...: register the cluster Argo CD runs in with these
-# labels, as docs/install.md shows users: a cluster Secret for
-# https://kubernetes.default.svc (Argo CD's in-cluster, which has no Secret
-# of its own to label). The ApplicationSet's clusters generators select
-# clusters by such labels. Replaces the labels of an earlier call.
+# in-cluster [--annotate KEY=VALUE]... LABEL=VALUE...: register the cluster
+# Argo CD runs in with these labels and annotations, as docs/install.md shows
+# users: a cluster Secret for https://kubernetes.default.svc (Argo CD's
+# in-cluster, which has no Secret of its own to label). The ApplicationSet's
+# clusters generators select clusters by such labels and read what to deploy
+# from the annotations (gpu-scheduler/chart-version, ...). Replaces the labels
+# and annotations of an earlier call.
 cmd_in_cluster() {
   need_cluster
-  (($# > 0)) || die "usage: $0 in-cluster LABEL=VALUE... (e.g. gpu-scheduler/deploy=true)"
-  local labels="" label
-  for label in "$@"; do
-    [[ "$label" =~ ^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*$ ]] || die "in-cluster: '$label' is not a label KEY=VALUE"
-    labels+="    ${label%%=*}: \"${label#*=}\""$'\n'
+  local labels="" annotations=""
+  while (($# > 0)); do
+    if [[ "$1" == --annotate ]]; then
+      (($# > 1)) || die "in-cluster: --annotate needs KEY=VALUE"
+      [[ "$2" =~ ^[A-Za-z0-9./_-]+=[A-Za-z0-9._:/@+-]*$ ]] || die "in-cluster: '$2' is not an annotation KEY=VALUE"
+      annotations+="    ${2%%=*}: \"${2#*=}\""$'\n'
+      shift 2
+      continue
+    fi
+    [[ "$1" =~ ^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*$ ]] || die "in-cluster: '$1' is not a label KEY=VALUE"
+    labels+="    ${1%%=*}: \"${1#*=}\""$'\n'
+    shift
   done
+  [[ -n "$labels" ]] || die "usage: $0 in-cluster [--annotate KEY=VALUE]... LABEL=VALUE... (e.g. gpu-scheduler/deploy=true)"
   kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Secret
@@ -322,14 +337,44 @@ metadata:
   namespace: $NAMESPACE
   labels:
     argocd.argoproj.io/secret-type: cluster
-$labels
+$labels  annotations:
+$annotations
 type: Opaque
 stringData:
   name: in-cluster
   server: https://kubernetes.default.svc
   config: '{"tlsClientConfig":{"insecure":false}}'
 EOF
-  log "argocd: cluster in-cluster registered with labels $*"
+  log "argocd: cluster in-cluster registered with labels ${labels//$'\n'/ } annotations ${annotations//$'\n'/ }"
+}
+
+# plain-http-registry HOST[:PORT]/PATH: a repository Secret that tells Argo CD
+# to pull Helm charts from that OCI registry over plain HTTP. Argo CD v3.5.7
+# speaks HTTPS to an OCI registry unless a repository Secret whose url is the
+# Application's repoURL says insecureOCIForceHttp (a registry with TLS needs
+# no Secret, unless it wants credentials). For the local registries of the
+# tests and of make pipeline: no TLS there.
+cmd_plain_http_registry() {
+  need_cluster
+  (($# == 1)) && [[ "$1" =~ ^[A-Za-z0-9.:-]+/[A-Za-z0-9._/-]+$ ]] ||
+    die "usage: $0 plain-http-registry HOST[:PORT]/PATH (no oci://: the repoURL Argo CD is given)"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: helm-oci-plain-http
+  namespace: $NAMESPACE
+  labels:
+    argocd.argoproj.io/secret-type: repository
+type: Opaque
+stringData:
+  name: helm-oci-plain-http
+  type: helm
+  url: $1
+  enableOCI: "true"
+  insecureOCIForceHttp: "true"
+EOF
+  log "argocd: OCI registry $1 registered for plain HTTP"
 }
 
 # e2e: tests/argocd/conftest.py does the rest, in order: it refuses a helm
@@ -351,6 +396,7 @@ case "${1:-}" in
   install) cmd_install ;;
   uninstall) cmd_uninstall ;;
   in-cluster) shift && cmd_in_cluster "$@" ;;
+  plain-http-registry) shift && cmd_plain_http_registry "$@" ;;
   e2e) cmd_e2e ;;
-  *) die "usage: $0 binary|images|install|uninstall|in-cluster|e2e" ;;
+  *) die "usage: $0 binary|images|install|uninstall|in-cluster|plain-http-registry|e2e" ;;
 esac

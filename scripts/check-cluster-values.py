@@ -10,7 +10,12 @@ YAML mapping. (The cluster's name cannot be checked here: only Argo CD knows
 its clusters.) `make lint-delivery` then renders each chart with each of its
 files, so the chart's values.schema.json checks their contents.
 
-    scripts/check-cluster-values.py [ROOT]     exit 1 listing every problem
+    scripts/check-cluster-values.py [ROOT [VALUES]]     exit 1 listing every problem
+
+ROOT is a checkout (its charts/ say which files exist; default: this one);
+VALUES the folder of cluster folders, default ROOT/clusters: a platform's
+values repository (its clusters/, or the folder its clusters' annotation
+gpu-scheduler/values-path names) is checked against our charts the same way.
 
 Needs PyYAML (the project's .venv has it).
 """
@@ -36,21 +41,21 @@ def expected_name(name: str, names: list[str]) -> str:
     return f"did you mean {close[0]}?" if close else f"the files read are {', '.join(names)}"
 
 
-def problems(root: Path) -> list[str]:
+def problems(root: Path, base: Path | None = None) -> list[str]:
     names = [f"values-{chart}.yaml" for chart in charts(root)]
     found: list[str] = []
-    base = root / "clusters"
+    base = root / "clusters" if base is None else base
     if not base.is_dir():
         return found
     for entry in sorted(base.iterdir()):
-        where = entry.relative_to(root)
+        where = entry.relative_to(base.parent)
         if entry.name in KEPT:
             continue
         if not entry.is_dir():
             found.append(f"{where}: clusters/ holds one directory per cluster, clusters/<cluster>/values-<chart>.yaml")
             continue
         for file in sorted(entry.iterdir()):
-            where = file.relative_to(root)
+            where = file.relative_to(base.parent)
             if file.is_dir():
                 found.append(f"{where}: Argo CD reads no subdirectory; put values-<chart>.yaml in {where.parent}/")
             elif file.name not in names:
@@ -72,7 +77,7 @@ def yaml_problems(file: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent
-    found = problems(root)
+    found = problems(root, Path(argv[1]).resolve() if len(argv) > 1 else None)
     for problem in found:
         print(f"check-cluster-values: {problem}", file=sys.stderr)
     return 1 if found else 0

@@ -18,10 +18,12 @@
 #            leaves the cluster (Argo CD will own the same objects), Argo CD
 #            is installed into it (scripts/argocd.sh install), a git server
 #            (git daemon on the cluster network's gateway) serves the commit
-#            under test with the charts naming this registry (their image tag
-#            stays the release's X.Y.Z) and argocd/ naming that server, the
-#            cluster is labelled for both charts, and argocd/ is applied
-#            (kubectl apply -k): Argo CD deploys from then on;
+#            under test (argocd/ naming that server) and a platform's values
+#            repository (the images from this registry), the cluster is
+#            labelled for both charts and annotated with the charts
+#            publish-charts pushed (this registry, the tag's version) and
+#            that repository, and argocd/ is applied (kubectl apply -k):
+#            Argo CD deploys the released charts from then on;
 #         4. the deploy job, requested by hand (gitlab-ci-local --manual deploy),
 #            syncs the root Application through that Argo CD (--core) and
 #            waits until both Applications are Synced and Healthy.
@@ -225,43 +227,46 @@ hand_over_cluster() {
   kubectl delete namespace gpu-scheduler-system gpu-scheduler-check --ignore-not-found --wait=true --timeout=180s >/dev/null
 }
 
-# serve_repository SHORT_SHA: the commit under test as a user's project holds
-# a release: the charts name this registry (their image tag stays the
-# release's), and argocd/ names this git server as the user's project. Two
-# commits on top of HEAD on branch `deploy`, the served repository's default
-# branch (HEAD), served by git daemon. Prints the repository's URL.
-serve_repository() {
-  local sha="$1" work="$PIPELINE_DIR/git/work" served="$PIPELINE_DIR/git/served" address url
+# serve_repositories SHORT_SHA: what production reads besides the registry,
+# served by git daemon: the commit under test as the project's repository
+# (argocd/ naming this git server as the project's URL, on branch `deploy`,
+# its HEAD), and a platform's values repository, nothing of this checkout in
+# it, whose values file for the cluster names this registry for the images
+# (the charts publish-charts pushed name the work tree's registry; their
+# image tag stays the release's X.Y.Z). Prints both URLs.
+serve_repositories() {
+  local sha="$1" work="$PIPELINE_DIR/git/work" served="$PIPELINE_DIR/git/served" platform="$PIPELINE_DIR/git/platform"
+  local address url platform_url placeholder chart
   rm -rf "$PIPELINE_DIR/git"
   mkdir -p "$served"
   git clone --quiet --no-checkout "$REPO_ROOT" "$work"
   git -C "$work" checkout --quiet -B deploy "$(git -C "$REPO_ROOT" rev-parse HEAD)"
-  local chart values
-  # The image tag stays empty: the charts pull their appVersion, the X.Y.Z
-  # that promote gave the tested digests.
-  for chart in gpu-scheduler gpu-scheduler-check; do
-    values="$work/charts/$chart/values.yaml"
-    [[ "$(grep -c '^  registry: ' "$values")" == 1 ]] || die "$values: expected one image registry line to set"
-    sed -i -e "s|^  registry: .*|  registry: $REGISTRY_IMAGE|" "$values"
-  done
-  commit_all "$work" "release $TAG ($sha) from $REGISTRY_IMAGE (make pipeline)"
   address="$(gateway)" || die "the docker network kind has no IPv4 gateway"
   url="git://$address:$GIT_PORT/gpu-scheduler.git"
-  # The one value users set in argocd/ (docs/install.md): their project.
-  # The first source's repoURL is that value, whatever it says today.
-  local appset="$work/argocd/applicationset.yaml"
-  grep -q -- "- repoURL: " "$appset" || die "$appset: no source repoURL to set"
-  sed -i -e "0,\|- repoURL: .*|s||- repoURL: $url|" "$appset"
-  commit_all "$work" "argocd: deploy from $url (make pipeline)"
+  platform_url="git://$address:$GIT_PORT/platform.git"
+  # The project's own URL in argocd/ (the root Application's source), as its
+  # maintainers set it: whatever root.yaml says today, everywhere.
+  placeholder="$(sed -n 's/^ *repoURL: *//p' "$work/argocd/root.yaml" | head -1)"
+  [[ -n "$placeholder" ]] || die "$work/argocd/root.yaml: no repoURL to set"
+  sed -i -e "s|$placeholder|$url|g" "$work"/argocd/*.yaml
+  commit_all "$work" "argocd: the project is at $url (make pipeline)"
   git clone --quiet --bare "$work" "$served/gpu-scheduler.git"
+  mkdir -p "$platform/clusters/in-cluster"
+  for chart in gpu-scheduler gpu-scheduler-check; do
+    printf 'global:\n  imageRegistry: %s\n' "$REGISTRY_IMAGE" >"$platform/clusters/in-cluster/values-$chart.yaml"
+  done
+  git -C "$platform" init --quiet --initial-branch main
+  git -C "$platform" add --all
+  commit_all "$platform" "in-cluster: images from $REGISTRY_IMAGE (make pipeline)"
+  git clone --quiet --bare "$platform" "$served/platform.git"
   git daemon --reuseaddr --export-all --base-path="$served" --listen="$address" --port="$GIT_PORT" \
     --pid-file="$PIPELINE_DIR/git-daemon.pid" --detach "$served"
   local deadline=$((SECONDS + 15))
-  until git ls-remote "$url" deploy >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "git daemon does not serve $url"
+  until git ls-remote "$url" deploy >/dev/null 2>&1 && git ls-remote "$platform_url" main >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "git daemon does not serve $url and $platform_url"
     sleep 0.5
   done
-  echo "$url"
+  echo "$url $platform_url"
 }
 
 commit_all() {
@@ -281,12 +286,20 @@ prepare_production() {
   hand_over_cluster
   log "pipeline: Argo CD into $KIND_CLUSTER (scripts/argocd.sh install)"
   CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" install
-  repo_url="$(serve_repository "$sha")"
-  log "pipeline: git daemon serves the release commit (branch deploy, its HEAD) at $repo_url"
+  local platform_url charts
+  read -r repo_url platform_url <<<"$(serve_repositories "$sha")"
+  log "pipeline: git daemon serves the release commit (branch deploy, its HEAD) at $repo_url, the values at $platform_url"
+  # What publish-charts pushed (oci://$REGISTRY_IMAGE/charts), at the
+  # address the pods reach this host at; without TLS, which Argo CD is told.
+  charts="$(gateway):$REGISTRY_PORT/gpu-scheduler/charts"
+  CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" plain-http-registry "$charts"
   # What a platform team does once (docs/install.md): the cluster labelled
-  # for both charts, and argocd/ of their project applied. From then on Argo
-  # CD deploys what that branch says; the deploy job waits for it.
-  CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" in-cluster gpu-scheduler/deploy=true gpu-scheduler/check=true
+  # for both charts and annotated with the release and its values
+  # repository, and argocd/ applied. From then on Argo CD deploys the
+  # release's charts; the deploy job waits for it.
+  CACHE_DIR="$CACHE_DIR" "$REPO_ROOT/scripts/argocd.sh" in-cluster \
+    --annotate "gpu-scheduler/chart-registry=$charts" --annotate "gpu-scheduler/chart-version=${TAG#v}" \
+    --annotate "gpu-scheduler/values-repo=$platform_url" gpu-scheduler/deploy=true gpu-scheduler/check=true
   kubectl apply -k "$PIPELINE_DIR/git/work/argocd" >/dev/null
   argocd_kubeconfig
   log "pipeline: production ready in $((SECONDS - start))s"

@@ -162,7 +162,7 @@ kind_lane() {
   # Before make e2e: it leaves its helm releases of our charts installed,
   # which Argo CD would have to take over. The Argo CD tests remove their
   # Applications and what they deployed; Argo CD itself stays for the pipeline.
-  stage argocd-e2e "KinD: make argocd-e2e (Argo CD in the cluster syncs argocd/ from a git server of this checkout)" \
+  stage argocd-e2e "KinD: make argocd-e2e (Argo CD in the cluster syncs the released charts from an OCI registry)" \
     make --no-print-directory argocd-e2e
   stage kind-e2e "KinD: make e2e (images loaded, both charts installed with their hooks, the e2e suite)" \
     make --no-print-directory e2e

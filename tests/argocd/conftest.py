@@ -1,4 +1,4 @@
-"""Argo CD in the KinD cluster deploying argocd/ from a git server, as users run it.
+"""Argo CD in the KinD cluster deploying the released charts from an OCI registry, as users run it.
 
 `make argocd-e2e` (scripts/argocd.sh e2e) runs these tests on the cluster of
 `make kind-up` (KIND_CLUSTER, default gpu-scheduler; KIND_KUBECONFIG); the
@@ -9,27 +9,33 @@ cluster answers they are skipped; under CI=true they fail.
 What the module fixture `deployment` does, in order:
   1. refuses when a helm release of our charts is installed (make e2e's);
   2. scripts/argocd.sh install: Argo CD in namespace argocd (stays after);
-  3. registers the cluster Argo CD runs in as a user does, a cluster Secret
-     labelled gpu-scheduler/deploy=true and gpu-scheduler/check=true
-     (scripts/argocd.sh in-cluster);
-  4. this checkout copied into a git repository of its own
+  3. this checkout copied into a git repository of its own
      (tests/argocd/gitserver.py): one commit, then a second that names a
      registry in both charts' values.yaml, as a release commit does (the
      charts refuse their placeholder);
-  5. our images (scripts/images.sh build) under the references the served
+  4. our images (scripts/images.sh build) under the references the served
      charts render by default (that registry and their appVersion), loaded
      into the workers: the charts deploy unchanged, as if pulled from the
      release's registry;
-  6. that repository served by `git daemon` on the cluster network's gateway,
-     and a third commit that sets the one value users set, the
-     ApplicationSet's repoURL, to that server;
-  7. `kubectl apply -k argocd/` of that commit, as the README says;
-  8. waits until RollingSync has synced both Applications, and the root
+  5. the release job's charts: `helm package` of both at that commit and
+     `helm push` to a registry of its own (tests/argocd/registry.py, Debian's
+     docker-registry, plain HTTP) on the cluster network's gateway, which
+     Argo CD is told to reach over plain HTTP (a repository Secret);
+  6. a platform's values repository, nothing of this checkout in it, and
+     this checkout's repository, both served by `git daemon` on that
+     gateway; a commit to the latter that names that server as the
+     project's own URL (root.yaml), as the project's maintainers set it;
+  7. registers the cluster Argo CD runs in as a platform does: a cluster
+     Secret labelled gpu-scheduler/deploy=true and gpu-scheduler/check=true
+     and annotated with the chart registry, the chart version and the values
+     repository (scripts/argocd.sh in-cluster);
+  8. `kubectl apply -k argocd/` of that commit, as the README says;
+  9. waits until RollingSync has synced both Applications, and the root
      Application has synced argocd/.
 Afterwards it deletes the root Application and the ApplicationSet, checks
 that Argo CD deleted what both Applications deployed, deletes the
-AppProjects, the cluster Secret and our two namespaces, and checks nothing of
-ours is left in the cluster.
+AppProjects, the cluster and repository Secrets and our two namespaces, and
+checks nothing of ours is left in the cluster.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from e2e.waiting import wait_until
 from prerequisites import missing
 
 from .gitserver import BRANCH, GitDaemon, ServedRepository
+from .registry import OCIRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -72,6 +79,8 @@ ROOT_APP = ROOT_PROJECT = "gpu-scheduler-gitops"
 # Argo CD's name of the cluster it runs in, and the cluster Secret that labels it.
 CLUSTER_NAME = "in-cluster"
 CLUSTER_SECRET = "cluster-in-cluster"
+# scripts/argocd.sh plain-http-registry's repository Secret.
+REGISTRY_SECRET = "helm-oci-plain-http"
 CLUSTER_LABELS = ("gpu-scheduler/deploy=true", "gpu-scheduler/check=true")
 # The charts (also their helm release names) and the Applications made of them: <chart>-<cluster>.
 SCHEDULER, CHECK = "gpu-scheduler", "gpu-scheduler-check"
@@ -79,6 +88,12 @@ SCHEDULER_APP, CHECK_APP = f"{SCHEDULER}-{CLUSTER_NAME}", f"{CHECK}-{CLUSTER_NAM
 APPS = {SCHEDULER: SCHEDULER_APP, CHECK: CHECK_APP}
 NAMESPACES = {SCHEDULER: "gpu-scheduler-system", CHECK: "gpu-scheduler-check"}
 CHARTS = {SCHEDULER: "charts/gpu-scheduler", CHECK: "charts/gpu-scheduler-check"}
+# Where the release job pushes the charts, below the registry: oci://$CI_REGISTRY_IMAGE/charts.
+CHARTS_PATH = "gpu-scheduler/charts"
+# The platform's values repository, as git daemon names it, and where the ApplicationSet
+# looks in it by default (annotation gpu-scheduler/values-path unset).
+PLATFORM_REPO = "platform.git"
+VALUES_PATH = "clusters"
 # What the served release commit names as both charts' image.registry. Never pulled from
 # (the images are tagged under it in the workers); .invalid can never resolve.
 RELEASE_REGISTRY = "registry.argocd-e2e.invalid/gpu-scheduler"
@@ -149,8 +164,15 @@ class Deployment:
 
     kube: Kube
     argocd: ArgoCD
+    # This checkout's repository (root.yaml's source; the charts packaged from it) and the
+    # platform's values repository.
     repo: ServedRepository
     repo_url: str
+    platform: ServedRepository
+    platform_url: str
+    registry: OCIRegistry
+    # The cluster Secret's annotations as last set: what it deploys.
+    annotations: dict[str, str]
     # The Applications and the ApplicationSet as they were once both were Synced and Healthy.
     first: dict[str, dict]
     first_appset: dict
@@ -287,17 +309,51 @@ def gateway_of(cluster: str) -> str:
 
 
 def name_the_project(repo: ServedRepository, repo_url: str) -> str:
-    """What a user commits before `kubectl apply -k argocd/`: their project as the
-    ApplicationSet's repoURL (kustomization.yaml copies it to the AppProjects and the
-    root Application). Committed and pushed; the new commit."""
-    appset = repo.work / "argocd" / "applicationset.yaml"
-    text = appset.read_text()
-    # The value users replace, whatever it is today: the first source's repoURL.
-    placeholder = yaml.safe_load(text)["spec"]["template"]["spec"]["sources"][0]["repoURL"]
-    line = f"- repoURL: {placeholder}"
-    assert line in text, f"{appset}: no source {line!r} to set"
-    appset.write_text(text.replace(line, f"- repoURL: {repo_url}", 1))
-    return repo.commit(f"argocd: deploy from {repo_url}")
+    """The project's own URL in argocd/ (the root Application's source and its project's
+    sourceRepos), as the project's maintainers set it once: here, the git server of this
+    checkout. Committed and pushed; the new commit."""
+    root = repo.work / "argocd" / "root.yaml"
+    # The URL to replace, whatever it is today: the root Application's repoURL.
+    (application,) = [d for d in yaml.safe_load_all(root.read_text()) if d["kind"] == "Application"]
+    placeholder = application["spec"]["source"]["repoURL"]
+    named = 0
+    for manifest in sorted((repo.work / "argocd").glob("*.yaml")):
+        text = manifest.read_text()
+        named += text.count(placeholder)
+        manifest.write_text(text.replace(placeholder, repo_url))
+    assert named >= 2, f"argocd/ names {placeholder} {named} times: expected the root's source and its project"
+    return repo.commit(f"argocd: the project is at {repo_url}")
+
+
+def chart_version(work: Path) -> str:
+    """The version of both charts at `work` (one release: they share it)."""
+    versions = {yaml.safe_load((work / chart / "Chart.yaml").read_text())["version"] for chart in CHARTS.values()}
+    assert len(versions) == 1, f"the charts' versions differ: {versions}"
+    return versions.pop()
+
+
+def push_charts(work: Path, registry: OCIRegistry, out: Path, version: str | None = None) -> str:
+    """What publish-charts (.gitlab-ci.yml) does: `helm package` both charts, `helm push` each to
+    oci://<registry>/CHARTS_PATH; over plain HTTP (its HELM_PUSH_FLAGS under make pipeline).
+    `version` repackages them as another release. The version pushed."""
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    version_args = ["--version", version] if version else []
+    packaged = run([HELM, "package", *(work / chart for chart in CHARTS.values()), "--destination", out, *version_args])
+    assert packaged.returncode == 0, tail(packaged)
+    version = version or chart_version(work)
+    for chart in CHARTS:
+        pushed = run(
+            [HELM, "push", "--plain-http", out / f"{chart}-{version}.tgz", f"oci://{registry.host}/{CHARTS_PATH}"]
+        )
+        assert pushed.returncode == 0, tail(pushed)
+        assert version in registry.tags(f"{CHARTS_PATH}/{chart}"), f"{chart} {version} is not in the registry"
+    progress(f"charts {version} pushed to oci://{registry.host}/{CHARTS_PATH} ({time.monotonic() - started:.1f}s)")
+    return version
+
+
+def annotate_args(annotations: dict[str, str]) -> list[str]:
+    return [arg for key, value in sorted(annotations.items()) for arg in ("--annotate", f"{key}={value}")]
 
 
 def root_synced(kube: Kube, revision: str) -> dict | None:
@@ -314,11 +370,12 @@ def root_synced(kube: Kube, revision: str) -> dict | None:
     return None
 
 
-def rolled_out(kube: Kube, revision: str) -> tuple[dict, dict[str, dict]] | None:
-    """(ApplicationSet, Applications by name) once RollingSync is done at `revision`; else None.
+def rolled_out(kube: Kube, revisions: list[str]) -> tuple[dict, dict[str, dict]] | None:
+    """(ApplicationSet, Applications by name) once RollingSync is done at `revisions`; else None.
 
     Done: the ApplicationSet reports both steps Healthy, and each Application
-    is Synced and Healthy at `revision` (both its sources) with its last operation Succeeded and
+    is Synced and Healthy at `revisions` (its sources': the chart's version,
+    the values repository's commit) with its last operation Succeeded and
     none requested. RollingSync may request a step's sync more than once
     (Argo CD v3.5.7 compares whole-second timestamps to see that a sync has
     started), always before it reports the step Healthy: reading the
@@ -335,8 +392,8 @@ def rolled_out(kube: Kube, revision: str) -> tuple[dict, dict[str, dict]] | None
         if (
             "operation" in app
             or status.get("sync", {}).get("status") != "Synced"
-            # Two sources (the chart, this cluster's values file): one commit each.
-            or status.get("sync", {}).get("revisions") != [revision, revision]
+            # Two sources: the chart's version, the values repository's commit.
+            or status.get("sync", {}).get("revisions") != revisions
             or status.get("health", {}).get("status") != "Healthy"
             or status.get("operationState", {}).get("phase") != "Succeeded"
         ):
@@ -416,8 +473,9 @@ def leftovers(kube: Kube) -> list[str]:
         listed = kube.kubectl("get", kind, "-n", ARGOCD_NAMESPACE, "-o", "name")
         ours = (APPSET, PROJECT, ROOT_PROJECT, *APPS.values())
         found += [line for line in listed.stdout.split() if line.split("/", 1)[1] in ours]
-    if kube.exists("-n", ARGOCD_NAMESPACE, "secret", CLUSTER_SECRET):
-        found.append(f"secret/{CLUSTER_SECRET}")
+    for secret in (CLUSTER_SECRET, REGISTRY_SECRET):
+        if kube.exists("-n", ARGOCD_NAMESPACE, "secret", secret):
+            found.append(f"secret/{secret}")
     found += [f"namespace/{ns}" for ns in NAMESPACES.values() if kube.exists("namespace", ns)]
     return found + present_cluster_objects(kube)
 
@@ -465,11 +523,12 @@ def delete_applicationset(kube: Kube) -> None:
 
 
 def remove_everything_of_ours(kube: Kube) -> None:
-    """The ApplicationSet (with what Argo CD deployed), then the AppProjects, the cluster Secret and our namespaces."""
+    """The ApplicationSet (with what Argo CD deployed), then the AppProjects, the cluster and repository Secrets
+    and our namespaces."""
     delete_applicationset(kube)
     projects = ("appprojects.argoproj.io", PROJECT, ROOT_PROJECT)
     kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, *projects, "--ignore-not-found")
-    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "secret", CLUSTER_SECRET, "--ignore-not-found")
+    kube.kubectl("delete", "-n", ARGOCD_NAMESPACE, "secret", CLUSTER_SECRET, REGISTRY_SECRET, "--ignore-not-found")
     kube.kubectl("delete", "namespace", *NAMESPACES.values(), "--ignore-not-found", "--timeout=300s", timeout=330)
 
 
@@ -499,8 +558,6 @@ def deployment(tmp_path_factory) -> Deployment:
         remove_cluster_objects_of_ours(kube)
         assert not leftovers(kube), f"could not remove objects of ours from {CLUSTER}: {leftovers(kube)}"
 
-    script("argocd.sh", "in-cluster", *CLUSTER_LABELS)
-
     root = tmp_path_factory.mktemp("argocd-e2e")
     repo = ServedRepository(root, REPO)
     name_the_release_registry(repo)
@@ -508,9 +565,22 @@ def deployment(tmp_path_factory) -> Deployment:
     provide_images(repo.work)
     seconds["images"] = time.monotonic() - started
 
-    daemon = GitDaemon(repo.served, gateway_of(CLUSTER), root / "git-daemon.log")
-    repo_url = daemon.url()
-    progress(f"serving {repo.head()[:12]} ({BRANCH}) at {repo_url}")
+    gateway = gateway_of(CLUSTER)
+    started = time.monotonic()
+    registry = OCIRegistry(root, gateway)
+    try:
+        version = push_charts(repo.work, registry, root / "charts")
+        seconds["charts to the registry"] = time.monotonic() - started
+        # Nothing of this checkout: a platform's repository, before any cluster has values in it.
+        platform = ServedRepository(
+            root, name=PLATFORM_REPO, files={"README.md": "Values of our clusters, one folder each.\n"}
+        )
+        daemon = GitDaemon(repo.served, gateway, root / "git-daemon.log")
+    except BaseException:
+        registry.stop()
+        raise
+    repo_url, platform_url = daemon.url(), daemon.url(PLATFORM_REPO)
+    progress(f"serving {repo.head()[:12]} ({BRANCH}) at {repo_url}, the values repository at {platform_url}")
     core_kubeconfig = root / "kubeconfig-argocd"
     shutil.copy(kube.kubeconfig, core_kubeconfig)
     Kube(core_kubeconfig).ok("config", "set-context", "--current", f"--namespace={ARGOCD_NAMESPACE}")
@@ -518,10 +588,19 @@ def deployment(tmp_path_factory) -> Deployment:
     try:
         started = time.monotonic()
         applied = name_the_project(repo, repo_url)
+        # What a platform sets per cluster (argocd/applicationset.yaml); the registry as the
+        # release job names it, oci:// included.
+        annotations = {
+            "gpu-scheduler/chart-registry": f"oci://{registry.host}/{CHARTS_PATH}",
+            "gpu-scheduler/chart-version": version,
+            "gpu-scheduler/values-repo": platform_url,
+        }
+        script("argocd.sh", "plain-http-registry", f"{registry.host}/{CHARTS_PATH}")
+        script("argocd.sh", "in-cluster", *annotate_args(annotations), *CLUSTER_LABELS)
         kube.ok("apply", "-k", repo.work / "argocd")
         first_appset, first = wait_for(
             f"RollingSync to sync {SCHEDULER_APP}, then {CHECK_APP}, both Healthy",
-            lambda: rolled_out(kube, applied),
+            lambda: rolled_out(kube, [version, platform.head()]),
             SYNC_TIMEOUT,
             explain=lambda: describe(kube),
         )
@@ -533,7 +612,9 @@ def deployment(tmp_path_factory) -> Deployment:
         )
         seconds["first rollout"] = time.monotonic() - started
         progress(f"both Applications Synced and Healthy ({seconds['first rollout']:.0f}s after kubectl apply -k)")
-        yield Deployment(kube, argocd, repo, repo_url, first, first_appset, seconds)
+        yield Deployment(
+            kube, argocd, repo, repo_url, platform, platform_url, registry, annotations, first, first_appset, seconds
+        )
     finally:
         # Deleting the ApplicationSet is how users remove both: Argo CD deletes
         # what it deployed. Whatever it left is reported, then removed anyway
@@ -544,6 +625,7 @@ def deployment(tmp_path_factory) -> Deployment:
         not_deleted = deployed_objects(kube)
         remove_everything_of_ours(kube)
         daemon.stop()
+        registry.stop()
         left = leftovers(kube)
         remove_cluster_objects_of_ours(kube)
         progress(f"removed the Applications and our namespaces ({time.monotonic() - started:.0f}s); Argo CD stays")

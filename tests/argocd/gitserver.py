@@ -1,8 +1,9 @@
-"""The users' GitLab project, as the repo server in KinD can reach it: `git daemon` on this host.
+"""Git repositories as the repo server in KinD can reach them: `git daemon` on this host.
 
-The repository served is this checkout as it is (committed or not: what is
-under test), copied into a new repository of one commit, so nothing is ever
-written to the project's own .git. The daemon listens on the gateway address
+One is this checkout as it is (committed or not: what is under test), copied
+into a new repository of one commit, so nothing is ever written to the
+project's own .git; others are made from a few files (a platform's values
+repository). The daemon listens on the gateway address
 of the cluster's Docker network, which the pods reach through their node.
 Tests change it as users do: a commit, pushed.
 """
@@ -59,23 +60,37 @@ def snapshot_of(checkout: Path) -> tuple[list[str], str]:
 
 
 class ServedRepository:
-    """A work tree (to commit in) and the bare repository the daemon serves (pushed to)."""
+    """A work tree (to commit in) and the bare repository the daemon serves (pushed to).
 
-    def __init__(self, root: Path, checkout: Path):
-        self.work = root / "work"
+    `checkout` given: its files (what is under test), as one commit. Else a
+    repository of its own from `files` (path -> text): a platform's, say.
+    Every repository made under the same `root` is served by one daemon
+    (base path root/served), each by its `name`.
+    """
+
+    def __init__(self, root: Path, checkout: Path | None = None, name: str = NAME, files: dict[str, str] | None = None):
+        self.name = name
+        self.work = root / ("work" if name == NAME else f"work-{name.removesuffix('.git')}")
         self.served = root / "served"
-        self.bare = self.served / NAME
-        files, head = snapshot_of(checkout)
+        self.bare = self.served / name
         self.work.mkdir(parents=True)
-        for name in files:
-            target = self.work / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes((checkout / name).read_bytes())
-            target.chmod((checkout / name).stat().st_mode & 0o777)
+        if checkout is not None:
+            listed, head = snapshot_of(checkout)
+            for path in listed:
+                target = self.work / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes((checkout / path).read_bytes())
+                target.chmod((checkout / path).stat().st_mode & 0o777)
+            message = f"gpu-scheduler {head} (argocd-e2e)"
+        else:
+            for path, text in (files or {}).items():
+                (self.work / path).parent.mkdir(parents=True, exist_ok=True)
+                (self.work / path).write_text(text)
+            message = f"{name} (argocd-e2e)"
         git("init", "--quiet", "--initial-branch", BRANCH, cwd=self.work)
         git("add", "--all", cwd=self.work)
-        git("commit", "--quiet", "--message", f"gpu-scheduler {head} (argocd-e2e)", cwd=self.work)
-        self.served.mkdir()
+        git("commit", "--quiet", "--allow-empty", "--message", message, cwd=self.work)
+        self.served.mkdir(exist_ok=True)
         # Its HEAD names BRANCH: Argo CD's revision HEAD is the default branch.
         git("init", "--quiet", "--bare", "--initial-branch", BRANCH, self.bare, cwd=self.served)
         git("remote", "add", "origin", self.bare, cwd=self.work)

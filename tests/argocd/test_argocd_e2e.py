@@ -1,9 +1,12 @@
-"""Argo CD deploys both charts, in order, from git: per cluster, and on a commit alone.
+"""Argo CD deploys both released charts, in order, from an OCI registry: per cluster, with values from
+the platform's own repository, and on a commit or an annotation alone.
 
 Argo CD runs in the KinD cluster (built here from its Go modules); argocd/
-comes from `kubectl apply -k` of a commit that sets the users' one value to a
-git server serving this checkout (conftest.py). The cluster is picked by the
-labels of its cluster Secret, as a user's are. The oracles are the cluster's
+comes from `kubectl apply -k` of this checkout, unedited but for the project's
+own URL (conftest.py). The charts come from a registry they were pushed to as
+the release job pushes them; the values from a repository that holds nothing
+of this checkout. The cluster is picked by the labels of its cluster Secret
+and told what to deploy by its annotations, as a platform's are. The oracles are the cluster's
 own records (object UIDs and resourceVersions, the job controller's events,
 the pods' specs and their containers' logs) and Argo CD's status of the
 Applications and the ApplicationSet; none is a log line of ours.
@@ -33,23 +36,25 @@ from .conftest import (
     APPSET,
     ARGOCD_NAMESPACE,
     CHARTS,
+    CHARTS_PATH,
     CHECK,
     CHECK_APP,
     CLUSTER_LABELS,
     CLUSTER_NAME,
     INSTALL_TIMEOUT,
     NAMESPACES,
-    PROJECT,
     ROOT_APP,
-    ROOT_PROJECT,
     SCHEDULER,
     SCHEDULER_APP,
     SYNC_TIMEOUT,
+    VALUES_PATH,
     Kube,
+    annotate_args,
     deployed_objects,
     describe,
     our_cluster_objects,
     progress,
+    push_charts,
     rolled_out,
     root_synced,
     script,
@@ -59,9 +64,9 @@ from .conftest import (
 pytestmark = [pytest.mark.argocd, pytest.mark.timeout(INSTALL_TIMEOUT + 6 * SYNC_TIMEOUT)]
 
 CHECK_VALUES = "charts/gpu-scheduler-check/values.yaml"
-# This cluster's own values for the check chart, which the ApplicationSet adds when it exists.
-CLUSTER_CHECK_VALUES = f"clusters/{CLUSTER_NAME}/values-{CHECK}.yaml"
-APPLICATIONSET = "argocd/applicationset.yaml"
+# This cluster's own values for the check chart in the platform's repository, which the
+# ApplicationSet adds when it exists.
+CLUSTER_CHECK_VALUES = f"{VALUES_PATH}/{CLUSTER_NAME}/values-{CHECK}.yaml"
 TLS_SECRET = "gpu-scheduler-webhook-tls"
 WEBHOOK_CONFIGURATIONS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 ROLLING_SYNC = {"username": "applicationset-controller", "automated": True}
@@ -233,8 +238,9 @@ def test_certificate_hooks_ran_under_argocd_and_the_webhook_trusts_their_ca(depl
         assert bundles == {ca}, f"{kind} gpu-scheduler: caBundle is not the CA of Secret {TLS_SECRET}"
 
 
-def test_the_labelled_cluster_gets_both_applications_synced_and_healthy_at_the_served_commit(deployment):
-    served = deployment.repo.head()
+def test_the_labelled_cluster_gets_both_released_charts_from_the_registry_with_the_platforms_values(deployment):
+    version = deployment.annotations["gpu-scheduler/chart-version"]
+    values_commit = deployment.platform.head()
     assert set(deployment.kube.applications()) == {SCHEDULER_APP, CHECK_APP, ROOT_APP}
     for chart, name in APPS.items():
         app = deployment.first[name]
@@ -242,17 +248,23 @@ def test_the_labelled_cluster_gets_both_applications_synced_and_healthy_at_the_s
         assert owners == [("ApplicationSet", APPSET)], owners
         destination = {"server": "https://kubernetes.default.svc", "namespace": NAMESPACES[chart]}
         assert app["spec"]["destination"] == destination
-        # The chart at the default branch, with this cluster's values file from the same commit.
+        # The released chart from the registry the annotation names (oci:// dropped: Argo CD's
+        # Helm OCI source has no scheme), this cluster's values file from the platform's repository.
         charts, values = app["spec"]["sources"]
-        assert (charts["repoURL"], charts["targetRevision"], charts["path"]) == (
-            deployment.repo_url,
-            "HEAD",
-            f"charts/{chart}",
+        assert (charts["repoURL"], charts["chart"], charts["targetRevision"]) == (
+            f"{deployment.registry.host}/{CHARTS_PATH}",
+            chart,
+            version,
         )
-        assert charts["helm"]["valueFiles"] == [f"$values/clusters/{CLUSTER_NAME}/values-{chart}.yaml"]
-        assert (values["repoURL"], values["targetRevision"], values["ref"]) == (deployment.repo_url, "HEAD", "values")
+        assert "path" not in charts
+        assert charts["helm"]["valueFiles"] == [f"$values/{VALUES_PATH}/{CLUSTER_NAME}/values-{chart}.yaml"]
+        assert (values["repoURL"], values["targetRevision"], values["ref"]) == (
+            deployment.platform_url,
+            "HEAD",
+            "values",
+        )
         status = app["status"]
-        assert (status["sync"]["status"], status["sync"]["revisions"]) == ("Synced", [served, served]), name
+        assert (status["sync"]["status"], status["sync"]["revisions"]) == ("Synced", [version, values_commit]), name
         assert status["health"]["status"] == "Healthy", name
         assert status["operationState"]["phase"] == "Succeeded", name
         # The documented CLI sees the same.
@@ -289,7 +301,7 @@ def status_at(events: list[tuple[int, str]], moment: int, kind: str) -> str | No
 def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deployment):
     scheduler = deployment.first[SCHEDULER_APP]
     check = deployment.first[CHECK_APP]
-    served = deployment.repo.head()
+    served = f"{deployment.annotations['gpu-scheduler/chart-version']},{deployment.platform.head()}"
 
     # Every sync of both was RollingSync's (the ApplicationSet controller's), not ours.
     for app in (scheduler, check):
@@ -303,8 +315,8 @@ def test_rolling_sync_synced_the_check_only_once_gpu_scheduler_was_healthy(deplo
     # still run (docs/install.md says what the check's sync meets then).
     scheduler_events = argocd_events(deployment.kube, scheduler)
     check_events = argocd_events(deployment.kube, check)
-    # Two sources (the chart, this cluster's values file): Argo CD names both revisions.
-    synced = [ns for ns, message in scheduler_events if message == f"Sync operation to {served},{served} succeeded"]
+    # Two sources (the chart's version, the values repository): Argo CD names both revisions.
+    synced = [ns for ns, message in scheduler_events if message == f"Sync operation to {served} succeeded"]
     created = [
         ns for ns, message in check_events if re.fullmatch(r"Updated health status: \w* -> (?!Missing$)\w+", message)
     ]
@@ -374,13 +386,14 @@ def test_a_second_sync_with_nothing_changed_changes_nothing(deployment):
 
 
 def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
-    """clusters/<cluster>/values-<chart>.yaml, committed and pushed: nothing else. Argo CD
-    notices the commit at its next poll (timeout.reconciliation, 20 s in our install)."""
-    kube, repo = deployment.kube, deployment.repo
-    chart_map = scheduling_map(repo.work / CHECK_VALUES)
+    """clusters/<cluster>/values-<chart>.yaml in the platform's repository, committed and pushed:
+    nothing else. Argo CD notices the commit at its next poll (timeout.reconciliation, 20 s in our
+    install)."""
+    kube, repo = deployment.kube, deployment.platform
+    chart_map = scheduling_map(deployment.repo.work / CHECK_VALUES)
     assert chart_map.count("\n4=node4:3\n") == 1, "the chart's map no longer has the line this test moves"
     values = repo.work / CLUSTER_CHECK_VALUES
-    assert not values.exists(), f"{CLUSTER_CHECK_VALUES} is in the checkout: this test writes it"
+    assert not values.exists(), f"{CLUSTER_CHECK_VALUES} is in the platform's repository: this test writes it"
     values.parent.mkdir(parents=True)
     values.write_text(yaml.safe_dump({"schedulingMap": chart_map.replace("\n4=node4:3\n", "\n4=node1:2\n")}))
     revision = repo.commit(f"{CLUSTER_NAME}: check pod 4 to node1, GPU 2")
@@ -391,7 +404,7 @@ def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
     started = time.monotonic()
     wait_for(
         f"both Applications Synced and Healthy at {revision[:12]}, with no CLI",
-        lambda: rolled_out(kube, revision),
+        lambda: rolled_out(kube, [deployment.annotations["gpu-scheduler/chart-version"], revision]),
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
@@ -399,7 +412,7 @@ def test_a_commit_of_the_clusters_own_values_deploys_with_no_cli(deployment):
     progress(f"the committed values rolled out by RollingSync ({seconds:.0f}s after the commit)")
     check = kube.application(CHECK_APP)["status"]["operationState"]
     assert check["operation"]["initiatedBy"] == ROLLING_SYNC, "the change was not synced by RollingSync"
-    assert check["syncResult"]["revisions"] == [revision, revision]
+    assert check["syncResult"]["revisions"] == [deployment.annotations["gpu-scheduler/chart-version"], revision]
     wait_for_new_check_pods(kube, expected, old_pods, "on this cluster's map")
     assert check_pods(kube)["gpu-scheduler-check-4"]["spec"]["nodeName"] == "node1"
 
@@ -415,7 +428,7 @@ def test_a_statefulset_given_its_entries_at_apply_stays_synced(deployment):
     writeDeviceEntries: false) is stored with the bind entries by gpu-scheduler's admission,
     once, at apply; Argo CD, with the sync options argocd/ uses, keeps it Synced and does not
     sync it again, and its pods run with the devices the bind gave them."""
-    kube, argocd, repo = deployment.kube, deployment.argocd, deployment.repo
+    kube, argocd, repo = deployment.kube, deployment.argocd, deployment.platform
     values = repo.work / CLUSTER_CHECK_VALUES
     assert values.exists(), f"{CLUSTER_CHECK_VALUES}: the test before this one writes it"
     cluster_values = yaml.safe_load(values.read_text())
@@ -425,14 +438,14 @@ def test_a_statefulset_given_its_entries_at_apply_stays_synced(deployment):
     old_pods = {name: pod["metadata"]["uid"] for name, pod in check_pods(kube).items()}
 
     # What Argo CD applies: the chart's template, without the entries.
-    rendered = helm_template(CHECK, repo.work / CHARTS[CHECK], NAMESPACES[CHECK], "-f", str(values))
+    rendered = helm_template(CHECK, deployment.repo.work / CHARTS[CHECK], NAMESPACES[CHECK], "-f", str(values))
     (template,) = [doc["spec"]["template"] for doc in rendered if doc["kind"] == "StatefulSet"]
     rendered_env = template["spec"]["containers"][0]["env"]
     assert not [e for e in rendered_env if e["name"].startswith("CUDA_")], rendered_env
 
     wait_for(
         f"both Applications Synced and Healthy at {revision[:12]}",
-        lambda: rolled_out(kube, revision),
+        lambda: rolled_out(kube, [deployment.annotations["gpu-scheduler/chart-version"], revision]),
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
@@ -462,43 +475,38 @@ def test_a_statefulset_given_its_entries_at_apply_stays_synced(deployment):
     )
 
 
-def test_a_merged_commit_pinning_a_release_deploys_that_tag(deployment):
-    """The root Application applies argocd/ as merged: a revision bumped to a release tag
-    deploys the tag's commit, while the branch moves on."""
+def test_a_release_named_on_the_cluster_secret_deploys_from_the_registry(deployment, tmp_path):
+    """A new release pushed by the release job, then its version set on the cluster Secret (the
+    annotation gpu-scheduler/chart-version): nothing else. Both Applications sync it, in order;
+    the root Application, which applies argocd/applicationset.yaml alone, has nothing to do."""
     kube, repo = deployment.kube, deployment.repo
-    released = repo.tag("v0.1.0")
-    appset = repo.work / APPLICATIONSET
-    text = appset.read_text()
-    assert text.count("targetRevision: HEAD\n") == 2, f"{APPLICATIONSET}: not the two sources at HEAD"
-    # The first source's revision, as a user edits it; kustomization.yaml copies it to the second.
-    appset.write_text(text.replace("targetRevision: HEAD\n", "targetRevision: v0.1.0\n", 1))
-    bumped = repo.commit("deploy v0.1.0")
-    assert bumped != released
+    released = deployment.annotations["gpu-scheduler/chart-version"]
+    major, minor, patch = map(int, released.split("."))
+    version = push_charts(repo.work, deployment.registry, tmp_path, version=f"{major}.{minor}.{patch + 1}")
+    deployment.annotations["gpu-scheduler/chart-version"] = version
+    script("argocd.sh", "in-cluster", *annotate_args(deployment.annotations), *CLUSTER_LABELS)
 
-    def pinned():
-        apps = rolled_out(kube, released)
-        if apps is None or not root_synced(kube, bumped):
-            return None
-        revisions = {name: [s["targetRevision"] for s in apps[1][name]["spec"]["sources"]] for name in APPS.values()}
-        return apps if set(map(tuple, revisions.values())) == {("v0.1.0", "v0.1.0")} else None
-
-    wait_for(
-        f"the root Application at {bumped[:12]} and both Applications at v0.1.0 ({released[:12]})",
-        pinned,
+    started = time.monotonic()
+    _, apps = wait_for(
+        f"both Applications Synced and Healthy at chart {version}",
+        lambda: rolled_out(kube, [version, deployment.platform.head()]),
         SYNC_TIMEOUT,
         explain=lambda: describe(kube),
     )
-    applied = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
-    assert [s["targetRevision"] for s in applied["spec"]["template"]["spec"]["sources"]] == ["v0.1.0", "v0.1.0"]
-    root = kube.application(ROOT_APP)
-    assert root["status"]["operationState"]["operation"]["initiatedBy"].get("automated") is True
-    synced = {(r["kind"], r["name"]) for r in root["status"]["resources"]}
-    assert synced == {
-        ("AppProject", PROJECT),
-        ("AppProject", ROOT_PROJECT),
-        ("ApplicationSet", APPSET),
-        ("Application", ROOT_APP),
-    }
+    progress(f"chart {version} rolled out by RollingSync ({time.monotonic() - started:.0f}s after the annotation)")
+    for name in APPS.values():
+        assert apps[name]["spec"]["sources"][0]["targetRevision"] == version
+        assert apps[name]["status"]["operationState"]["operation"]["initiatedBy"] == ROLLING_SYNC
+    # What the cluster runs is the new chart's rendering (Helm's chart label names its version).
+    for chart, namespace in NAMESPACES.items():
+        workloads = kube.items("-n", namespace, "deployments.apps,statefulsets.apps")
+        charts = {w["metadata"]["name"]: w["metadata"]["labels"].get("helm.sh/chart") for w in workloads}
+        assert charts and set(charts.values()) == {f"{chart}-{version}"}, charts
+    # The root Application applies the ApplicationSet and nothing else: no AppProject (opt-in,
+    # argocd/appprojects-from-git.yaml), not itself.
+    root = root_synced(kube, repo.head())
+    assert root is not None, describe(kube)
+    assert {(r["kind"], r["name"]) for r in root["status"]["resources"]} == {("ApplicationSet", APPSET)}
 
 
 def test_a_cluster_without_the_check_label_loses_the_check_only(deployment):
@@ -507,7 +515,7 @@ def test_a_cluster_without_the_check_label_loses_the_check_only(deployment):
     kube = deployment.kube
     scheduler_uid = kube.application(SCHEDULER_APP)["metadata"]["uid"]
     deploy_only = [label for label in CLUSTER_LABELS if not label.startswith("gpu-scheduler/check=")]
-    script("argocd.sh", "in-cluster", *deploy_only)
+    script("argocd.sh", "in-cluster", *annotate_args(deployment.annotations), *deploy_only)
 
     wait_for(
         f"{CHECK_APP} and its pods deleted",
@@ -520,6 +528,38 @@ def test_a_cluster_without_the_check_label_loses_the_check_only(deployment):
     scheduler = kube.application(SCHEDULER_APP)
     assert scheduler["metadata"]["uid"] == scheduler_uid
     assert scheduler["status"]["health"]["status"] == "Healthy"
+
+
+def test_a_labelled_cluster_without_its_chart_version_stops_the_applicationset_saying_so(deployment):
+    """The annotation gpu-scheduler/chart-version removed: the ApplicationSet reports which
+    cluster lacks which annotation and changes no Application (the one there stays as it was)."""
+    kube = deployment.kube
+    before = kube.application(SCHEDULER_APP)
+    deploy_only = [label for label in CLUSTER_LABELS if not label.startswith("gpu-scheduler/check=")]
+    missing = {key: value for key, value in deployment.annotations.items() if key != "gpu-scheduler/chart-version"}
+    script("argocd.sh", "in-cluster", *annotate_args(missing), *deploy_only)
+    try:
+
+        def reported():
+            appset = kube.get("-n", ARGOCD_NAMESPACE, "applicationsets.argoproj.io", APPSET)
+            for condition in appset.get("status", {}).get("conditions", []):
+                if condition["type"] == "ErrorOccurred" and condition["status"] == "True":
+                    if "gpu-scheduler/chart-version" in condition["message"]:
+                        return condition
+            return None
+
+        condition = wait_for(
+            "the ApplicationSet to name the missing annotation", reported, 120, explain=lambda: describe(kube)
+        )
+        assert (
+            f"cluster {CLUSTER_NAME}: its cluster Secret has no annotation gpu-scheduler/chart-version"
+            in (condition["message"])
+        ), condition
+        after = kube.application(SCHEDULER_APP)
+        assert after["metadata"]["uid"] == before["metadata"]["uid"]
+        assert after["spec"] == before["spec"]
+    finally:
+        script("argocd.sh", "in-cluster", *annotate_args(deployment.annotations), *deploy_only)
 
 
 def test_argocd_runs_in_the_cluster_with_progressive_syncs(deployment):

@@ -1,5 +1,6 @@
-"""argocd/: the AppProject and the ApplicationSet that deploy both charts in order on the
-clusters labelled for them, and the root Application that keeps argocd/ applied from git.
+"""argocd/: the AppProject and the ApplicationSet that deploy both released charts in order on the
+clusters labelled for them, each at the version and with the values its cluster Secret names, and
+the root Application that keeps the ApplicationSet applied from git (the AppProject only by opt-in).
 
 Offline, the manifests are checked against the charts they deploy (every kind
 the charts render is allowed, nothing else cluster-wide). On the local
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 
@@ -75,6 +75,10 @@ def manifest(name: str) -> dict:
 PROJECT = manifest("appproject.yaml")
 APPSET = manifest("applicationset.yaml")
 ROOT = {doc["kind"]: doc for doc in yaml.safe_load_all((ARGOCD / "root.yaml").read_text())}
+# The opt-in that keeps the AppProject gpu-scheduler applied from git.
+PROJECTS_FROM_GIT = {doc["kind"]: doc for doc in yaml.safe_load_all((ARGOCD / "appprojects-from-git.yaml").read_text())}
+# What each cluster Secret tells the ApplicationSet: required, then optional.
+REQUIRED_ANNOTATIONS = ("gpu-scheduler/chart-registry", "gpu-scheduler/chart-version", "gpu-scheduler/values-repo")
 # One clusters generator per chart: the clusters it goes to (by label) and its parameters.
 GENERATORS = [g["clusters"] for g in APPSET["spec"]["generators"]]
 SOURCES = APPSET["spec"]["template"]["spec"]["sources"]
@@ -120,8 +124,9 @@ def test_project_allows_every_namespaced_kind_of_every_chart_mode(render):
 
 
 @pytest.mark.delivery
-def test_project_is_limited_to_this_repository_and_our_two_namespaces():
-    assert PROJECT["spec"]["sourceRepos"] == [REPO_URL]
+def test_project_takes_any_source_and_is_limited_to_our_two_namespaces():
+    # The sources are each cluster Secret's (its annotations): no list here could name them.
+    assert PROJECT["spec"]["sourceRepos"] == ["*"]
     # Any cluster Argo CD knows: which ones is the ApplicationSet's labels' choice.
     assert {(d["server"], d["namespace"]) for d in PROJECT["spec"]["destinations"]} == {
         ("*", SCHEDULER_NAMESPACE),
@@ -153,53 +158,96 @@ def test_applicationset_generates_scheduler_then_check_per_labelled_cluster():
     assert template["spec"]["destination"] == {"server": "{{ .server }}", "namespace": "{{ .values.namespace }}"}
 
 
+def annotation_read(template: str, key: str) -> bool:
+    """Whether a field's template reads annotation `key` of the cluster Secret (tolerating a Secret
+    without annotations: missingkey=error refuses .metadata.annotations then)."""
+    return f'index (index .metadata "annotations" | default dict) "{key}"' in template
+
+
+def refuses_without(template: str, key: str) -> bool:
+    """Whether the template fails, naming the cluster and `key`, when the annotation is missing."""
+    return (
+        annotation_read(template, key)
+        and "{{- if not $v }}{{ fail (printf" in template
+        and f'.name "{key}") }}}}{{{{ end }}}}' in template
+    )
+
+
 @pytest.mark.delivery
-def test_each_chart_takes_its_clusters_values_file_from_the_same_commit():
-    charts, values = SOURCES
-    assert charts["path"] == "charts/{{ .values.chart }}"
+def test_each_chart_comes_from_the_registry_and_version_its_cluster_secret_names():
+    charts, _ = SOURCES
+    # Argo CD's Helm OCI source: a repoURL without scheme, and the chart's name.
+    assert charts["chart"] == "{{ .values.chart }}"
+    assert "path" not in charts
+    assert refuses_without(charts["repoURL"], "gpu-scheduler/chart-registry")
+    assert charts["repoURL"].endswith('{{- $v | trimPrefix "oci://" | trimSuffix "/" }}')
+    assert refuses_without(charts["targetRevision"], "gpu-scheduler/chart-version")
+    assert charts["targetRevision"].endswith('{{- $v | trimPrefix "v" }}')
     assert charts["helm"]["releaseName"] == "{{ .values.chart }}"
-    assert charts["helm"]["valueFiles"] == ["$values/clusters/{{ .name }}/values-{{ .values.chart }}.yaml"]
-    # A cluster with no file of its own takes the chart's values.
-    assert charts["helm"]["ignoreMissingValueFiles"] is True
-    assert values == {"repoURL": charts["repoURL"], "targetRevision": charts["targetRevision"], "ref": "values"}
-    assert charts["repoURL"] == REPO_URL
-
-
-@pytest.mark.delivery
-def test_the_deployed_revision_is_recorded_in_git_the_default_branch_until_a_release_is_pinned():
-    """Recreating the ApplicationSet deploys the same thing: the revision is in git, the
-    charts at it name their images (nothing is set on the live Applications). HEAD (the
-    default branch) works before any tag exists; a pinned release is a tag vX.Y.Z."""
-    revision = SOURCES[0]["targetRevision"]
-    version = run(["python3", REPO / "scripts" / "version.py"]).stdout.strip()
-
-    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", revision)
-    assert revision == "HEAD" or match, f"revision {revision!r} is neither HEAD nor a release tag vX.Y.Z"
-    # A tag that can exist: never ahead of the version this commit declares.
-    assert not match or tuple(map(int, match.groups())) <= tuple(map(int, version.split(".")))
-    assert not SOURCES[0]["helm"].get("parameters")
+    assert not charts["helm"].get("parameters")
     assert "ignoreApplicationDifferences" not in APPSET["spec"]
 
 
 @pytest.mark.delivery
-def test_the_root_application_keeps_argocd_applied_from_the_default_branch():
+def test_each_chart_takes_its_clusters_values_file_from_the_platforms_repository():
+    charts, values = SOURCES
+    (value_file,) = charts["helm"]["valueFiles"]
+    assert value_file.startswith("$values/{{ ")
+    assert annotation_read(value_file, "gpu-scheduler/values-path")
+    assert value_file.endswith(' | default "clusters" }} {{- "/" }}{{ .name }}/values-{{ .values.chart }}.yaml')
+    # A cluster with no file of its own takes the chart's values.
+    assert charts["helm"]["ignoreMissingValueFiles"] is True
+    assert set(values) == {"repoURL", "targetRevision", "ref"}
+    assert values["ref"] == "values"
+    assert refuses_without(values["repoURL"], "gpu-scheduler/values-repo")
+    assert annotation_read(values["targetRevision"], "gpu-scheduler/values-revision")
+    assert values["targetRevision"].endswith(' | default "HEAD" }}')
+
+
+@pytest.mark.delivery
+def test_nothing_a_user_sets_is_written_in_argocd():
+    """No repository, registry or version in the ApplicationSet: every source's fields are read
+    from the cluster Secret, so nobody edits (or forks) argocd/ to deploy."""
+    spec = json.dumps(APPSET["spec"])
+    assert "://" not in spec.replace('\\"oci://\\"', ""), "a URL is written in the ApplicationSet"
+    for field in (SOURCES[0]["repoURL"], SOURCES[0]["targetRevision"], SOURCES[1]["repoURL"]):
+        assert field.startswith("{{ $v := index") and field.endswith(" }}"), field
+    assert [key for key in REQUIRED_ANNOTATIONS if key in spec] == list(REQUIRED_ANNOTATIONS)
+
+
+@pytest.mark.delivery
+def test_the_root_application_keeps_only_the_applicationset_applied_from_the_default_branch():
     project, root = ROOT["AppProject"], ROOT["Application"]
     source = root["spec"]["source"]
     assert (source["repoURL"], source["targetRevision"], source["path"]) == (REPO_URL, "HEAD", "argocd")
+    # The one file, not kustomization.yaml: never itself, its project or the AppProject.
+    assert source["directory"] == {"include": "applicationset.yaml"}
     assert root["spec"]["project"] == project["metadata"]["name"]
     assert root["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
     # Deleting the root leaves what it applied: removing the gpu-scheduler is deleting the ApplicationSet.
     assert "finalizers" not in root["metadata"]
-    # Its project writes Argo CD's own objects in Argo CD's namespace, nothing else.
+    # Its project writes ApplicationSets in Argo CD's namespace, nothing else.
     assert project["spec"]["sourceRepos"] == [REPO_URL]
     assert project["spec"]["destinations"] == [{"server": "https://kubernetes.default.svc", "namespace": "argocd"}]
-    assert {(r["group"], r["kind"]) for r in project["spec"]["namespaceResourceWhitelist"]} == {
-        ("argoproj.io", "AppProject"),
-        ("argoproj.io", "ApplicationSet"),
-        ("argoproj.io", "Application"),
-    }
+    assert project["spec"]["namespaceResourceWhitelist"] == [{"group": "argoproj.io", "kind": "ApplicationSet"}]
     assert not project["spec"].get("clusterResourceWhitelist")
     assert root["spec"]["destination"] == project["spec"]["destinations"][0]
+
+
+@pytest.mark.delivery
+def test_appprojects_from_git_is_an_opt_in_of_its_own_that_applies_the_appproject_only():
+    project, app = PROJECTS_FROM_GIT["AppProject"], PROJECTS_FROM_GIT["Application"]
+    source = app["spec"]["source"]
+    assert (source["repoURL"], source["targetRevision"], source["path"]) == (REPO_URL, "HEAD", "argocd")
+    assert source["directory"] == {"include": "appproject.yaml"}
+    assert app["spec"]["project"] == project["metadata"]["name"] != ROOT["AppProject"]["metadata"]["name"]
+    assert project["spec"]["namespaceResourceWhitelist"] == [{"group": "argoproj.io", "kind": "AppProject"}]
+    assert project["spec"]["sourceRepos"] == [REPO_URL]
+    assert project["spec"]["destinations"] == ROOT["AppProject"]["spec"]["destinations"]
+    assert not project["spec"].get("clusterResourceWhitelist")
+    assert "finalizers" not in app["metadata"]
+    # Not applied by `kubectl apply -k argocd/`: an opt-in is a command of its own.
+    assert "appprojects-from-git.yaml" not in yaml.safe_load((ARGOCD / "kustomization.yaml").read_text())["resources"]
 
 
 @pytest.mark.delivery
@@ -253,28 +301,17 @@ def test_kustomization_applies_every_file_in_the_argocd_namespace(kubectl):
 
 
 @pytest.mark.delivery
-def test_one_repository_and_revision_set_once_reach_every_place_that_names_them(kubectl, tmp_path):
-    # One value for users: the first source's repoURL (and beside it the
-    # revision). A fork that changes only those lines gets projects that allow
-    # exactly its repository, a root Application that watches it, and a
-    # values source at the same revision as the charts.
-    fork = tmp_path / "argocd"
-    shutil.copytree(ARGOCD, fork)
-    ours = "https://gitlab.example.com/team/gpu-scheduler.git"
-    appset = yaml.safe_load((fork / "applicationset.yaml").read_text())
-    appset["spec"]["template"]["spec"]["sources"][0].update(repoURL=ours, targetRevision="v0.1.0")
-    (fork / "applicationset.yaml").write_text(yaml.safe_dump(appset))
-
-    objects = kustomize(kubectl, fork)
-
-    for project in ("gpu-scheduler", "gpu-scheduler-gitops"):
-        assert objects[("AppProject", project)]["spec"]["sourceRepos"] == [ours]
-    assert objects[("AppProject", "gpu-scheduler")]["spec"]["destinations"] == PROJECT["spec"]["destinations"]
-    assert objects[("Application", "gpu-scheduler-gitops")]["spec"]["source"]["repoURL"] == ours
-    # The root follows the default branch whatever release the charts are pinned to.
-    assert objects[("Application", "gpu-scheduler-gitops")]["spec"]["source"]["targetRevision"] == "HEAD"
-    sources = objects[("ApplicationSet", "gpu-scheduler")]["spec"]["template"]["spec"]["sources"]
-    assert [(s["repoURL"], s["targetRevision"]) for s in sources] == [(ours, "v0.1.0"), (ours, "v0.1.0")]
+def test_the_project_url_is_the_same_everywhere_argocd_names_it():
+    """The project's own URL (root.yaml's source), which its maintainers set once: the same in
+    every file of argocd/ that names a git repository."""
+    named = set()
+    for path in sorted(ARGOCD.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            named.update(doc["spec"].get("sourceRepos", []))
+            named.update([doc["spec"]["source"]["repoURL"]] if "source" in doc["spec"] else [])
+    assert named - {"*"} == {REPO_URL}
 
 
 def wait_established(base: list, crd: str, timeout: float = 60) -> None:

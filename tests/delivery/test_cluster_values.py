@@ -26,8 +26,8 @@ def checkout(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def check(root: Path):
-    return run([sys.executable, CHECK, root])
+def check(root: Path, *values: Path):
+    return run([sys.executable, CHECK, root, *values])
 
 
 def test_this_checkouts_clusters_directory_passes():
@@ -84,3 +84,21 @@ def test_every_problem_is_listed_not_only_the_first(tmp_path):
     ]
     for line, start in zip(lines, expected, strict=True):
         assert line.startswith(f"check-cluster-values: {start}"), line
+
+
+def test_a_platforms_values_folder_outside_the_checkout_is_checked_against_its_charts(tmp_path):
+    """What docs/install.md tells users to run on their own values repository."""
+    root = checkout(tmp_path / "checkout", {})
+    platform = tmp_path / "platform" / "gpu"
+    for path, text in {
+        "prod-gpu/values-gpu-scheduler.yaml": "a: 1\n",
+        "prod-gpu/values-gpu-schedular-check.yaml": "a: 1\n",
+    }.items():
+        (platform / path).parent.mkdir(parents=True, exist_ok=True)
+        (platform / path).write_text(text)
+    result = check(root, platform)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "check-cluster-values: gpu/prod-gpu/values-gpu-schedular-check.yaml: Argo CD never reads this file; "
+        "did you mean values-gpu-scheduler-check.yaml?"
+    ]

@@ -291,8 +291,11 @@ def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
 
 
 def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline):
-    served = PIPELINE_DIR / "git" / "served" / "gpu-scheduler.git"
-    release = run(["git", "--git-dir", served, "rev-parse", "deploy"]).stdout.strip()
+    served = PIPELINE_DIR / "git" / "served"
+    release = run(["git", "--git-dir", served / "gpu-scheduler.git", "rev-parse", "deploy"]).stdout.strip()
+    values = run(["git", "--git-dir", served / "platform.git", "rev-parse", "main"]).stdout.strip()
+    # The charts publish-charts pushed: the tag's version, from the registry.
+    charts = [pipeline.tag.removeprefix("v"), values]
     applications = json.loads(pipeline.kubectl("-n", "argocd", "get", "applications.argoproj.io", "-o", "json"))
 
     def state(app):
@@ -300,7 +303,7 @@ def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline)
         return (
             sync["status"],
             app["status"]["health"]["status"],
-            # The charts' Applications have two sources (chart, cluster values); the root one.
+            # The charts' Applications have two sources (chart version, platform's values); the root one.
             sync.get("revisions") or [sync.get("revision")],
             app["status"]["operationState"]["phase"],
         )
@@ -308,8 +311,8 @@ def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline)
     states = {app["metadata"]["name"]: state(app) for app in applications["items"]}
     # One Application per chart on the one cluster labelled for both, and the root.
     assert states == {
-        "gpu-scheduler-in-cluster": ("Synced", "Healthy", [release, release], "Succeeded"),
-        "gpu-scheduler-check-in-cluster": ("Synced", "Healthy", [release, release], "Succeeded"),
+        "gpu-scheduler-in-cluster": ("Synced", "Healthy", charts, "Succeeded"),
+        "gpu-scheduler-check-in-cluster": ("Synced", "Healthy", charts, "Succeeded"),
         "gpu-scheduler-gitops": ("Synced", "Healthy", [release], "Succeeded"),
     }, states
     # Argo CD's own Events: the scheduler was Synced and Healthy at this release before
@@ -318,7 +321,7 @@ def test_argocd_synced_both_applications_healthy_at_the_served_release(pipeline)
     apps = {app["metadata"]["name"]: app for app in applications["items"]}
     scheduler = argocd_events(pipeline, apps["gpu-scheduler-in-cluster"])
     check = argocd_events(pipeline, apps["gpu-scheduler-check-in-cluster"])
-    assert scheduler_ready_before_check(scheduler, check, release), f"{scheduler} / {check}"
+    assert scheduler_ready_before_check(scheduler, check, ",".join(charts)), f"{scheduler} / {check}"
 
 
 def argocd_events(pipeline, app: dict) -> list[tuple[int, str]]:
@@ -334,12 +337,15 @@ def argocd_events(pipeline, app: dict) -> list[tuple[int, str]]:
     )
 
 
-def scheduler_ready_before_check(scheduler: list[tuple[int, str]], check: list[tuple[int, str]], release: str) -> bool:
+def scheduler_ready_before_check(
+    scheduler: list[tuple[int, str]], check: list[tuple[int, str]], revisions: str
+) -> bool:
     """Whether the scheduler's Events say it was Synced and Healthy when the check's objects first
-    appeared, and that a sync of it to `release` succeeded. RollingSync waits for Synced and
+    appeared, and that a sync of it to `revisions` (Argo CD's "<chart version>,<values commit>")
+    succeeded. RollingSync waits for Synced and
     Healthy, not for the end of the sync operation (its PostSync hook may still run then)."""
     appeared = [ns for ns, message in check if re.fullmatch(r"Updated health status: \w* -> (?!Missing$)\w+", message)]
-    synced = [ns for ns, message in scheduler if message == f"Sync operation to {release},{release} succeeded"]
+    synced = [ns for ns, message in scheduler if message == f"Sync operation to {revisions} succeeded"]
     if not appeared or not synced:
         return False
     last = {}
