@@ -343,6 +343,8 @@ def test_containers_given_different_devices_are_refused_naming_each(cache):
     decision = decide(trim_pending_pod(mixed), cache)
     assert not decision.bind and not decision.retryable
     assert "different CUDA_VISIBLE_DEVICES (init-setup='0', main='1', sidecar from the bind)" in decision.reason
+    # What to do instead: the entry that reads the bind (no webhook of ours writes literals).
+    assert "metadata.annotations['gpu-scheduler/cuda-visible-devices']" in decision.reason
 
 
 def test_a_pod_is_refused_while_any_container_lacks_the_entry(cache):

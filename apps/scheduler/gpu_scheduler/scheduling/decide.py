@@ -155,9 +155,10 @@ def _containers_disagree(key: str, entry: MapEntry, given: ContainerDevices) -> 
         entry,
         (
             f"the pod's containers were created with different {CUDA_ENV} ({given.describe()}); "
-            "the gpu-scheduler webhook gives every container the same devices, so it did not set these, "
-            "and the scheduler cannot tell which GPUs the pod would use: delete the pod and create it "
-            "again with the webhook running"
+            "gpu-scheduler writes no literal values, so it did not set these, and the scheduler cannot "
+            "tell which GPUs the pod would use: give every container and init container the entry "
+            f'`{{name: {CUDA_ENV}, valueFrom: {{fieldRef: {{fieldPath: "{DEVICES_FIELD_PATH}"}}}}}}` '
+            "instead and create the pod again"
         ),
     )
 
