@@ -47,7 +47,7 @@ register() {
     die "binfmt: qemu-$machine is registered on this kernel ($(tr '\n' ' ' <"$entry")) but not enabled with the F flag, so containers cannot use it: register it with F (Debian's qemu-user-static does) or remove it ('echo -1 > $entry' as root)"
   fi
   may_install_packages ||
-    die "binfmt: no QEMU for $machine is registered on this kernel: as root, 'apt-get install qemu-user-static binfmt-support' (Debian/Ubuntu) registers it, or run this again as root with INSTALL_PACKAGES=1"
+    die "binfmt: no QEMU for $machine is registered on this kernel: installing Debian's (or Ubuntu's) qemu-user-static and binfmt-support as root registers it, or run this again as root with INSTALL_PACKAGES=1"
   if ! mountpoint -q "$BINFMT"; then
     log "binfmt: mounting binfmt_misc on $BINFMT"
     mount -t binfmt_misc binfmt_misc "$BINFMT" || die "binfmt: cannot mount binfmt_misc on $BINFMT (a privileged runner can)"
