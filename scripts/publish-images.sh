@@ -64,11 +64,14 @@ declare -A manifests # image -> "-m REF@DIGEST" for each platform
 for platform in "${PLATFORMS[@]}"; do
   arch="${platform#linux/}"
   start=$SECONDS
-  SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA-$arch" \
-    CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA-$arch" \
+  # Built under a local tag per platform that outlives the pipeline's own
+  # tags (make pipeline removes those), so that images.sh finds an unchanged
+  # image up to date next time instead of building it again (under QEMU, minutes).
+  SCHEDULER_IMAGE="gpu-scheduler:build-$arch" CHECK_IMAGE="gpu-scheduler-check:build-$arch" \
     IMAGE_PLATFORM="$platform" "$REPO_ROOT/scripts/images.sh" build >/dev/null
   for image in "${IMAGES[@]}"; do
     ref="$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA-$arch"
+    docker tag "$image:build-$arch" "$ref"
     docker push --quiet "$ref" >/dev/null || die "build-image: docker push $ref failed (above)"
     said="$(config_platform "$ref")"
     if [[ "$said" != "$platform" ]]; then

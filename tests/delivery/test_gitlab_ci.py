@@ -212,8 +212,8 @@ def test_images_are_built_by_images_sh_with_the_jobs_own_docker_engine_not_kanik
     assert script == ["scripts/docker-engine.sh ensure", "scripts/publish-images.sh"]
     # Go's image: crane (cluster/crane) makes the index.
     assert raw_image_of(build) == "$GO_IMAGE" and image_of(build).endswith("-bookworm"), image_of(build)
-    # One images.sh build per platform, under that platform's tags.
-    assert 'SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA-$arch"' in publish
+    # One images.sh build per platform, under a local tag of that platform.
+    assert 'SCHEDULER_IMAGE="gpu-scheduler:build-$arch"' in publish
     assert 'IMAGE_PLATFORM="$platform" "$REPO_ROOT/scripts/images.sh" build' in publish
     # The login is the job's own, never the runner's Docker config.
     assert build["variables"]["DOCKER_CONFIG"] == "$CI_PROJECT_DIR/.cache/docker-config"
@@ -232,7 +232,8 @@ def test_build_image_builds_amd64_and_arm64_by_default_and_pushes_the_commit_tag
     # not the branch's, not a release's.
     assert re.findall(r'^ *ref="([^"]*)"', publish, re.M) == ["$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA-$arch"]
     assert re.findall(r'index="([^"]*)"', publish) == ["$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA"]
-    for word in ("docker tag", "CI_COMMIT_REF_SLUG", "CI_COMMIT_TAG"):
+    assert re.findall(r"docker tag (.*)", publish) == ['"$image:build-$arch" "$ref"']
+    for word in ("CI_COMMIT_REF_SLUG", "CI_COMMIT_TAG"):
         assert word not in publish and word not in " ".join(build["script"]), word
     assert "wheelhouse" not in JOBS
 
