@@ -81,16 +81,12 @@ public_keys=("$OUT/cosign.pub")
 [[ -z "${COSIGN_PUBLIC_KEY:-}" ]] || public_keys+=("$(key_ref COSIGN_PUBLIC_KEY)")
 log "sign: cosign $("$COSIGN" version --json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'), syft $("$SYFT" version | awk '/^Version:/ {print $2}') ($CI_REGISTRY_IMAGE, $CI_COMMIT_TAG)"
 
-# platforms_of REF: "DIGEST ARCH" for each image of the index REF; fails
-# when REF is no index.
+# platforms_of REF: "DIGEST ARCH" for each image of the index REF (crane's
+# table: digest, media type, os/arch); fails when REF is no index.
 platforms_of() {
-  crane manifest "$1" | python3 -c '
-import json, sys
-index = json.load(sys.stdin)
-if "manifests" not in index:
-    sys.exit("not an index: %s" % index.get("mediaType"))
-for m in index["manifests"]:
-    print(m["digest"], m["platform"]["architecture"])'
+  local listed
+  listed="$(crane index list "$1")" || return 1
+  awk 'NR > 1 { split($3, platform, "/"); print $1, platform[2] }' <<<"$listed"
 }
 
 # verify WHAT REF: cosign's check of REF's signature (WHAT=signature) or SBOM
