@@ -386,8 +386,8 @@ def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline
 def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
     pods = json.loads(pipeline.kubectl("get", "pods", "-A", "-o", "json"))["items"]
     digests = {f"{REGISTRY_IMAGE}/{image}": digest_of(pipeline, image) for image in IMAGES}
-    # What the amd64 image of each index is, by its config's digest: the image ID containerd
-    # gives the image it unpacked and runs.
+    # What the amd64 image of each index is, by its config's digest: the image ID containerd's
+    # CRI gives the image it unpacked and runs.
     amd64_configs = {
         f"{REGISTRY_IMAGE}/{image}": manifest_of(pipeline, image, platform_digests(pipeline, image)["amd64"])["config"][
             "digest"
@@ -405,12 +405,17 @@ def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
                 assert tag == pipeline.version, f"{pod['metadata']['name']}: {status['image']}"
                 # The release tag's index, as the kubelet reports it...
                 assert status["imageID"] == f"{repository}@{digests[repository]}", status
-                # ...of which the node's containerd runs the amd64 image, asked on that node.
+                # ...of which the node's containerd unpacked the amd64 image: its CRI names an image
+                # by its config's digest, in a record whose target is the index.
                 node = nodes[pod["status"]["hostIP"]]
-                inspected = run(["docker", "exec", node, "crictl", "inspecti", "-o", "json", status["imageID"]])
-                assert inspected.returncode == 0, inspected.stderr
-                image_status = json.loads(inspected.stdout)["status"]
-                assert image_status["id"] == amd64_configs[repository], (node, image_status)
+                listed = run(["docker", "exec", node, "ctr", "-n", "k8s.io", "images", "ls"])
+                assert listed.returncode == 0, listed.stderr
+                ids = {
+                    fields[0]
+                    for fields in (line.split() for line in listed.stdout.splitlines()[1:])
+                    if fields and fields[0].startswith("sha256:") and fields[2] == digests[repository]
+                }
+                assert ids == {amd64_configs[repository]}, (node, ids, amd64_configs[repository])
                 assert status["ready"], f"{pod['metadata']['name']} is not ready"
                 running.setdefault(repository, set()).add(pod["metadata"]["namespace"])
     assert running == {
