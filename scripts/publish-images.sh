@@ -68,7 +68,8 @@ for platform in "${PLATFORMS[@]}"; do
   # tags (make pipeline removes those), so that images.sh finds an unchanged
   # image up to date next time instead of building it again (under QEMU, minutes).
   SCHEDULER_IMAGE="gpu-scheduler:build-$arch" CHECK_IMAGE="gpu-scheduler-check:build-$arch" \
-    IMAGE_PLATFORM="$platform" "$REPO_ROOT/scripts/images.sh" build >/dev/null
+    IMAGE_PLATFORM="$platform" "$REPO_ROOT/scripts/images.sh" build >/dev/null ||
+    die "build-image: building the $platform images failed (above); to release without $platform, $SET_HOW"
   for image in "${IMAGES[@]}"; do
     ref="$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA-$arch"
     docker tag "$image:build-$arch" "$ref"
