@@ -14,9 +14,18 @@
 # Env:
 #   SCHEDULER_IMAGE  tag of the scheduler image   (gpu-scheduler:dev)
 #   CHECK_IMAGE      tag of the check image       (gpu-scheduler-check:dev)
+#   IMAGE_PLATFORM   linux/amd64 or linux/arm64: the platform to build for
+#                    (default: this machine's). Another platform's images are
+#                    built under QEMU (scripts/binfmt.sh), from a base of that
+#                    platform; Docker 20.10 may label them with this machine's
+#                    platform all the same, which scripts/publish-images.sh
+#                    corrects in the registry.
 #   PYTHON_IMAGE     base image for both; unset: the Dockerfiles' pinned
 #                    upstream python:3.11 image when it is present or can be
-#                    pulled, else an offline Debian one (scripts/python-base.Dockerfile)
+#                    pulled, else an offline Debian one (scripts/python-base.Dockerfile).
+#                    PYTHON_IMAGE_AMD64, PYTHON_IMAGE_ARM64: the same for one
+#                    platform, first (a base's Python must run that platform's
+#                    machine, which is checked)
 #   IMAGE_VERSION    org.opencontainers.image.version  (scripts/version.py: the release
 #                    version every chart, app and Dockerfile declares)
 #   IMAGE_SOURCE     org.opencontainers.image.source   (CI_PROJECT_URL, else the
@@ -63,43 +72,84 @@ package_dir() { # app -> its Python package folder
 
 image_present() { docker image inspect "$1" >/dev/null 2>&1; }
 
-# offline_python_base: Debian's python3 on scripts/debian-base.sh's image,
-# built once and tagged by a hash of its inputs. Prints its reference.
+# The platform this run builds for, its Debian architecture and its machine.
+PLATFORM="${IMAGE_PLATFORM:-linux/$(platform_arch)}"
+ARCH="${PLATFORM#linux/}"
+case "$PLATFORM" in
+  linux/amd64) MACHINE=x86_64 ;;
+  linux/arm64) MACHINE=aarch64 ;;
+  *) die "IMAGE_PLATFORM=$PLATFORM: choose linux/amd64 or linux/arm64" ;;
+esac
+# Is it this machine's own? Otherwise every container of the build runs under QEMU.
+NATIVE=0
+[[ "$(uname -m)" == "$MACHINE" ]] && NATIVE=1
+# The base PYTHON_IMAGE_<ARCH> or PYTHON_IMAGE names, if any.
+BASE_VARIABLE="PYTHON_IMAGE_${ARCH^^}"
+[[ -n "${!BASE_VARIABLE:-}" ]] || BASE_VARIABLE=PYTHON_IMAGE
+
+# offline_python_base: Debian's python3 on scripts/debian-base.sh's image of
+# the platform, built once and tagged by a hash of its inputs. Prints its reference.
 offline_python_base() {
   local debian dockerfile="$REPO_ROOT/scripts/python-base.Dockerfile" mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   # Called in $(...), where set -e does not reach: each failure stops here by hand.
-  debian="$("$REPO_ROOT/scripts/debian-base.sh")" || die "images: the offline Debian base could not be built (above)"
+  debian="$("$REPO_ROOT/scripts/debian-base.sh" "$ARCH")" || die "images: the offline Debian base ($ARCH) could not be built (above)"
   local ref
   ref="gpu-scheduler-python:3.11-bookworm-$(cat "$dockerfile" <(echo "$debian $mirror") | sha256sum | cut -c1-12)"
   if ! image_present "$ref"; then
-    log "images: building the offline Python base $ref (Debian's python3 on $debian; apt over HTTP, about a minute)"
+    log "images: building the offline Python base $ref (Debian's python3 on $debian; apt over HTTP, about a minute; under QEMU, a few)"
     docker build --quiet --build-arg DEBIAN_IMAGE="$debian" --build-arg DEBIAN_MIRROR="$mirror" \
       -t "$ref" - <"$dockerfile" >/dev/null || die "images: building the offline Python base $ref failed (above)"
   fi
   echo "$ref"
 }
 
-# choose_base: PYTHON_IMAGE; else the upstream default if present or
-# pullable; else the offline base. Says which and why on stderr.
-choose_base() {
-  if [[ -n "${PYTHON_IMAGE:-}" ]]; then
-    log "images: base $PYTHON_IMAGE (set by PYTHON_IMAGE)"
-    echo "$PYTHON_IMAGE"
+# upstream_of_platform: the upstream default for another platform, pulled
+# with --platform and kept under a tag of its own: Docker 20.10's store holds
+# one image per tag, so the pull takes the upstream tag from this machine's
+# image, which gets it back. Prints the reference; fails when it cannot be pulled.
+upstream_of_platform() {
+  local ref="gpu-scheduler-python:upstream-${UPSTREAM_PYTHON#python:}-$ARCH" previous pull_log
+  if image_present "$ref"; then
+    log "images: base $ref (the Dockerfiles' default for $PLATFORM, present locally)"
+    echo "$ref"
     return
   fi
-  if image_present "$UPSTREAM_PYTHON"; then
+  previous="$(docker image inspect --format '{{.Id}}' "$UPSTREAM_PYTHON" 2>/dev/null || true)"
+  log "images: pulling $UPSTREAM_PYTHON for $PLATFORM (the Dockerfiles' default)"
+  if ! pull_log="$(timeout 600 docker pull --quiet --platform "$PLATFORM" "$UPSTREAM_PYTHON" 2>&1)"; then
+    log "images: $UPSTREAM_PYTHON for $PLATFORM is not present and cannot be pulled ($(tail -n1 <<<"$pull_log"))"
+    return 1
+  fi
+  docker tag "$UPSTREAM_PYTHON" "$ref"
+  [[ -z "$previous" ]] || docker tag "$previous" "$UPSTREAM_PYTHON"
+  log "images: base $ref (the Dockerfiles' default for $PLATFORM, pulled)"
+  echo "$ref"
+}
+
+# choose_base: PYTHON_IMAGE_<ARCH> or PYTHON_IMAGE; else the upstream default
+# if present or pullable; else the offline base. Says which and why on stderr.
+choose_base() {
+  if [[ -n "${!BASE_VARIABLE:-}" ]]; then
+    log "images: base ${!BASE_VARIABLE} (set by $BASE_VARIABLE)"
+    echo "${!BASE_VARIABLE}"
+    return
+  fi
+  if ((!NATIVE)); then
+    upstream_of_platform && return
+  elif image_present "$UPSTREAM_PYTHON"; then
     log "images: base $UPSTREAM_PYTHON (the Dockerfiles' default, present locally)"
     echo "$UPSTREAM_PYTHON"
     return
+  else
+    local pull_log
+    log "images: pulling $UPSTREAM_PYTHON (the Dockerfiles' default)"
+    if pull_log="$(timeout 600 docker pull --quiet "$UPSTREAM_PYTHON" 2>&1)"; then
+      log "images: base $UPSTREAM_PYTHON (the Dockerfiles' default, pulled)"
+      echo "$UPSTREAM_PYTHON"
+      return
+    fi
+    log "images: $UPSTREAM_PYTHON is not present and cannot be pulled ($(tail -n1 <<<"$pull_log"))"
   fi
-  local pull_log
-  log "images: pulling $UPSTREAM_PYTHON (the Dockerfiles' default)"
-  if pull_log="$(timeout 600 docker pull --quiet "$UPSTREAM_PYTHON" 2>&1)"; then
-    log "images: base $UPSTREAM_PYTHON (the Dockerfiles' default, pulled)"
-    echo "$UPSTREAM_PYTHON"
-    return
-  fi
-  log "images: $UPSTREAM_PYTHON is not present and cannot be pulled ($(tail -n1 <<<"$pull_log"))"
   local base
   base="$(offline_python_base)" || exit 1
   log "images: base $base (made offline from Debian's python3; set PYTHON_IMAGE to choose another)"
@@ -138,6 +188,12 @@ print(json.dumps({
 }))' >"$file.tmp" || die "could not run python3 in $base to learn its platform"
     mv "$file.tmp" "$file"
   fi
+  # A base of another platform would build images whose every binary is of
+  # the wrong machine, under a platform that says otherwise.
+  local machine
+  machine="$(sed -n 's/.*"machine": "\([^"]*\)".*/\1/p' "$file")"
+  [[ "$machine" == "$MACHINE" ]] ||
+    die "images: the base $base runs ${machine:-an unknown machine}, not $MACHINE ($PLATFORM): set $BASE_VARIABLE to a $PLATFORM image, or PYTHON_IMAGE_${ARCH^^}"
   echo "$file"
 }
 
@@ -277,9 +333,12 @@ cmd_build() {
   exec 8>"$STATE_DIR/.lock"
   flock 8
   tool_venv
+  ((NATIVE)) || "$REPO_ROOT/scripts/binfmt.sh" ensure "$PLATFORM" ||
+    die "images: $PLATFORM cannot be built on this $(uname -m) machine (above)"
   local base target
-  base="$(choose_base)"
-  target="$(probe_target "$base")"
+  base="$(choose_base)" || exit 1
+  target="$(probe_target "$base")" || exit 1
+  log "images: building for $PLATFORM$( ((NATIVE)) || echo ' under QEMU')"
   for app in "${apps[@]}"; do
     build_one "$app" "$base" "$target"
   done

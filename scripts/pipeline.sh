@@ -7,7 +7,8 @@
 #            empty, as the project's registry (CI_REGISTRY_IMAGE);
 #         2. the pipeline: lint and release-check, test-unit, test-cluster and
 #            test-compat (Kubernetes 1.35),
-#            build-image (pushes :<commit> to that registry), e2e-kind (KinD
+#            build-image (pushes :<commit>, an index of the linux/amd64 and
+#            linux/arm64 images, to that registry), e2e-kind (KinD
 #            cluster $KIND_CLUSTER whose nodes pull the images from that
 #            registry), then the release once every test job passed: promote
 #            (the tested digests as :vX.Y.Z and :X.Y.Z), sign (each digest
@@ -379,7 +380,8 @@ cmd_down() {
     else
       CACHE_DIR="$CACHE_DIR" KIND_CLUSTER="$KIND_CLUSTER" "$REPO_ROOT/scripts/kind.sh" down
     fi
-    # The tags build-image made; their layers are the dev images' too.
+    # The tags build-image made; their layers are the dev images' and its
+    # own build-<arch> images' too (scripts/publish-images.sh).
     for image in gpu-scheduler gpu-scheduler-check; do
       for tag in $(docker image ls --format '{{.Tag}}' "$REGISTRY_IMAGE/$image"); do
         docker rmi "$REGISTRY_IMAGE/$image:$tag" >/dev/null || true

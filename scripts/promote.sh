@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # promote: a release tag's images are the ones its pipeline tested. For each
 # image, the digest that $CI_REGISTRY_IMAGE/<image>:$CI_COMMIT_SHORT_SHA names
-# (what build-image pushed and every test job ran) gets the tags
+# (the OCI index of one image per platform that build-image pushed, whose
+# image for the runners' platform every test job ran) gets the tags
 # $CI_COMMIT_TAG (vX.Y.Z) and X.Y.Z, the charts' default, by a manifest copy
 # inside the registry (`crane tag`): nothing is pulled, rebuilt or re-pushed,
-# so the release tag is that digest. The .gitlab-ci.yml job `promote` runs it
-# once lint, test-unit, test-cluster and e2e-kind have passed.
+# so the release tag is that index, and through it the same platform images.
+# The .gitlab-ci.yml job `promote` runs it once every test job has passed.
 #
 # crane is the Go module cluster/crane pins, run by `go tool` (built once into
 # Go's build cache). It logs in with CI_REGISTRY_USER/CI_REGISTRY_PASSWORD

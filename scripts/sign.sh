@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # sign: a release's images carry the project's signature and their SBOM. For
 # each image, the digest promote gave the release tag (the one every test job
-# ran) is signed with cosign, by digest, and syft's SBOM of that digest (SPDX
-# JSON) is attached as a signed in-toto attestation (cosign attest --type
-# spdxjson). Both land in the registry beside the image, so that
-#   cosign verify --key cosign.pub IMAGE@DIGEST
-#   cosign verify-attestation --key cosign.pub --type spdxjson IMAGE@DIGEST
-# prove who released it and what it holds. Then both are verified here with
+# ran: an OCI index of one image per platform, scripts/publish-images.sh) is
+# signed with cosign, by digest, with --recursive: the index and each
+# platform's image get a signature. syft's SBOM of each platform's image
+# (SPDX JSON; the packages differ per platform) is attached to that image as a
+# signed in-toto attestation (cosign attest --type spdxjson). All of it lands
+# in the registry beside the image, so that
+#   cosign verify --key cosign.pub IMAGE@DIGEST              (index or platform)
+#   cosign verify-attestation --key cosign.pub --type spdxjson IMAGE@PLATFORM_DIGEST
+# prove who released it and what it holds. Then each is verified here with
 # the public key of the signing key (and with COSIGN_PUBLIC_KEY when set, the
 # key users are told to verify with): a release whose key does not match what
-# users hold fails here, not at their admission controller. The SBOMs and the
-# public key are also left in $SIGN_OUT_DIR (.cache/release) as the job's
-# artifacts. The .gitlab-ci.yml job `sign` runs it after promote.
+# users hold fails here, not at their admission controller. The SBOMs
+# (<image>-<version>-<arch>.spdx.json) and the public key are also left in
+# $SIGN_OUT_DIR (.cache/release) as the job's artifacts. The .gitlab-ci.yml
+# job `sign` runs it after promote.
 #
 # Key-based signing: keyless (Fulcio, OIDC) needs Sigstore's public services,
 # and nothing here is written to a transparency log either (Rekor is public:
@@ -77,25 +81,47 @@ public_keys=("$OUT/cosign.pub")
 [[ -z "${COSIGN_PUBLIC_KEY:-}" ]] || public_keys+=("$(key_ref COSIGN_PUBLIC_KEY)")
 log "sign: cosign $("$COSIGN" version --json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'), syft $("$SYFT" version | awk '/^Version:/ {print $2}') ($CI_REGISTRY_IMAGE, $CI_COMMIT_TAG)"
 
+# platforms_of REF: "DIGEST ARCH" for each image of the index REF (crane's
+# table: digest, media type, os/arch); fails when REF is no index.
+platforms_of() {
+  local listed
+  listed="$(crane index list "$1")" || return 1
+  awk 'NR > 1 { split($3, platform, "/"); print $1, platform[2] }' <<<"$listed"
+}
+
+# verify WHAT REF: cosign's check of REF's signature (WHAT=signature) or SBOM
+# attestation (WHAT=sbom) with each public key; its account goes to the log
+# only when one fails.
+verify() {
+  local what="$1" ref="$2" key out
+  local args=(verify)
+  [[ "$what" == signature ]] || args=(verify-attestation --type spdxjson)
+  for key in "${public_keys[@]}"; do
+    out="$("$COSIGN" "${args[@]}" --key "$key" --insecure-ignore-tlog "${registry_flags[@]}" "$ref" 2>&1 >/dev/null)" ||
+      { printf '%s\n' "$out" >&2; die "sign: the $what of $ref does not verify with $key"; }
+  done
+}
+
 for image in gpu-scheduler gpu-scheduler-check; do
   digest="$(crane digest "$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_TAG")" ||
     die "sign: $CI_REGISTRY_IMAGE/$image:$CI_COMMIT_TAG is not in the registry (did promote run?)"
   tested="$(crane digest "$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA")"
   [[ "$digest" == "$tested" ]] || die "sign: $image:$CI_COMMIT_TAG is $digest, not the tested $tested"
   ref="$CI_REGISTRY_IMAGE/$image@$digest"
-  sbom="$OUT/$image-${CI_COMMIT_TAG#v}.spdx.json"
-  "$SYFT" scan --quiet "registry:$ref" --output "spdx-json=$sbom"
-  "$COSIGN" sign --yes --key "$private" --signing-config "$OUT/signing-config.json" "${registry_flags[@]}" "$ref"
-  "$COSIGN" attest --yes --key "$private" --signing-config "$OUT/signing-config.json" "${registry_flags[@]}" \
-    --type spdxjson --predicate "$sbom" "$ref"
-  # cosign's account of each check goes to the log only when one fails.
-  for key in "${public_keys[@]}"; do
-    out="$("$COSIGN" verify --key "$key" --insecure-ignore-tlog "${registry_flags[@]}" "$ref" 2>&1 >/dev/null)" ||
-      { printf '%s\n' "$out" >&2; die "sign: the signature of $ref does not verify with $key"; }
-    out="$("$COSIGN" verify-attestation --key "$key" --insecure-ignore-tlog --type spdxjson "${registry_flags[@]}" \
-      "$ref" 2>&1 >/dev/null)" ||
-      { printf '%s\n' "$out" >&2; die "sign: the SBOM attestation of $ref does not verify with $key"; }
-  done
-  log "sign: $ref signed, SBOM attached ($(basename "$sbom")); both verify with ${public_keys[*]}"
+  platforms="$(platforms_of "$ref")" || die "sign: $ref is not the index build-image pushes (scripts/publish-images.sh)"
+  [[ -n "$platforms" ]] || die "sign: the index $ref lists no image"
+  "$COSIGN" sign --yes --recursive --key "$private" --signing-config "$OUT/signing-config.json" "${registry_flags[@]}" "$ref"
+  verify signature "$ref"
+  while read -r platform_digest arch; do
+    platform_ref="$CI_REGISTRY_IMAGE/$image@$platform_digest"
+    sbom="$OUT/$image-${CI_COMMIT_TAG#v}-$arch.spdx.json"
+    "$SYFT" scan --quiet "registry:$platform_ref" --output "spdx-json=$sbom"
+    "$COSIGN" attest --yes --key "$private" --signing-config "$OUT/signing-config.json" "${registry_flags[@]}" \
+      --type spdxjson --predicate "$sbom" "$platform_ref"
+    verify signature "$platform_ref"
+    verify sbom "$platform_ref"
+    log "sign: $platform_ref ($arch) signed, SBOM attached ($(basename "$sbom")); both verify"
+  done <<<"$platforms"
+  log "sign: $ref signed with its $(wc -l <<<"$platforms") platform images; every signature verifies with ${public_keys[*]}"
 done
 rm -f "$OUT/signing-config.json"

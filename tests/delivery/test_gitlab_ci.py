@@ -11,6 +11,7 @@ without running the suite a second time.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -204,33 +205,55 @@ def test_merge_requests_and_branches_run_one_pipeline_each():
 def test_images_are_built_by_images_sh_with_the_jobs_own_docker_engine_not_kaniko():
     build = JOBS["build-image"]
     script = build["script"]
+    publish = (REPO / "scripts" / "publish-images.sh").read_text()
 
     # kaniko is archived upstream: no job uses it.
     assert "kaniko" not in (REPO / ".gitlab-ci.yml").read_text()
-    assert script[0] == "scripts/docker-engine.sh ensure"
-    assert image_of(build).endswith("-bookworm"), image_of(build)
-    assert (
-        'SCHEDULER_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler:$CI_COMMIT_SHORT_SHA" '
-        'CHECK_IMAGE="$CI_REGISTRY_IMAGE/gpu-scheduler-check:$CI_COMMIT_SHORT_SHA" '
-        "scripts/images.sh build"
-    ) in script
+    assert script == ["scripts/docker-engine.sh ensure", "scripts/publish-images.sh"]
+    # Go's image: crane (cluster/crane) makes the index.
+    assert raw_image_of(build) == "$GO_IMAGE" and image_of(build).endswith("-bookworm"), image_of(build)
+    # One images.sh build per platform, under a local tag of that platform.
+    assert 'SCHEDULER_IMAGE="gpu-scheduler:build-$arch"' in publish
+    assert 'IMAGE_PLATFORM="$platform" "$REPO_ROOT/scripts/images.sh" build' in publish
     # The login is the job's own, never the runner's Docker config.
     assert build["variables"]["DOCKER_CONFIG"] == "$CI_PROJECT_DIR/.cache/docker-config"
 
 
-def test_build_image_pushes_the_commit_tag_only():
+def test_build_image_builds_amd64_and_arm64_by_default_and_pushes_the_commit_tags_only():
     build = JOBS["build-image"]
-    script = " ".join(build["script"])
+    publish = (REPO / "scripts" / "publish-images.sh").read_text()
 
     # release-check refuses a wrong release tag before anything is built.
     assert {"job": "release-check", "optional": True} in build["needs"]
-    assert (
-        "for image in gpu-scheduler gpu-scheduler-check; do "
-        'docker push --quiet "$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA" || exit 1; done'
-    ) in script
-    # No other tag is made or pushed here: not the branch's, not a release's.
-    assert "docker tag" not in script and "CI_COMMIT_REF_SLUG" not in script and "CI_COMMIT_TAG" not in script
+    assert CI["variables"]["IMAGE_PLATFORMS"] == "linux/amd64,linux/arm64"
+    assert 'docker push --quiet "$ref"' in publish
+    assert 'crane index append ${manifests[$image]} --tag "$index"' in publish
+    # Each image under its platform's commit tag, the index under the commit's: no other tag,
+    # not the branch's, not a release's.
+    assert re.findall(r'^ *ref="([^"]*)"', publish, re.M) == ["$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA-$arch"]
+    assert re.findall(r'index="([^"]*)"', publish) == ["$CI_REGISTRY_IMAGE/$image:$CI_COMMIT_SHORT_SHA"]
+    assert re.findall(r"docker tag (.*)", publish) == ['"$image:build-$arch" "$ref"']
+    for word in ("CI_COMMIT_REF_SLUG", "CI_COMMIT_TAG"):
+        assert word not in publish and word not in " ".join(build["script"]), word
     assert "wheelhouse" not in JOBS
+
+
+def test_a_platform_build_image_cannot_build_fails_it_naming_image_platforms(tmp_path):
+    """Never a quiet one-platform release: a platform that is not amd64 or arm64, or that
+    emulation cannot run here, stops the job with a message naming the variable."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "CI_REGISTRY_IMAGE": "registry.example.com/gpu-scheduler",
+        "CI_COMMIT_SHORT_SHA": "0123abcd",
+    }
+    for platforms, says in (
+        ("linux/s390x", "IMAGE_PLATFORMS names 'linux/s390x'"),
+        ("linux/amd64,linux/amd64", "names a platform twice"),
+    ):
+        result = run(["bash", REPO / "scripts" / "publish-images.sh"], env={**env, "IMAGE_PLATFORMS": platforms})
+        assert result.returncode != 0, platforms
+        assert says in result.stderr and "IMAGE_PLATFORMS" in result.stderr, result.stderr
 
 
 def needs_of(job: dict) -> set[str]:
@@ -297,9 +320,11 @@ def test_the_release_signs_each_promoted_digest_and_attaches_its_sbom():
     # By digest, the digest the release tag names and the tests ran; never a tag.
     assert 'ref="$CI_REGISTRY_IMAGE/$image@$digest"' in script
     assert '[[ "$digest" == "$tested" ]]' in script
-    for step in ('"$COSIGN" sign --yes --key "$private"', '--type spdxjson --predicate "$sbom"'):
+    # The index and, --recursive, each platform's image it lists; an SBOM of each platform's image.
+    for step in ('"$COSIGN" sign --yes --recursive --key "$private"', '--type spdxjson --predicate "$sbom"'):
         assert step in script, step
-    assert '"$SYFT" scan --quiet "registry:$ref" --output "spdx-json=$sbom"' in script
+    assert 'platform_ref="$CI_REGISTRY_IMAGE/$image@$platform_digest"' in script
+    assert '"$SYFT" scan --quiet "registry:$platform_ref" --output "spdx-json=$sbom"' in script
     # The key is the project's CI/CD variable; there is no default key to fall back on.
     assert 'die "sign: COSIGN_PRIVATE_KEY is not set' in script
     # The tools at the versions their Go modules pin, fetched or built by one script.

@@ -25,6 +25,7 @@ case "$1 $2" in
   "image inspect")
     for ref in $FAKE_PRESENT; do [[ "$ref" == "${@: -1}" ]] && { echo '[{}]'; exit 0; }; done
     echo "Error: No such image: ${@: -1}" >&2; exit 1 ;;
+  "tag "*) exit 0 ;;
   "pull "*)
     for ref in $FAKE_PULLABLE; do [[ "$ref" == "${@: -1}" ]] && exit 0; done
     echo 'Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: no such host' >&2; exit 1 ;;
@@ -44,7 +45,7 @@ def fake_docker(tmp_path):
 
     def choose(present=(), pullable=(), **env) -> tuple[subprocess.CompletedProcess, list[str]]:
         calls.write_text("")
-        environ = {k: v for k, v in os.environ.items() if k != "PYTHON_IMAGE"}
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON_IMAGE", "IMAGE_PLATFORM"))}
         environ |= {
             "PATH": f"{bin_dir}:{environ['PATH']}",
             "FAKE_CALLS": str(calls),
@@ -65,7 +66,8 @@ def debian_base_ref() -> str:
     script = DEBIAN_BASE_SCRIPT.read_text()
     digest = subprocess.run(["sha256sum", str(DEBIAN_BASE_SCRIPT)], capture_output=True, text=True).stdout[:12]
     assert "gpu-scheduler-debian" in script
-    return f"gpu-scheduler-debian:bookworm-{digest}"
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]
+    return f"gpu-scheduler-debian:bookworm-{arch}-{digest}"
 
 
 def test_python_image_wins_and_nothing_is_pulled(fake_docker):
@@ -111,6 +113,42 @@ def test_without_a_registry_the_offline_base_is_used_and_the_log_says_why(fake_d
     assert "no such host" in result.stderr
     assert f"base {made.group(0)} (made offline from Debian's python3" in result.stderr
     assert not [c for c in calls if c.startswith("build")]
+
+
+FOREIGN = "linux/arm64" if os.uname().machine == "x86_64" else "linux/amd64"
+FOREIGN_TAG = f"gpu-scheduler-python:upstream-{UPSTREAM.removeprefix('python:')}-{FOREIGN.removeprefix('linux/')}"
+
+
+def test_another_platforms_upstream_base_is_pulled_for_it_under_a_tag_of_its_own(fake_docker):
+    """Docker 20.10 keeps one image per tag: the other platform's pull must not leave the
+    upstream tag naming it, or this machine's next build would use it."""
+    result, calls = fake_docker(present=[UPSTREAM], pullable=[UPSTREAM], IMAGE_PLATFORM=FOREIGN)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == FOREIGN_TAG
+    assert [c for c in calls if c.startswith("pull")] == [f"pull --quiet --platform {FOREIGN} {UPSTREAM}"]
+    tags = [c for c in calls if c.startswith("tag")]
+    # The pulled image under its own tag, then this machine's image (its id) under the upstream tag again.
+    assert tags[0] == f"tag {UPSTREAM} {FOREIGN_TAG}" and tags[1].endswith(f" {UPSTREAM}"), tags
+
+
+def test_a_base_variable_for_the_platform_wins_over_python_image(fake_docker):
+    result, _ = fake_docker(
+        PYTHON_IMAGE="registry.example.com/python:amd64",
+        PYTHON_IMAGE_ARM64="registry.example.com/python:arm64",
+        IMAGE_PLATFORM="linux/arm64",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "registry.example.com/python:arm64"
+    assert "(set by PYTHON_IMAGE_ARM64)" in result.stderr
+
+
+def test_a_platform_other_than_amd64_or_arm64_is_refused(fake_docker):
+    result, _ = fake_docker(IMAGE_PLATFORM="linux/s390x")
+
+    assert result.returncode != 0
+    assert "IMAGE_PLATFORM=linux/s390x: choose linux/amd64 or linux/arm64" in result.stderr
 
 
 def test_without_a_docker_daemon_it_says_what_to_do(tmp_path):

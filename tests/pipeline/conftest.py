@@ -42,6 +42,8 @@ KUBECONFIG = CACHE / "kind" / f"{CLUSTER}.kubeconfig"
 REGISTRY = f"127.0.0.1:{os.environ.get('PIPELINE_REGISTRY_PORT', '5001')}"
 REGISTRY_IMAGE = f"{REGISTRY}/gpu-scheduler"
 IMAGES = ("gpu-scheduler", "gpu-scheduler-check")
+# The platforms each image is built for (.gitlab-ci.yml's IMAGE_PLATFORMS): linux/<arch>.
+ARCHES = ("amd64", "arm64")
 # A cold machine builds the control plane, the KinD node image and Argo CD.
 PIPELINE_TIMEOUT = 5400
 # What the passing pipeline's test jobs run: the tests marked pipeline_sample.

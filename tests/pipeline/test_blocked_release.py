@@ -21,6 +21,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import (
+    ARCHES,
     IMAGES,
     JUNIT_DIR,
     KIND_LOGS,
@@ -107,7 +108,8 @@ def test_the_registry_holds_the_commit_tag_only_and_no_chart(blocked):
     assert sorted(catalog["repositories"]) == [f"gpu-scheduler/{image}" for image in IMAGES], catalog
     for image in IMAGES:
         _, tags = blocked.registry(f"/v2/gpu-scheduler/{image}/tags/list")
-        assert tags["tags"] == [blocked.commit], tags
+        # build-image's index and the image of each platform it lists, nothing promoted.
+        assert sorted(tags["tags"]) == sorted([blocked.commit] + [f"{blocked.commit}-{arch}" for arch in ARCHES]), tags
 
 
 def test_the_e2e_jobs_junit_report_names_the_failure(blocked):

@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 
 from .conftest import (
+    ARCHES,
     CLUSTER,
     COSIGN,
     IMAGES,
@@ -54,6 +55,9 @@ PIPELINE_JOBS = [
 ]
 TEST_JOBS_WITH_PYTEST = ["test-unit", "test-cluster", "test-compat", "e2e-kind"]
 MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
+# Whatever a tag names: an index (what build-image pushes) or a single image (what it must not).
+ANY_MANIFEST = f"{INDEX_TYPE}, application/vnd.docker.distribution.manifest.list.v2+json, {MANIFEST_TYPES}"
 # gitlab-ci-local --timestamps: "[HH:MM:SS duration] job  starting shell (stage)".
 STARTED = re.compile(r"^\[[^\]]*\] (\S+)\s+starting (\S+) \((\w+)\)$", re.M)
 # The registry's access log (combined format): address, method, repository,
@@ -142,12 +146,75 @@ def test_registry_holds_both_images_under_the_commit_tag_and_the_release_tags_of
     for image in IMAGES:
         _, tags = pipeline.registry(f"/v2/gpu-scheduler/{image}/tags/list")
         tested = digest_of(pipeline, image)
-        # and the tag under which cosign keeps what refers to the digest (signature, SBOM) on a
-        # registry without the OCI referrers API, as Debian's 2.8 is.
-        referrers = "sha256-" + tested.removeprefix("sha256:")
-        assert sorted(tags["tags"]) == sorted({pipeline.commit, pipeline.tag, pipeline.version, referrers}), tags
+        platforms = platform_digests(pipeline, image)
+        # The index's tags, each platform image's own (build-image's), and the tag under which
+        # cosign keeps what refers to a digest (signatures of the index and of each image, each
+        # image's SBOM) on a registry without the OCI referrers API, as Debian's 2.8 is.
+        referrers = {"sha256-" + digest.removeprefix("sha256:") for digest in [tested, *platforms.values()]}
+        per_platform = {f"{pipeline.commit}-{arch}" for arch in ARCHES}
+        assert sorted(tags["tags"]) == sorted(
+            {pipeline.commit, pipeline.tag, pipeline.version} | per_platform | referrers
+        ), tags
         for tag in (pipeline.tag, pipeline.version):
             assert digest_of(pipeline, image, tag) == tested, f"{image}:{tag} is not the digest of :{pipeline.commit}"
+
+
+def test_the_release_tag_is_an_index_of_an_amd64_and_an_arm64_image_whose_configs_say_so(pipeline):
+    for image in IMAGES:
+        _, index = pipeline.registry(f"/v2/gpu-scheduler/{image}/manifests/{pipeline.version}", accept=ANY_MANIFEST)
+        assert index.get("mediaType") == INDEX_TYPE, f"{image}:{pipeline.version} is {index.get('mediaType')}"
+        listed = [platform_of(entry["platform"]) for entry in index["manifests"]]
+        assert sorted(listed) == [f"linux/{arch}" for arch in ARCHES], f"{image}: {listed}"
+        for entry in index["manifests"]:
+            config = config_of(pipeline, image, entry["digest"])
+            # Docker 20.10 writes the build machine's platform here for an arm64 build:
+            # publish-images.sh must have set it right.
+            assert platform_of(config) == platform_of(entry["platform"]), f"{image}@{entry['digest']}: {config}"
+        # build-image's tag of each platform names the image the index lists for it.
+        for arch, digest in platform_digests(pipeline, image).items():
+            assert digest_of(pipeline, image, f"{pipeline.commit}-{arch}") == digest, f"{image} {arch}"
+
+
+def test_the_arm64_images_are_aarch64_and_run_under_qemu(pipeline):
+    """Docker on this amd64 machine runs the arm64 image the index lists (binfmt's QEMU): its
+    kernel, as the image's programs see it, and its venv's Python say aarch64, and the
+    command runs. No arm64 cluster runs here: this is all that is proven of arm64."""
+    commands = {
+        "gpu-scheduler": ["gpu-scheduler", "--version"],
+        "gpu-scheduler-check": ["gpu-scheduler-check", "--help"],
+    }
+    for image, command in commands.items():
+        ref = f"{REGISTRY_IMAGE}/{image}@{platform_digests(pipeline, image)['arm64']}"
+        try:
+            machine = docker_run(ref, "uname", "-m")
+            assert machine.returncode == 0 and machine.stdout.strip() == "aarch64", (machine.stdout, machine.stderr)
+            python = docker_run(ref, "/opt/venv/bin/python", "-c", "import platform; print(platform.machine())")
+            assert python.returncode == 0 and python.stdout.strip() == "aarch64", (python.stdout, python.stderr)
+            ran = docker_run(ref, *command)
+            assert ran.returncode == 0, ran.stderr
+            if image == "gpu-scheduler":
+                assert pipeline.version in ran.stdout, ran.stdout
+        finally:
+            run(["docker", "rmi", ref])
+
+
+def docker_run(ref: str, entrypoint: str, *args: str):
+    return run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--platform",
+            "linux/arm64",
+            "--network",
+            "none",
+            "--entrypoint",
+            entrypoint,
+            ref,
+            *args,
+        ],
+        timeout=300,
+    )
 
 
 def cosign(*args: str, **kwargs):
@@ -172,34 +239,50 @@ def test_release_images_verify_with_the_projects_key_and_carry_an_sbom_of_their_
     assert other.returncode == 0, other.stderr
 
     for image, wanted in SBOM_PYTHON_PACKAGES.items():
-        digest = digest_of(pipeline, image)
-        ref = f"{REGISTRY_IMAGE}/{image}@{digest}"
-        verified = cosign("verify", "--key", key, ref)
-        assert verified.returncode == 0, verified.stderr
-        claims = json.loads(verified.stdout)
-        assert {claim["critical"]["image"]["docker-manifest-digest"] for claim in claims} == {digest}, claims
-        refused = cosign("verify", "--key", tmp_path / "cosign.pub", ref)
-        assert refused.returncode != 0, f"{ref} verified with a key that did not sign it"
+        # The index the release tag names, and each platform's image it lists.
+        for digest in [digest_of(pipeline, image), *platform_digests(pipeline, image).values()]:
+            ref = f"{REGISTRY_IMAGE}/{image}@{digest}"
+            verified = cosign("verify", "--key", key, ref)
+            assert verified.returncode == 0, verified.stderr
+            claims = json.loads(verified.stdout)
+            assert {claim["critical"]["image"]["docker-manifest-digest"] for claim in claims} == {digest}, claims
+            refused = cosign("verify", "--key", tmp_path / "cosign.pub", ref)
+            assert refused.returncode != 0, f"{ref} verified with a key that did not sign it"
+        for arch, digest in platform_digests(pipeline, image).items():
+            check_sbom(image, arch, digest, wanted, key, tmp_path / "cosign.pub")
 
-        attested = cosign("verify-attestation", "--key", key, "--type", "spdxjson", ref)
-        assert attested.returncode == 0, attested.stderr
-        statements = [
-            json.loads(base64.b64decode(json.loads(line)["payload"]))
-            for line in attested.stdout.splitlines()
-            if line.strip()
-        ]
-        assert len(statements) == 1, [statement["predicateType"] for statement in statements]
-        statement = statements[0]
-        assert statement["predicateType"] == "https://spdx.dev/Document", statement["predicateType"]
-        assert [subject["digest"]["sha256"] for subject in statement["subject"]] == [digest.removeprefix("sha256:")]
-        python = {
-            package["name"]
-            for package in statement["predicate"]["packages"]
-            if any(ref["referenceLocator"].startswith("pkg:pypi/") for ref in package.get("externalRefs", []))
-        }
-        assert wanted <= python, f"{image}: the SBOM lacks {wanted - python} (its Python packages: {sorted(python)})"
-        refused = cosign("verify-attestation", "--key", tmp_path / "cosign.pub", "--type", "spdxjson", ref)
-        assert refused.returncode != 0, f"{ref}'s SBOM verified with a key that did not sign it"
+
+def check_sbom(image: str, arch: str, digest: str, wanted: set[str], key, other_key) -> None:
+    """The SBOM attestation of one platform's image: it verifies with the key (not with another),
+    is about that digest, lists the image's Python packages and that platform's Debian packages."""
+    ref = f"{REGISTRY_IMAGE}/{image}@{digest}"
+    attested = cosign("verify-attestation", "--key", key, "--type", "spdxjson", ref)
+    assert attested.returncode == 0, attested.stderr
+    statements = [
+        json.loads(base64.b64decode(json.loads(line)["payload"]))
+        for line in attested.stdout.splitlines()
+        if line.strip()
+    ]
+    assert len(statements) == 1, [statement["predicateType"] for statement in statements]
+    statement = statements[0]
+    assert statement["predicateType"] == "https://spdx.dev/Document", statement["predicateType"]
+    assert [subject["digest"]["sha256"] for subject in statement["subject"]] == [digest.removeprefix("sha256:")]
+    python = {
+        package["name"]
+        for package in statement["predicate"]["packages"]
+        if any(ref["referenceLocator"].startswith("pkg:pypi/") for ref in package.get("externalRefs", []))
+    }
+    assert wanted <= python, f"{image}: the SBOM lacks {wanted - python} (its Python packages: {sorted(python)})"
+    # syft read the platform's own file system: its Debian packages are of that architecture.
+    deb_arches = {
+        match[1]
+        for package in statement["predicate"]["packages"]
+        for ref_ in package.get("externalRefs", [])
+        if (match := re.match(r"pkg:deb/[^?]*\?(?:.*&)?arch=([a-z0-9]+)", ref_["referenceLocator"]))
+    }
+    assert arch in deb_arches and deb_arches <= {arch, "all"}, f"{image} {arch}: Debian packages of {deb_arches}"
+    refused = cosign("verify-attestation", "--key", other_key, "--type", "spdxjson", ref)
+    assert refused.returncode != 0, f"{ref}'s SBOM verified with a key that did not sign it"
 
 
 def test_both_charts_are_published_at_the_release_version(pipeline):
@@ -229,11 +312,37 @@ def node_addresses() -> dict[str, str]:
 
 
 def digest_of(pipeline, image: str, tag: str = "") -> str:
-    """The registry's digest of `image`:`tag` (default: the commit's tag, what every test job ran)."""
+    """The registry's digest of what `image`:`tag` names (default: the commit's tag, the index
+    whose amd64 image every test job ran)."""
     headers, _ = pipeline.registry(
-        f"/v2/gpu-scheduler/{image}/manifests/{tag or pipeline.commit}", method="HEAD", accept=MANIFEST_TYPES
+        f"/v2/gpu-scheduler/{image}/manifests/{tag or pipeline.commit}", method="HEAD", accept=ANY_MANIFEST
     )
     return headers["Docker-Content-Digest"]
+
+
+def platform_of(described: dict) -> str:
+    """os/architecture[/variant] of an index entry's platform or of an image config."""
+    return "/".join(described[key] for key in ("os", "architecture", "variant") if described.get(key))
+
+
+def platform_digests(pipeline, image: str) -> dict[str, str]:
+    """arch -> the digest of the image the commit's index lists for linux/<arch>."""
+    _, index = pipeline.registry(f"/v2/gpu-scheduler/{image}/manifests/{pipeline.commit}", accept=INDEX_TYPE)
+    assert index.get("mediaType") == INDEX_TYPE, index
+    found = {entry["platform"]["architecture"]: entry["digest"] for entry in index["manifests"]}
+    assert sorted(found) == sorted(ARCHES), f"{image}:{pipeline.commit} lists {found}"
+    return found
+
+
+def manifest_of(pipeline, image: str, digest: str) -> dict:
+    """The image manifest `digest`."""
+    return pipeline.registry(f"/v2/gpu-scheduler/{image}/manifests/{digest}", accept=MANIFEST_TYPES)[1]
+
+
+def config_of(pipeline, image: str, digest: str) -> dict:
+    """The config blob of the image manifest `digest`."""
+    config = manifest_of(pipeline, image, digest)["config"]["digest"]
+    return pipeline.registry(f"/v2/gpu-scheduler/{image}/blobs/{config}")[1]
 
 
 def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline):
@@ -248,15 +357,19 @@ def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline
 
     for image in IMAGES:
         name = f"gpu-scheduler/{image}"
-        # containerd resolves the tag to a digest, then fetches that manifest. The
-        # deploy's pods pull the release tag of the same digest, on nodes of their own:
-        # a fetch by digest alone does not say which tag a node asked for.
+        platforms = platform_digests(pipeline, image)
+        # containerd resolves the tag to the index's digest, fetches the index, then the
+        # manifest of its own platform (amd64) only. The deploy's pods pull the release tag of
+        # the same index, on nodes of their own: a fetch by digest alone does not say which
+        # tag a node asked for.
         resolved = {node for node, _, n, reference in requests if n == name and reference == pipeline.commit}
         fetched = {
             node
             for node, method, n, reference in requests
-            if n == name and method == "GET" and reference == digest_of(pipeline, image)
+            if n == name and method == "GET" and reference == platforms["amd64"]
         }
+        foreign = {node for node, _, n, reference in requests if n == name and reference == platforms["arm64"]}
+        assert not foreign, f"KinD nodes {sorted(foreign)} fetched the arm64 manifest of {image}"
         pulled = resolved & fetched
         assert pulled, f"no KinD node of {CLUSTER} pulled {image}:{pipeline.commit} from {REGISTRY}"
         # Every node whose containerd holds the commit's image asked the registry for it: an
@@ -273,6 +386,15 @@ def test_the_kind_nodes_containerd_pulled_both_images_from_the_registry(pipeline
 def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
     pods = json.loads(pipeline.kubectl("get", "pods", "-A", "-o", "json"))["items"]
     digests = {f"{REGISTRY_IMAGE}/{image}": digest_of(pipeline, image) for image in IMAGES}
+    # What the amd64 image of each index is, by its config's digest: the image ID containerd's
+    # CRI gives the image it unpacked and runs.
+    amd64_configs = {
+        f"{REGISTRY_IMAGE}/{image}": manifest_of(pipeline, image, platform_digests(pipeline, image)["amd64"])["config"][
+            "digest"
+        ]
+        for image in IMAGES
+    }
+    nodes = node_addresses()
 
     running = {}
     for pod in pods:
@@ -281,7 +403,19 @@ def test_deployed_pods_run_the_release_tag_with_the_tested_digest(pipeline):
             if repository in digests:
                 # The charts' own default, their appVersion: the tag promote made.
                 assert tag == pipeline.version, f"{pod['metadata']['name']}: {status['image']}"
+                # The release tag's index, as the kubelet reports it...
                 assert status["imageID"] == f"{repository}@{digests[repository]}", status
+                # ...of which the node's containerd unpacked the amd64 image: its CRI names an image
+                # by its config's digest, in a record whose target is the index.
+                node = nodes[pod["status"]["hostIP"]]
+                listed = run(["docker", "exec", node, "ctr", "-n", "k8s.io", "images", "ls"])
+                assert listed.returncode == 0, listed.stderr
+                ids = {
+                    fields[0]
+                    for fields in (line.split() for line in listed.stdout.splitlines()[1:])
+                    if fields and fields[0].startswith("sha256:") and fields[2] == digests[repository]
+                }
+                assert ids == {amd64_configs[repository]}, (node, ids, amd64_configs[repository])
                 assert status["ready"], f"{pod['metadata']['name']} is not ready"
                 running.setdefault(repository, set()).add(pod["metadata"]["namespace"])
     assert running == {
