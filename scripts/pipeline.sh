@@ -358,13 +358,27 @@ cmd_run() {
 # forget_pulled_images: the images the nodes of a kept cluster pulled from
 # this run's registry, removed from their containerd (running containers keep
 # theirs), so that the next run's nodes pull them again: its registry starts
-# empty, and its records must show the pulls.
+# empty, and its records must show the pulls. Every record of the same
+# content goes, not only those named after the registry: the CRI plugin also
+# names each pulled image by its config digest (sha256:<id>), and that record
+# alone keeps the index and its manifests in the node's content store. The
+# next run of the same commit pushes the same index (build-image rebuilds it
+# from Docker's layer cache), so a node keeping the content would only
+# resolve the tag (a HEAD) and fetch nothing.
+FORGET_AWK='NR > 1 { ref[NR] = $1; digest[NR] = $3; if (index($1, prefix) == 1) ours[$3] = 1 }
+END { for (i in ref) if (digest[i] in ours) print ref[i] }'
 forget_pulled_images() {
-  local container
+  local container removed
   for container in $(docker ps --filter "label=io.x-k8s.kind.cluster=$KIND_CLUSTER" --format '{{.Names}}'); do
     # shellcheck disable=SC2016 # expanded by the node's shell
-    docker exec "$container" sh -c 'ctr -n k8s.io images ls -q | grep "^$0/" | xargs -r ctr -n k8s.io images rm --sync >/dev/null' \
-      "$REGISTRY_IMAGE" || log "pipeline: could not remove $REGISTRY_IMAGE/* from node $container"
+    if removed="$(docker exec "$container" sh -c \
+      'refs="$(ctr -n k8s.io images ls | awk -v prefix="$0/" "$1")" || exit 1
+      [ -z "$refs" ] || echo "$refs" | xargs ctr -n k8s.io images rm --sync >/dev/null || exit 1
+      echo "$refs"' "$REGISTRY_IMAGE" "$FORGET_AWK")"; then
+      log "pipeline: node $container forgot $(grep -c . <<<"$removed") image records of $REGISTRY_IMAGE's content ($(grep -c '^sha256:' <<<"$removed") by config digest)"
+    else
+      log "pipeline: could not remove $REGISTRY_IMAGE/* from node $container (above)"
+    fi
   done
 }
 
