@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cluster import BenchCluster
+from .cpuwork import IDLE_SECONDS, SCALE_IDLE_SECONDS, SCALE_SETTLE_TIMEOUT_SECONDS, SETTLE_TIMEOUT_SECONDS
 from .kubeapi import KubeApi
 from .paths import LOCAL_CLUSTER_DIR
 from .settle import baseline_cores, check_alive, wait_baseline, wait_quiet
@@ -49,6 +50,18 @@ class Settings:
     admission_hold_seconds: float = 60.0  # the highest admission rate is held this long
     record: bool = False  # keep the results and plot in docs/bench/ (BENCH_RECORD=1)
     webhook_workers: int = 2  # the webhook's worker processes (the chart's webhook.workers)
+
+    @property
+    def idle_s(self) -> float:
+        """How long each run's idle rate is measured (cpuwork.py). At 5,000 nodes the control plane
+        at rest works in bursts (node leases), which a 2 s sample catches or misses."""
+        return SCALE_IDLE_SECONDS if self.scale else IDLE_SECONDS
+
+    @property
+    def settle_timeout_s(self) -> float:
+        """How long a run's CPU window may wait to settle after its last bind (cpuwork.py). After
+        10,000 binds the control plane works on for longer than 20 s (kwok marking the pods Running)."""
+        return SCALE_SETTLE_TIMEOUT_SECONDS if self.scale else SETTLE_TIMEOUT_SECONDS
 
     def burst_timeout(self, pods: int) -> float:
         # kube-scheduler at its defaults binds ~50 pods/s; leave it room, but end a stuck run.

@@ -181,7 +181,7 @@ def measure_burst(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     ready_seconds = runner.start()
     profiler = start_profiler(bench, runner, label)
     try:
-        work = WorkMeter()
+        work = WorkMeter(idle_seconds=settings.idle_s, timeout=settings.settle_timeout_s)
         work.measure_idle(cpu_groups(bench, runner))
         pod_bodies = runner_pods(bench, runner, pods, nodes)
         counted_before = apiserver_work.fetch(bench.api)  # outside the CPU window: /metrics costs the apiserver
@@ -227,7 +227,7 @@ def measure_drain(bench: Bench, key: str, pods: int, nodes: int, label: str) -> 
     watcher = BindWatcher(bench.api, bench.namespace)
     watcher.start()
     try:
-        work = WorkMeter()
+        work = WorkMeter(idle_seconds=settings.idle_s, timeout=settings.settle_timeout_s)
         work.measure_idle(cpu_groups(bench, None))  # the runner is not running yet: nothing to take off
         launched, window_start = time.monotonic(), time.time()
         runner.launch()

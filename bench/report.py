@@ -254,7 +254,8 @@ def _idle(s: dict) -> str:
 def _settle(s: dict) -> str:
     unsettled = s.get("unsettled") or 0
     plural = "s" if unsettled > 1 else ""
-    note = f" ({unsettled} run{plural} not settled in {SETTLE_TIMEOUT_SECONDS:g} s)" if unsettled else ""
+    timeout = s.get("settle_timeout_s") or SETTLE_TIMEOUT_SECONDS  # runs of record before it was kept: 20 s
+    note = f" ({unsettled} run{plural} not settled in {timeout:g} s)" if unsettled else ""
     early = s.get("above_baseline_at_start") or 0
     if early:
         note += f" ({early} run{'s' if early > 1 else ''} started above the control plane's baseline)"

@@ -9,8 +9,8 @@ round, contenders.round_order), as in the throughput phase
 (measure.measure_burst: the same pods but for spec.schedulerName, the same
 clock, CPU from /proc, peak RSS from VmHWM). What a scheduler's caches
 cost shows at this scale: every node in the node cache, every pod in the
-pods-on-nodes cache. Not part of `make bench` nor `make test`: it takes a
-quarter of an hour on 2 cores (docs/benchmarks.md).
+pods-on-nodes cache. Not part of `make bench` nor `make test`: three rounds
+take about 40 minutes on 2 cores (docs/benchmarks.md).
 """
 
 from __future__ import annotations

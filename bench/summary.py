@@ -136,6 +136,7 @@ def summarize_runner(runs: list[dict]) -> dict:
         "idle_cores": {g: med("idle_cores", g) for g in CPU_GROUPS},
         "settle_s": med("settle_s"),
         "unsettled": sum(1 for r in complete if r.get("settled") is False),
+        "settle_timeout_s": max((r["settle_timeout_s"] for r in complete if "settle_timeout_s" in r), default=None),
         # Runs that started before the control plane was back at its baseline (the settle wait's timeout).
         "above_baseline_at_start": sum(1 for r in complete if r.get("at_baseline_at_start") is False),
         "cpu_ms_per_pod_total_min": min(totals, default=math.nan),

@@ -453,3 +453,11 @@ def test_the_default_sizes_leave_every_count_line_pod_a_gpu(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     for argv in ([], ["--quick"], ["--scale"]):
         assert contenders.OURS_DYNAMIC in parse_settings(argv).runners
+
+
+def test_the_scale_run_measures_idle_longer_and_waits_longer_to_settle(monkeypatch):
+    for name in ("BENCH_RUNNERS", "BENCH_PODS", "BENCH_NODES", "BENCH_PHASES", "QUICK", "BENCH_SCALE", "BENCH_RUNS"):
+        monkeypatch.delenv(name, raising=False)
+    bench, scale = parse_settings([]), parse_settings(["--scale"])
+    assert (bench.idle_s, bench.settle_timeout_s) == (2.0, 20.0)
+    assert scale.idle_s > bench.idle_s and scale.settle_timeout_s > bench.settle_timeout_s

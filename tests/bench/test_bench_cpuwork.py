@@ -76,6 +76,9 @@ def test_the_idle_rate_is_subtracted_and_the_work_after_the_last_bind_counted():
     assert figures["cpu_s"] == pytest.approx({"runner": 2.0, "control_plane": 4.0})
     assert figures["cpu_raw_s"] == pytest.approx({"runner": 2.25, "control_plane": 5.5})
     assert figures["idle_cores"] == pytest.approx({"runner": 0.05, "control_plane": 0.3})
+    # The rate in each settle window: the control plane's last 2 CPU s after the bind, then quiet.
+    assert figures["settle_trace_cores"] == pytest.approx([1.35, 1.35, 0.35])
+    assert figures["settle_timeout_s"] == 20.0 and figures["idle_s"] == 2.0
 
 
 def test_a_group_not_running_before_the_window_has_no_idle_rate_to_subtract():
