@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from e2e.processes import free_port
+
+from .answering import wait_answering
 
 BRANCH = "main"
 NAME = "gpu-scheduler.git"
@@ -145,18 +146,11 @@ class GitDaemon:
     def url(self, name: str = NAME) -> str:
         return f"git://{self.address}:{self.port}/{name}"
 
-    def _wait_listening(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"git daemon exited {self.process.returncode}: {self.log.read_text()}")
-            try:
-                with socket.create_connection((self.address, self.port), timeout=1):
-                    return
-            except OSError as err:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"git daemon not listening on {self.address}:{self.port} ({err})") from None
-                time.sleep(0.2)
+    def _wait_listening(self) -> None:
+        def probe() -> None:
+            socket.create_connection((self.address, self.port), timeout=1).close()
+
+        wait_answering(self.process, self.log, f"git daemon on {self.address}:{self.port}", probe)
 
     def stop(self) -> None:
         self.process.terminate()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 from e2e.processes import free_port
+
+from .answering import wait_answering
 
 
 class OCIRegistry:
@@ -47,18 +48,12 @@ class OCIRegistry:
         """HOST:PORT, as an OCI reference names a registry."""
         return f"{self.address}:{self.port}"
 
-    def _wait_answering(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"docker-registry exited {self.process.returncode}: {self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1):
-                    return
-            except OSError as err:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"docker-registry does not answer on {self.host} ({err})") from None
-                time.sleep(0.2)
+    def _wait_answering(self) -> None:
+        def probe() -> None:
+            with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1):
+                pass
+
+        wait_answering(self.process, self.log, f"docker-registry on {self.host}", probe)
 
     def tags(self, repository: str) -> list[str]:
         """The tags the registry holds for `repository` (its own API: what a pull would find)."""
