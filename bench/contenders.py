@@ -15,15 +15,31 @@ KUBE_GPUS = "kube_gpus"
 KUBE_DEFAULTS = "kube_defaults"
 KUBE_MATCHED = "kube_matched"
 KUBE_PINNED = "kube_pinned"
+# kube-scheduler matched (default profile) placing the very pods of OURS_BIND, the bind mode's env entries in
+# every container included: what those entries (and not the scheduler) cost the control plane. No target
+# reads it; its ratios say how much of bind mode's gap to KUBE_MATCHED the larger pods make.
+KUBE_SAME_PODS = "kube_same_pods"
 CEILING = "ceiling"
 PYTHON_BINDER = "python_binder"
 # The runs of record up to 2026-12-07 also hold "ours" (its pods admitted by the webhook of the removed
 # admission.mode webhook) and "ours_policy" (placed by the removed policy mode's CEL): runners no more.
-RUNNERS = (OURS_BIND, KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, CEILING, PYTHON_BINDER, OURS_DYNAMIC, KUBE_GPUS)
+RUNNERS = (
+    OURS_BIND,
+    KUBE_DEFAULTS,
+    KUBE_MATCHED,
+    KUBE_PINNED,
+    KUBE_SAME_PODS,
+    CEILING,
+    PYTHON_BINDER,
+    OURS_DYNAMIC,
+    KUBE_GPUS,
+)
 ALL_RUNNERS = RUNNERS
 # The runners that are gpu-scheduler (its /metrics, its profile).
 GPU_SCHEDULER_RUNNERS = (OURS_BIND, OURS_DYNAMIC)
-KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, KUBE_GPUS)
+KUBE_RUNNERS = (KUBE_DEFAULTS, KUBE_MATCHED, KUBE_PINNED, KUBE_SAME_PODS, KUBE_GPUS)
+# The runners whose pods carry the bind mode's env entries (workload.in_bind_mode).
+BIND_ENTRY_RUNNERS = (*GPU_SCHEDULER_RUNNERS, KUBE_SAME_PODS)
 # The runners whose pods leave the node and the GPU to the scheduler: they need the nodes' free GPUs (one per
 # pod), where the others' pods are pinned and take none.
 DYNAMIC_RUNNERS = (OURS_DYNAMIC, KUBE_GPUS)
@@ -46,6 +62,8 @@ LABELS = {
     KUBE_DEFAULTS: f"kube-scheduler, defaults (qps {KUBE_DEFAULT_QPS}, burst {KUBE_DEFAULT_BURST}, default profile)",
     KUBE_MATCHED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile)",
     KUBE_PINNED: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, pinned-pod profile)",
+    KUBE_SAME_PODS: f"kube-scheduler, matched (qps {OUR_QPS}, burst {OUR_BURST}, default profile), the bind mode's "
+    "pods (its env entries)",
     CEILING: f"bare binder in Go ({CEILING_WORKERS} connections)",
     PYTHON_BINDER: f"bare binder in Python ({BIND_WORKERS} threads)",
     OURS_DYNAMIC: "gpu-scheduler, count line (map *=*:gpus=1: it chooses node and GPU; no admission call)",
@@ -59,6 +77,7 @@ SHORT_LABELS = {
     KUBE_DEFAULTS: "kube-scheduler\ndefaults",
     KUBE_MATCHED: "kube-scheduler\nmatched",
     KUBE_PINNED: "kube-scheduler\nmatched, pinned",
+    KUBE_SAME_PODS: "kube-scheduler\nmatched, same pods",
     CEILING: "Go\nbinder",
     PYTHON_BINDER: "Python\nbinder",
     OURS_DYNAMIC: "gpu-scheduler\ngpus=1",
@@ -71,6 +90,7 @@ RATIOS = {
     "bind_over_kube_pinned": (OURS_BIND, (KUBE_PINNED,)),
     "bind_over_kube_matched": (OURS_BIND, (KUBE_MATCHED,)),
     "bind_over_kube_defaults": (OURS_BIND, (KUBE_DEFAULTS,)),
+    "bind_over_kube_same_pods": (OURS_BIND, (KUBE_SAME_PODS,)),
     # The Go bare binder alone (not the round's faster binder): the control plane's own limit, which the
     # bind mode's moonshot target reads.
     "bind_over_ceiling": (OURS_BIND, (CEILING,)),
@@ -81,6 +101,7 @@ RATIO_LABELS = {
     "bind_over_kube_pinned": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_PINNED]}",
     "bind_over_kube_matched": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_MATCHED]}",
     "bind_over_kube_defaults": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_DEFAULTS]}",
+    "bind_over_kube_same_pods": f"{LABELS[OURS_BIND]} / {LABELS[KUBE_SAME_PODS]}",
     "bind_over_ceiling": f"{LABELS[OURS_BIND]} / {LABELS[CEILING]} (the ceiling)",
     "dynamic_over_kube_gpus": f"{LABELS[OURS_DYNAMIC]} / {LABELS[KUBE_GPUS]}",
 }
@@ -93,6 +114,7 @@ CPU_RATIOS = {
     "bind_over_kube_pinned": (OURS_BIND, KUBE_PINNED),
     "bind_over_kube_matched": (OURS_BIND, KUBE_MATCHED),
     "bind_over_kube_defaults": (OURS_BIND, KUBE_DEFAULTS),
+    "bind_over_kube_same_pods": (OURS_BIND, KUBE_SAME_PODS),
     "bind_over_ceiling": (OURS_BIND, CEILING),
     "dynamic_over_kube_gpus": (OURS_DYNAMIC, KUBE_GPUS),
 }

@@ -52,12 +52,13 @@ def make_runner(bench: Bench, key: str) -> Runner:
 def pods_for(key: str, pods: int, nodes: int, group: int, scheduler_name: str, namespace: str) -> list[dict]:
     """The pods runner `key` places: pinned ones (workload.bench_pods) or, for the count-line runners, ones
     pinned to nothing (workload.dynamic_pods: a map of `*=*:gpus=1` for ours, a request of nvidia.com/gpu: 1
-    for kube-scheduler's); gpu-scheduler's carry the bind mode's env entries in every container."""
+    for kube-scheduler's); gpu-scheduler's, and kube_same_pods', carry the bind mode's env entries in every
+    container."""
     if key in contenders.DYNAMIC_RUNNERS:
         bodies = dynamic_pods(pods, scheduler_name, namespace, request_gpu=key not in contenders.GPU_SCHEDULER_RUNNERS)
     else:
         bodies = bench_pods(pods, nodes, group, scheduler_name, namespace)
-    return [in_bind_mode(pod) for pod in bodies] if key in contenders.GPU_SCHEDULER_RUNNERS else bodies
+    return [in_bind_mode(pod) for pod in bodies] if key in contenders.BIND_ENTRY_RUNNERS else bodies
 
 
 def runner_pods(bench: Bench, runner: Runner, pods: int, nodes: int) -> list[dict]:

@@ -10,7 +10,7 @@ bench: install ## gpu-scheduler vs kube-scheduler: CPU per pod, throughput, late
 	CACHE_DIR=$(abspath $(CACHE)) bash bench/tools.sh
 	$(if $(filter-out 0,$(QUICK)),QUICK=1,QUICK=) $(PY) -m bench.run
 
-bench-scale: install ## scheduler_perf's scale: BENCH_SCALE_NODES (5,000) KWOK nodes, BENCH_SCALE_PODS (10,000) pods, ours and kube-scheduler side by side, pinned pods and count-line pods (not in make test)
+bench-scale: install ## scheduler_perf's scale: BENCH_SCALE_NODES (5,000) KWOK nodes, BENCH_SCALE_PODS (10,000) pods, ours and kube-scheduler side by side, pinned pods and count-line pods, three rounds (about 40 min; not in make test)
 	CACHE_DIR=$(abspath $(CACHE)) bash bench/tools.sh
 	BENCH_SCALE=1 $(PY) -m bench.run --scale
 

@@ -324,6 +324,18 @@ def test_bind_mode_pods_carry_the_fieldref_and_the_device_order_in_every_contain
     assert not any(c.get("env") for p in plain for c in p["spec"]["containers"])
 
 
+def test_kube_scheduler_same_pods_places_the_bind_mode_pods_and_kube_matched_the_plain_ones():
+    from bench.measure import pods_for
+
+    ours = pods_for(OURS_BIND, 4, 2, 2, "s", "gpu-bench")
+    same = pods_for(contenders.KUBE_SAME_PODS, 4, 2, 2, "s", "gpu-bench")
+    matched = pods_for(KUBE_MATCHED, 4, 2, 2, "s", "gpu-bench")
+    assert same == ours and matched != ours
+    assert not any(c.get("env") for p in matched for c in p["spec"]["containers"])
+    assert contenders.RATIOS["bind_over_kube_same_pods"] == (OURS_BIND, (contenders.KUBE_SAME_PODS,))
+    assert contenders.CPU_RATIOS["bind_over_kube_same_pods"] == (OURS_BIND, contenders.KUBE_SAME_PODS)
+
+
 def test_the_bind_runner_has_its_ratios_against_kube_scheduler_and_the_go_binder():
     for name, denominator in (
         ("bind_over_kube_matched", KUBE_MATCHED),
